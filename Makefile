@@ -1,0 +1,33 @@
+# Two commands do all the setup on a fresh machine that has Python 3.10+ and pip:
+#   make train   install into .venv, then train the default Decoder on Alice (1,500 steps, CPU)
+#   make test    install into .venv (with test tools), then run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+SHARED_DATA := $(wildcard ../shared/data)
+export INITNORM_DATA_DIR ?= $(if $(SHARED_DATA),$(abspath $(SHARED_DATA)),)
+
+.PHONY: install train test sweep bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev,launchers]"
+	touch $@
+
+install: $(VENV)/.installed
+
+train: install
+	$(PY) -m initnorm.train
+
+sweep: install
+	$(PY) -m initnorm.train -m norm=pre,post warmup=0,200 seed=1,2,3
+
+test: install
+	$(PY) -m pytest -q -p no:warnings
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

@@ -1,0 +1,3 @@
+"""initnorm: initialisation, normalisation and µP experiments with Lightning + Hydra."""
+
+__version__ = "0.1.0"

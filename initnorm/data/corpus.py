@@ -1,0 +1,153 @@
+"""Character corpora: find (or download) the text, check its sha256, normalise, encode, split.
+
+Where a corpus is looked for, in order: ``data.path`` if given; ``$INITNORM_DATA_DIR``; the
+cache folder (``$INITNORM_CACHE``, default ``~/.cache/initnorm``); then a download into the
+cache, checked against the sha256 below. See ../shared/data/README.md for the sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from initnorm.errors import ConfigError
+
+# The sentence end the Alice normaliser keeps: a run of non-letters that ends a sentence becomes
+# "." instead of " ". It is the Decoder's 28th symbol (the deck counts 28 but does not name it).
+SENTENCE_END = "."
+
+
+def normalise_alice(raw: str) -> str:
+    """Gutenberg #11 body from the text's "CHAPTER I." (not the contents') to "THE END", lowercased;
+    every run of non-letters becomes one symbol: "." if it holds . ! or ?, else a space."""
+    start, end = raw.find("*** START"), raw.find("*** END")
+    body = raw[start if start >= 0 else 0 : end if end >= 0 else len(raw)]
+    first = body.find("CHAPTER I.")
+    begin = body.find("CHAPTER I.", first + 1)  # the second one: the first is in the table of contents
+    if first < 0:
+        raise ConfigError("the Alice text has no 'CHAPTER I.': is data.path the Project Gutenberg #11 file?")
+    begin = begin if begin >= 0 else first
+    stop = body.find("THE END", begin)
+    text = body[begin : stop + len("THE END") if stop >= 0 else len(body)].lower()
+    return re.sub(r"[^a-z]+", lambda m: SENTENCE_END if re.search(r"[.!?]", m.group()) else " ", text).strip()
+
+
+def keep_all(raw: str) -> str:
+    """Every character is a symbol (tiny Shakespeare: 65 of them)."""
+    return raw
+
+
+@dataclass(frozen=True)
+class Source:
+    file: str
+    url: str
+    sha256: str
+    normalise: Callable[[str], str]
+
+
+SOURCES = {
+    "alice": Source(
+        "alice_pg11.txt",
+        "https://www.gutenberg.org/cache/epub/11/pg11.txt",
+        "675dcebbb8d3acf2f4580958588f871b07babd63bb822527bcb187de4c45ee17",
+        normalise_alice,
+    ),
+    "shakespeare": Source(
+        "tinyshakespeare.txt",
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        keep_all,
+    ),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("INITNORM_CACHE", Path.home() / ".cache" / "initnorm"))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified(path: Path, source: Source) -> Path:
+    digest = sha256(path)
+    if digest != source.sha256:
+        raise ConfigError(
+            f"{path} has sha256 {digest[:12]}..., expected {source.sha256[:12]}...: a damaged or different copy; "
+            f"delete it (it is downloaded again) or point data.path at your own text"
+        )
+    return path
+
+
+def _download(source: Source, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".part")
+    try:
+        with urllib.request.urlopen(source.url, timeout=30) as response:
+            tmp.write_bytes(response.read())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(
+            f"no copy of {source.file} and no network ({exc.__class__.__name__}); put the file at {target} "
+            f"or set INITNORM_DATA_DIR to a folder that holds it"
+        ) from None
+    _verified(tmp, source)
+    tmp.replace(target)
+    return target
+
+
+def locate(name: str, path: str | None = None) -> Path:
+    """The file for corpus ``name`` (or the user's ``path``), checked, downloading on first use."""
+    if path:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"data.path={path!r} does not exist; fix it with `data.path=/path/to/text.txt`")
+        return p
+    if name not in SOURCES:
+        raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; or set data.path=/path/to/text.txt")
+    source = SOURCES[name]
+    env = os.environ.get("INITNORM_DATA_DIR")
+    if env and (Path(env) / source.file).is_file():
+        return _verified(Path(env) / source.file, source)
+    cached = cache_dir() / source.file
+    if cached.is_file():
+        return _verified(cached, source)
+    return _download(source, cached)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Encoded text with its symbol table, split in order into train and validation."""
+
+    symbols: str
+    train: torch.Tensor
+    val: torch.Tensor
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> torch.Tensor:
+        index = {c: i for i, c in enumerate(self.symbols)}
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids) -> str:
+        return "".join(self.symbols[i] for i in ids)
+
+
+def load_corpus(name: str, path: str | None = None, train_fraction: float = 0.9, normaliser: str | None = None) -> Corpus:
+    """Read, normalise (``normaliser`` names a source's rule; default the corpus's own), encode, split contiguously."""
+    rule = SOURCES[normaliser or name].normalise if (normaliser or name) in SOURCES else keep_all
+    text = rule(locate(name, path).read_text(encoding="utf-8"))
+    symbols = "".join(sorted(set(text)))
+    index = {c: i for i, c in enumerate(symbols)}
+    ids = torch.tensor([index[c] for c in text], dtype=torch.long)
+    n = int(len(ids) * train_fraction)
+    return Corpus(symbols, ids[:n], ids[n:])

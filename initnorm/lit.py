@@ -1,0 +1,87 @@
+"""LightningModules: the language model (the Decoder's task) with its optimiser and schedule.
+
+Logging is deliberately sparse (every ``log_every`` steps, written straight to the TensorBoard
+writer): with models of a few thousand parameters, Python overhead per step is the cost.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from initnorm.nn.param import Table
+from initnorm.optim import make_optimizer, schedule_factor
+
+
+class Trainable(L.LightningModule):
+    """What every family shares: optimiser groups from the table, the schedule, divergence stop,
+    sparse logging, validation loss bookkeeping. Subclasses define ``loss(batch)``."""
+
+    def __init__(self, model: torch.nn.Module, roles, table: Table, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str = "cosine", log_every: int = 50):
+        super().__init__()
+        self.model, self.roles, self.table = model, roles, table
+        self.lr, self.steps, self.warmup, self.optim_cfg, self.schedule = lr, steps, warmup, dict(optim), schedule
+        self.log_every = log_every
+        self.diverged_step: int | None = None
+        self.val_history: list[tuple[int, float]] = []
+        self._val_sum = self._val_count = 0.0
+
+    def loss(self, batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def write_scalar(self, tag: str, value: float, step: int) -> None:
+        logger = self.logger
+        if logger is not None and hasattr(logger, "experiment"):
+            logger.experiment.add_scalar(tag, value, step)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch)
+        step = self.global_step
+        if not torch.isfinite(loss):
+            # A NaN/inf loss is a result (the run diverged), not a crash: stop and record the step.
+            self.diverged_step = step
+            self.trainer.should_stop = True
+            return None
+        if step % self.log_every == 0:
+            value = loss.item()
+            self.write_scalar("train/loss", value, step)
+            self.write_scalar("train/lr", self.lr * schedule_factor(step, self.steps, self.warmup, self.schedule), step)
+            self.log("loss", value, prog_bar=True, logger=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        loss = self.loss(batch, reduction="sum")
+        self._val_sum += loss.item()
+        self._val_count += batch[1].numel()
+
+    def on_validation_epoch_end(self):
+        value = self._val_sum / max(1.0, self._val_count)
+        self._val_sum = self._val_count = 0.0
+        if self.trainer.sanity_checking:
+            return
+        self.val_history.append((self.global_step, value))
+        self.write_scalar("val/loss", value, self.global_step)
+        self.log("val_loss", value, prog_bar=True, logger=False)
+
+    def configure_optimizers(self):
+        opt = make_optimizer(self.model, self.roles, self.table, self.lr, self.optim_cfg)
+        factor = lambda step: schedule_factor(step, self.steps, self.warmup, self.schedule)  # noqa: E731
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    @property
+    def final_val_loss(self) -> float:
+        return self.val_history[-1][1] if self.val_history else math.nan
+
+
+class LanguageModel(Trainable):
+    """Next-token cross-entropy at every position of a window."""
+
+    def loss(self, batch, reduction: str = "mean"):
+        x, y = batch
+        logits = self.model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction=reduction)

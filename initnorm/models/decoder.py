@@ -1,0 +1,159 @@
+"""The Decoder: the deck's tiny character transformer (000_318c46f7239ee947, §7).
+
+Reads top to bottom: positional encoding, attention, MLP, block, model. Where the deck is
+silent the choices below keep its parameter counts (5,376 with LayerNorm and 5,296 with RMSNorm
+at width 16 and 2 blocks; 70,656 at width 64) and its §7a init-time numbers:
+
+- sinusoidal positions, no parameters: RMS exactly sqrt(1/2) at every position, which with an
+  embedding at std 0.02 is the deck's "RMS 0.70 at every depth";
+- token embedding and a bias-free readout, not tied; q, k, v and output projections with bias;
+  an MLP of hidden width ``mlp_ratio`` x d (2) with bias and GELU; two norms per block and a
+  final one (5 norms at depth 2).
+
+The forward pass is a pure function of parameters and input (no state changed, plain matmuls
+for attention), so a later trainer can vmap an ensemble of seeds over it (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from initnorm.nn.norms import NORMS
+from initnorm.nn.roles import Role
+
+
+def sinusoidal(length: int, width: int) -> torch.Tensor:
+    """Vaswani et al. 2017 positions: each (sin, cos) pair has unit energy, so the RMS is sqrt(1/2)."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    table = torch.zeros(length, width)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)
+    return table
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention with plain matmuls; scores scaled by ``scale_mult / sqrt(d_k)``."""
+
+    def __init__(self, width: int, n_heads: int, max_context: int, scale_mult: float = 1.0):
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, width // n_heads
+        self.scale = scale_mult / math.sqrt(self.d_k)
+        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+        mask = torch.ones(max_context, max_context, dtype=torch.bool).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = (proj(x).view(B, T, self.n_heads, self.d_k).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        weights = scores.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        return self.o((weights @ v).transpose(1, 2).reshape(B, T, D))
+
+    def parameter_roles(self) -> dict[str, Role]:
+        roles = {f"{n}.weight": Role.ATTN_QKV for n in "qkv"} | {"o.weight": Role.ATTN_OUT}
+        return roles | {f"{n}.bias": Role.BIAS for n in "qkvo"}
+
+
+class MLP(nn.Module):
+    """Linear -> GELU -> Linear, hidden width ``ratio`` x d."""
+
+    def __init__(self, width: int, ratio: int):
+        super().__init__()
+        self.fc = nn.Linear(width, ratio * width)
+        self.proj = nn.Linear(ratio * width, width)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+    def parameter_roles(self) -> dict[str, Role]:
+        return {"fc.weight": Role.MLP_IN, "proj.weight": Role.MLP_OUT, "fc.bias": Role.BIAS, "proj.bias": Role.BIAS}
+
+
+class Block(nn.Module):
+    """One transformer block; ``placement`` says where its two norms sit.
+
+    pre-LN (GPT-2, LLaMA): the stream is only ever added to; each sublayer reads a normalised copy.
+
+        x ──┬───────────────(+)──┬───────────────(+)──> x'
+            └── LN ── Attn ───┘   └── LN ── MLP ────┘
+
+    post-LN (Vaswani et al. 2017): every sum is normalised, so every gradient crosses the norms above.
+
+        x ──┬──────────(+)── LN ──┬─────────(+)── LN ──> x'
+            └── Attn ───┘          └── MLP ───┘
+    """
+
+    def __init__(self, width, n_heads, mlp_ratio, max_context, placement, norm_type, eps, attn_scale):
+        super().__init__()
+        self.placement = placement
+        self.ln1 = NORMS.get(norm_type)(width, eps)
+        self.attn = Attention(width, n_heads, max_context, attn_scale)
+        self.ln2 = NORMS.get(norm_type)(width, eps)
+        self.mlp = MLP(width, mlp_ratio)
+
+    def forward(self, x):
+        if self.placement == "pre":
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+    def parameter_roles(self) -> dict[str, Role]:
+        parts = {"ln1": self.ln1, "attn": self.attn, "ln2": self.ln2, "mlp": self.mlp}
+        return {f"{p}.{n}": r for p, m in parts.items() for n, r in m.parameter_roles().items()}
+
+
+PLACEMENTS = ("pre", "post")
+
+
+class Decoder(nn.Module):
+    """Token embedding + sinusoidal positions -> ``depth`` blocks -> final norm -> readout (logits)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        width: int = 16,
+        depth: int = 2,
+        n_heads: int = 2,
+        mlp_ratio: int = 2,
+        max_context: int = 64,
+        placement: str = "pre",
+        norm_type: str = "layernorm",
+        norm_eps: float = 1e-5,
+        forward_mults: Mapping[Role, float] | None = None,
+        attn_scale: float = 1.0,
+    ):
+        super().__init__()
+        self.depth, self.width = depth, width
+        # µP divides the logits by the width multiplier (Yang et al. 2022, Table 3); 1 under SP.
+        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
+        self.tok_emb = nn.Embedding(vocab_size, width)
+        self.register_buffer("pos", sinusoidal(max_context, width), persistent=False)
+        self.blocks = nn.ModuleList(
+            Block(width, n_heads, mlp_ratio, max_context, placement, norm_type, norm_eps, attn_scale) for _ in range(depth)
+        )
+        self.ln_f = NORMS.get(norm_type)(width, norm_eps)
+        self.head = nn.Linear(width, vocab_size, bias=False)
+
+    FORWARD_ROLES = frozenset({Role.READOUT})  # roles whose forward multiplier this model applies
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.tok_emb(idx) + self.pos[: idx.shape[-1]]
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)) * self.logit_mult
+
+    def parameter_roles(self) -> dict[str, Role]:
+        roles = {"tok_emb.weight": Role.EMBEDDING, "head.weight": Role.READOUT}
+        for i, block in enumerate(self.blocks):
+            roles |= {f"blocks.{i}.{n}": r for n, r in block.parameter_roles().items()}
+        return roles | {f"ln_f.{n}": r for n, r in self.ln_f.parameter_roles().items()}

@@ -1,0 +1,31 @@
+"""Parameter roles: the vocabulary shared by models, init schemes and parameterisations.
+
+Every parameter of every model family has exactly one role (STYLE.md point 3). Models state
+their roles explicitly in ``parameter_roles()`` (a name -> role dict, not a tag on the tensor,
+so it survives ``torch.save`` and wrappers); ``models.build`` refuses a parameter without one.
+"""
+
+from enum import Enum
+
+
+class Role(str, Enum):
+    EMBEDDING = "embedding"  # token lookup table
+    POSITIONAL = "positional"  # learned positional table (the Decoder's is sinusoidal: no parameter)
+    ATTN_QKV = "attn_qkv"  # query, key and value projections
+    ATTN_OUT = "attn_out"  # attention output projection: writes into the residual stream
+    MLP_IN = "mlp_in"  # first MLP matrix of a transformer block
+    MLP_OUT = "mlp_out"  # second MLP matrix: writes into the residual stream
+    INPUT = "input"  # an MLP's first layer, whose fan-in does not grow with width
+    HIDDEN = "hidden"  # an MLP's width x width layers
+    READOUT = "readout"  # the last matrix, producing logits
+    NORM_GAIN = "norm_gain"
+    NORM_BIAS = "norm_bias"
+    BIAS = "bias"  # any linear layer's bias
+
+
+# Matrices whose fan-in grows with width: µP shrinks their init and learning rate (Yang et al. 2022, Table 3).
+HIDDEN_ROLES = frozenset({Role.ATTN_QKV, Role.ATTN_OUT, Role.MLP_IN, Role.MLP_OUT, Role.HIDDEN})
+# The last matrix of each residual branch: GPT-2 scales these by 1/sqrt(2L), Fixup/ReZero start them at zero.
+BRANCH_OUT_ROLES = frozenset({Role.ATTN_OUT, Role.MLP_OUT})
+# Roles that init schemes never see: biases start at zero and gains at one in every scheme.
+FIXED_ROLES = {Role.BIAS: 0.0, Role.NORM_BIAS: 0.0, Role.NORM_GAIN: 1.0}

@@ -1,0 +1,167 @@
+"""The only code that writes result files (atomically) and reads them back.
+
+Each job writes ``metrics.json`` in its folder. ``summarize(folder)`` is a pure function of a
+folder: it reads every ``metrics.json`` below it and writes ``summary.md``, ``summary.csv``
+(one row per configuration: mean ± sd over seeds, and the per-seed values, as the deck's §7b
+table) and ``runs.csv`` (one row per job), so a crashed or resumed sweep can always be summarised again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+METRICS_FILE = "metrics.json"
+LABELS = {
+    "final_val_loss": "Final validation loss",
+    "best_val_loss": "Best validation loss",
+    "final_train_loss": "Final train loss",
+    "val_acc": "Validation accuracy",
+    "first_loss": "First loss",
+    "final_loss": "Final loss",
+    "gap": "Gap",
+    "score": "Loss (last 50 batches)",
+}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_metrics(folder: Path, metrics: dict[str, Any]) -> Path:
+    path = Path(folder) / METRICS_FILE
+    write_atomic(path, json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def read_metrics(folder: Path) -> list[dict[str, Any]]:
+    """Every job's metrics below ``folder``, in job order (then path order)."""
+    records = []
+    for path in sorted(Path(folder).rglob(METRICS_FILE)):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # written atomically, so this is only a foreign or damaged file
+        rec["_dir"] = str(path.parent.relative_to(folder))
+        records.append(rec)
+    return sorted(records, key=lambda r: (r.get("job_num", 0), r["_dir"]))
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """Group jobs by their swept values other than the seed. Returns (keys, metrics, rows)."""
+    keys: list[str] = []
+    for r in records:
+        swept = r.get("swept")
+        for k in r.get("overrides", {}) if swept is None else swept:
+            if k != "seed" and k not in keys:
+                keys.append(k)
+    if not any("swept" in r for r in records):  # not from a multirun: keep the keys that vary
+        keys = [k for k in keys if len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
+    metrics: list[str] = []
+    for r in records:
+        for m in r.get("summary_metrics", ["final_val_loss"]):
+            if m not in metrics:
+                metrics.append(m)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        ov = r.get("overrides", {})
+        key = tuple(str(ov.get(k, "")) for k in keys)
+        row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "failed": []})
+        if r.get("status") == "failed":
+            row["failed"].append(f"seed {r.get('seed')}: {r.get('error', '?')}")
+            continue
+        row["seeds"].append(r.get("seed"))
+        row["diverged"] += bool(r.get("diverged"))
+        for m in metrics:
+            row["values"][m].append(None if r.get("diverged") else r.get(m))
+    return keys, metrics, list(rows.values())
+
+
+def mean_sd(values: Iterable[float | None]) -> tuple[float, float, int]:
+    """Mean and sample sd (ddof 1, as the deck's tables) of the finite values."""
+    xs = [v for v in values if v is not None and math.isfinite(v)]
+    if not xs:
+        return math.nan, math.nan, 0
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def render_markdown(keys, metrics, rows) -> str:
+    seeds_label = "Seeds " + ", ".join(str(s) for s in (rows[0]["seeds"] if rows else []))
+    head = list(keys)
+    for m in metrics:
+        head += [f"{LABELS.get(m, m)} (mean ± sd)", f"{seeds_label}" if len(metrics) == 1 else f"{LABELS.get(m, m)}: per seed"]
+    show_div = any(r["diverged"] for r in rows)
+    show_fail = any(r["failed"] for r in rows)
+    head += ["Diverged"] * show_div + ["Failed"] * show_fail
+    out = io.StringIO()
+    out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+    for r in rows:
+        cells = [r[k] for k in keys]
+        for m in metrics:
+            mu, sd, n = mean_sd(r["values"][m])
+            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else "diverged", ", ".join("diverged" if v is None else _fmt(v) for v in r["values"][m])]
+        if show_div:
+            cells.append(f"{r['diverged']}/{len(r['seeds'])}")
+        if show_fail:
+            cells.append("; ".join(r["failed"]) or "")
+        out.write("| " + " | ".join(str(c) for c in cells) + " |\n")
+    return out.getvalue()
+
+
+def render_csv(keys, metrics, rows) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(list(keys) + [f"{m}_{s}" for m in metrics for s in ("mean", "sd", "n", "per_seed")] + ["seeds", "diverged", "failed"])
+    for r in rows:
+        cells = [r[k] for k in keys]
+        for m in metrics:
+            mu, sd, n = mean_sd(r["values"][m])
+            cells += [mu, sd, n, ";".join("diverged" if v is None else repr(v) for v in r["values"][m])]
+        w.writerow(cells + [";".join(str(s) for s in r["seeds"]), r["diverged"], " | ".join(r["failed"])])
+    return out.getvalue()
+
+
+def render_runs_csv(records: list[dict[str, Any]]) -> str:
+    fields = ["_dir", "job_num", "status", "seed", "diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "error"]
+    extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(fields))
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=fields + extra, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in records:
+        w.writerow(r)
+    return out.getvalue()
+
+
+def summarize(folder: Path | str) -> str:
+    """Write ``summary.md``, ``summary.csv`` and ``runs.csv`` into ``folder``; return the markdown table."""
+    folder = Path(folder)
+    records = read_metrics(folder)
+    if not records:
+        raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
+    keys, metrics, rows = group_rows(records)
+    table = render_markdown(keys, metrics, rows)
+    write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
+    write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
+    write_atomic(folder / "runs.csv", render_runs_csv(records))
+    return table

@@ -1,0 +1,66 @@
+"""Hydra glue for sweeps: readable job folder names and the summary at the end of a multirun."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from initnorm.results import summarize
+
+log = logging.getLogger(__name__)
+
+
+SWEPT_ENV = "INITNORM_SWEPT_KEYS"  # set by SummaryCallback.on_multirun_start, read by every job
+NOT_IN_NAME = {"seed", "experiment", "hydra.sweep.dir"}
+
+
+def swept_keys() -> list[str] | None:
+    """The keys this multirun sweeps over, in command-line order (None outside a known multirun)."""
+    value = os.environ.get(SWEPT_ENV)
+    return None if value is None else [k for k in value.split(",") if k]
+
+
+def parse_sweep(task_overrides) -> list[str]:
+    """Keys given several values on the command line (``norm=pre,post``, ``lr=range(...)``)."""
+    keys = []
+    for o in task_overrides:
+        key, _, value = str(o).partition("=")
+        if "," in value or value.startswith(("range(", "choice(", "glob(")):
+            keys.append(key.lstrip("+~"))
+    return keys
+
+
+def job_dir(task_overrides, seed) -> str:
+    """``norm=post,warmup=200/seed=3``: this job's swept values in sweep order, then the seed."""
+    swept = swept_keys()
+    parts = []
+    for o in task_overrides:
+        key = str(o).partition("=")[0].lstrip("+~")
+        if key not in NOT_IN_NAME and (swept is None or key in swept):
+            parts.append(str(o).lstrip("+~").replace("/", "_"))
+    return f"{','.join(parts) or 'default'}/seed={seed}"
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("initnorm.job_dir"):
+        OmegaConf.register_new_resolver("initnorm.job_dir", job_dir)
+
+
+class SummaryCallback(Callback):
+    """Tells jobs what is swept (for folder names and tables), and after the last job writes
+    summary.md / summary.csv into the sweep folder."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        os.environ[SWEPT_ENV] = ",".join(parse_sweep(config.hydra.overrides.task))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        folder = config.hydra.sweep.dir
+        try:
+            table = summarize(folder)
+        except FileNotFoundError as exc:
+            log.warning("no summary: %s", exc)
+            return
+        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")

@@ -1,0 +1,124 @@
+"""Train one job: ``python -m initnorm.train [overrides]``, or a sweep with ``-m``.
+
+``train(cfg)`` is a plain function (tests call it with a composed config); ``main`` is the
+Hydra entry point around it. A run flows once: validate -> data -> model -> LightningModule ->
+Trainer (TensorBoard logger) -> metrics.json + HPARAMS in the job folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from initnorm.config import to_plain, validate
+from initnorm.errors import ConfigError
+from initnorm.models.build import build_model
+from initnorm.provenance import describe
+from initnorm.results import write_metrics
+from initnorm.sweep import register_resolvers, swept_keys
+from initnorm.tasks import TASKS
+
+log = logging.getLogger(__name__)
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
+
+
+def job_overrides() -> tuple[dict[str, str], int, dict[str, str]]:
+    """The task overrides of this Hydra job as a dict, its number, and the group choices."""
+    if not HydraConfig.initialized():
+        return {}, 0, {}
+    hc = HydraConfig.get()
+    overrides = dict(o.split("=", 1) for o in hc.overrides.task if "=" in o)
+    overrides = {k.lstrip("+~"): v for k, v in overrides.items()}
+    num = hc.job.num if hc.mode is not None and hc.mode.name == "MULTIRUN" else 0
+    return overrides, int(num or 0), dict(hc.runtime.choices)
+
+
+def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    hp = {k: c[k] for k in HPARAM_KEYS if k in c}
+    hp |= {"init": c["init"]["name"], "param": c["param"]["name"], "norm_type": c["norm_type"]["name"], "model": c["model"]["family"]}
+    return hp | {k: v for k, v in overrides.items() if k not in hp}
+
+
+def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
+    """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there)."""
+    c = to_plain(cfg)
+    validate(c)
+    out_dir = Path(out_dir)
+    if c.get("threads"):
+        torch.set_num_threads(int(c["threads"]))
+    L.seed_everything(c["seed"], verbose=False)
+    task = TASKS.get(c["data"]["kind"])
+    data = task.make_data(c)
+    built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
+    module = task.module(built.model, built.roles, built.table, c["lr"], c["steps"], c["warmup"], c["optim"], c.get("schedule", "cosine"), c.get("log_every", 25))
+    logger = instantiate(cfg.logger, save_dir=str(out_dir))
+    callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir))
+    overrides, job_num, choices = job_overrides()
+
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=data)
+    wall = time.perf_counter() - start
+    steps_done = trainer.global_step
+    if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
+        trainer.validate(module, datamodule=data, verbose=False)
+
+    diverged = module.diverged_step is not None
+    metrics = {
+        "status": "finished",
+        "final_val_loss": math.nan if diverged else module.final_val_loss,
+        "best_val_loss": min((v for _, v in module.val_history), default=math.nan),
+        "val_history": module.val_history,
+        "diverged": diverged,
+        "diverged_step": module.diverged_step,
+        "steps": steps_done,
+        "ms_per_step": 1000.0 * wall / max(1, steps_done),
+        "wall_s": wall,
+        "params": sum(p.numel() for p in built.model.parameters()),
+        "seed": c["seed"],
+        "job_num": job_num,
+        "overrides": overrides,
+        "swept": swept_keys(),
+        "choices": choices,
+        "summary_metrics": list(c.get("summary", {}).get("metrics", ["final_val_loss"])),
+        "provenance": describe(),
+    }
+    write_metrics(out_dir, metrics)
+    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged)}
+    logger.log_hyperparams(hparams_of(c, overrides), hp_metrics)
+    logger.finalize("success")
+    return metrics
+
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def main(cfg: DictConfig) -> float:
+    try:
+        metrics = train(cfg, os.getcwd())
+    except ConfigError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    status = f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
+    print(f"{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step) -> {os.getcwd()}")
+    return metrics["final_val_loss"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Shared test helpers: compose the real configs and shrink them (lightning-hydra-template style)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = str(ROOT / "conf")
+SHARED_DATA = ROOT.parent / "shared" / "data"
+if "INITNORM_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
+    os.environ["INITNORM_DATA_DIR"] = str(SHARED_DATA)
+
+TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "callbacks=none", "trainer.enable_progress_bar=false"]
+
+
+def compose_cfg(*overrides: str):
+    """The composed training config with ``overrides`` (the real conf/ tree, no Hydra run)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` in ``cwd`` and return the finished process (text output)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny():
+    return list(TINY)
