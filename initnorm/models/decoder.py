@@ -157,3 +157,12 @@ class Decoder(nn.Module):
         for i, block in enumerate(self.blocks):
             roles |= {f"blocks.{i}.{n}": r for n, r in block.parameter_roles().items()}
         return roles | {f"ln_f.{n}": r for n, r in self.ln_f.parameter_roles().items()}
+
+    def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
+        """What the instruments watch (``initnorm.callbacks.stats``): "layer/role" -> (module, "in" | "out").
+        ``block_01`` is ``blocks[0]``: blocks are counted from 1, as the deck counts them."""
+        points: dict[str, tuple[nn.Module, str]] = {}
+        for i, block in enumerate(self.blocks, 1):
+            b = f"block_{i:02d}"
+            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"), f"{b}/stream_out": (block, "out")}
+        return points | {"logits/output": (self, "out")}

@@ -1,0 +1,1 @@
+"""Lightning callbacks: per-layer statistics (``stats``) and the µP coordinate check (``coord``)."""
