@@ -59,3 +59,16 @@ def to_plain(cfg) -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def compose_train(overrides: list[str]):
+    """The training config with ``overrides``, composed outside a Hydra app (for commands such as
+    ``initnorm.probe`` and ``initnorm.coord_check`` that build or train several models in one process)."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
