@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
 from initnorm.config import to_plain, validate
@@ -66,6 +68,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     module = task.module(built.model, built.roles, built.table, c["lr"], c["steps"], c["warmup"], c["optim"], c.get("schedule", "cosine"), c.get("log_every", 25))
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
+    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
+        callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
     trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir))
     overrides, job_num, choices = job_overrides()
 
@@ -94,16 +98,23 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         "swept": swept_keys(),
         "choices": choices,
         "summary_metrics": list(c.get("summary", {}).get("metrics", ["final_val_loss"])),
+        "summary_plots": list(c.get("summary", {}).get("plots", [])),
         "provenance": describe(),
     }
+    extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
+    metrics |= extra
     write_metrics(out_dir, metrics)
     hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged)}
+    hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     logger.log_hyperparams(hparams_of(c, overrides), hp_metrics)
     logger.finalize("success")
     return metrics
 
 
 register_resolvers()
+# Lightning's advertising tip and a deprecation inside Lightning itself are noise in every job's output.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "Tip:" not in record.getMessage())
+warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
