@@ -72,3 +72,16 @@ def compose_train(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A command's own arguments, and the training-config overrides after ``--``."""
+    if "--" not in argv:
+        return list(argv), []
+    i = argv.index("--")
+    return list(argv[:i]), list(argv[i + 1 :])
+
+
+def comma_list(kind=str):
+    """An argparse type for ``16,32,64``."""
+    return lambda text: [kind(x) for x in text.split(",") if x]

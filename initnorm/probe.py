@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from initnorm.callbacks.stats import capture, grouped, rms
-from initnorm.config import compose_train, to_plain, validate
+from initnorm.config import comma_list, compose_train, split_overrides, to_plain, validate
 from initnorm.data.corpus import load_corpus
 from initnorm.errors import ConfigError, bad_value
 from initnorm.models.build import build_model
@@ -185,30 +185,23 @@ def mlp_plot(results, path: Path) -> None:
 # ---------------------------------------------------------------- the command
 
 
-def _list(text: str, kind=str) -> list:
-    return [kind(x) for x in text.split(",") if x]
-
-
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1 :]
+    argv, extra = split_overrides(argv)
     p = argparse.ArgumentParser(prog="python -m initnorm.probe", description=__doc__.split("\n\n")[0])
     p.add_argument("kind", nargs="?", default="both", choices=["decoder", "mlp", "both"])
     p.add_argument("--out", default=None, help="output folder (default outputs/probe/<time>)")
     g = p.add_argument_group("decoder (deck §7a)")
     g.add_argument("--depth", type=int, default=8)
-    g.add_argument("--norms", type=lambda s: _list(s), default=["pre", "post"])
-    g.add_argument("--stds", type=lambda s: _list(s, float), default=[0.02, 0.25])
+    g.add_argument("--norms", type=comma_list(), default=["pre", "post"])
+    g.add_argument("--stds", type=comma_list(float), default=[0.02, 0.25])
     g.add_argument("--seed", type=int, default=1, help="the training default seed")
     g.add_argument("--prompt", default="alice was")
     g = p.add_argument_group("mlp (chapter 003, steps 1-2)")
     g.add_argument("--mlp-depth", type=int, default=30)
     g.add_argument("--mlp-width", type=int, default=256)
     g.add_argument("--batch", type=int, default=512)
-    g.add_argument("--activations", type=lambda s: _list(s), default=["tanh", "relu"])
-    g.add_argument("--inits", type=lambda s: _list(s), default=None, help="registry names for every activation (default: the chapter's)")
+    g.add_argument("--activations", type=comma_list(), default=["tanh", "relu"])
+    g.add_argument("--inits", type=comma_list(), default=None, help="registry names for every activation (default: the chapter's)")
     g.add_argument("--std", type=float, default=1.0, help="std of init=normal (the chapter's N(0, 1))")
     g.add_argument("--mlp-seed", type=int, default=0, help="the chapter's torch.manual_seed(0)")
     return p.parse_args(argv), extra

@@ -1,0 +1,96 @@
+"""The coordinate check as a callback (deck §7d; Yang et al. 2022, "Tensor Programs V", §D.1).
+
+Before the first step the callback runs a fixed set of windows (the first ``windows`` of the
+validation set) through the model and keeps every probe point's activation (``probe_points``,
+see ``callbacks/stats.py``); after each of the first ``steps`` optimiser steps it runs the same
+windows again and records the RMS of the change, ``rms(a_t - a_0)``, per point. Under µP these
+changes are the same at every width; under SP they grow with it.
+
+Records are flat, ``(step, layer, role, "coord_delta_rms", value)``, written to TensorBoard and,
+at the end of the fit, to ``coord.csv`` in the job folder with the run's width, depth and
+parameterisation, so ``initnorm.coord_check`` can put many jobs side by side.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from initnorm.callbacks.stats import Record, capture, probe_points, rms, write, writers
+from initnorm.errors import ConfigError, bad_value
+from initnorm.results import write_atomic
+
+COORD_FILE = "coord.csv"
+FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
+STAT = "coord_delta_rms"
+
+
+class CoordCheck(L.Callback):
+    """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps."""
+
+    def __init__(self, steps: int = 10, windows: int = 16, width: int | None = None, depth: int | None = None, param: str | None = None, seed: int | None = None):
+        if not isinstance(steps, int) or steps <= 0:
+            raise bad_value("callbacks.coord.steps", steps, "a positive integer", "callbacks.coord.steps=10")
+        if not isinstance(windows, int) or windows <= 0:
+            raise bad_value("callbacks.coord.windows", windows, "a positive integer", "callbacks.coord.windows=16")
+        self.steps, self.n_windows = steps, windows
+        self.meta = {"width": width, "depth": depth, "param": param, "seed": seed}
+        self.records: list[Record] = []
+        self._last = 0
+
+    def _measure(self, model) -> dict[str, torch.Tensor]:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad(), capture(self.points, reduce=lambda t: t.detach().clone()) as seen:
+            model(self.inputs)
+        model.train(was_training)
+        return dict(seen)
+
+    def on_fit_start(self, trainer, pl_module):
+        model = pl_module.model
+        points = probe_points(model)
+        if not points:
+            raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/callbacks/stats.py)")
+        # a block's input is the previous block's output: keep only the first (the embedded input)
+        first_in = next((k for k in points if k.endswith("/stream_in")), None)
+        self.points = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}
+        self.last_stream = [k for k in points if k.endswith("/stream_out")][-1:] or None
+        dm = trainer.datamodule
+        if dm is None:
+            raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a LightningDataModule")
+        x = next(iter(dm.val_dataloader()))[0][: self.n_windows]
+        self.inputs = x.to(pl_module.device)
+        self.reference = self._measure(model)
+        self.records, self._last = [], 0
+        self._sinks = writers(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step  # optimiser steps taken so far
+        if step == self._last or step > self.steps:
+            return
+        self._last = step
+        now = self._measure(pl_module.model)
+        names = list(self.points)
+        values = torch.stack([rms(now[n] - self.reference[n]) for n in names]).tolist()
+        records = [Record(step, *n.split("/", 1), STAT, v) for n, v in zip(names, values)]
+        if self.last_stream:  # the last residual stream, under one name at every depth
+            records.append(Record(step, "stream", "last", STAT, values[names.index(self.last_stream[0])]))
+        self.records += records
+        write(records, self._sinks)
+
+    def on_fit_end(self, trainer, pl_module):
+        write_atomic(Path(trainer.default_root_dir) / COORD_FILE, to_csv(self.records, self.meta))
+
+
+def to_csv(records: list[Record], meta: dict) -> str:
+    """Long form: one row per (step, layer, role), with the run's width, depth, param and seed."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(FIELDS)
+    for r in records:
+        w.writerow([meta["width"], meta["depth"], meta["param"], meta["seed"], r.step, r.layer, r.role, repr(r.value)])
+    return out.getvalue()

@@ -1,0 +1,27 @@
+import csv
+
+import pytest
+
+from initnorm.coord_check import main, sweep_axis
+from initnorm.errors import ConfigError
+
+
+def test_mup_logits_stay_put_while_sp_grows(tmp_path, capsys):
+    # A small width range and 5 steps (the command's default is widths 16..256 and 10 steps).
+    assert main(["--widths", "16,64", "--steps", "5", "--out", str(tmp_path)]) == 0
+    assert "Verdict: PASS" in capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "coord.csv").open()))
+    assert set(rows[0]) == {"width", "depth", "param", "seed", "step", "layer", "role", "value"}
+    logits = {(r["param"], int(r["width"])): float(r["value"]) for r in rows if r["layer"] == "logits" and r["step"] == "5"}
+    mup, sp = logits["mup", 64] / logits["mup", 16], logits["sp", 64] / logits["sp", 16]
+    assert 1 / 1.5 < mup < 1.5 and sp > 1.3 and sp > mup
+    assert logits["mup", 16] == logits["sp", 16]  # µP is SP at the base width
+    assert {int(r["step"]) for r in rows} == {1, 2, 3, 4, 5}
+    assert (tmp_path / "coord.png").stat().st_size > 0 and (tmp_path / "verdict.txt").is_file()
+
+
+def test_one_axis_at_a_time():
+    rows = [{"width": w, "depth": d} for w in (16, 32) for d in (2, 4)]
+    with pytest.raises(ConfigError, match="one axis at a time"):
+        sweep_axis(rows)
+    assert sweep_axis([{"width": 64, "depth": d} for d in (2, 4)]) == "depth"
