@@ -77,6 +77,11 @@ class Trainable(L.LightningModule):
     def final_val_loss(self) -> float:
         return self.val_history[-1][1] if self.val_history else math.nan
 
+    def extra_metrics(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """A family's own metrics after training (``cfg`` is the resolved config); train.py merges
+        them into metrics.json and numbers among them into the HPARAMS tab as ``hp/<name>``."""
+        return {}
+
 
 class LanguageModel(Trainable):
     """Next-token cross-entropy at every position of a window."""

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from initnorm.plots import PLOTS
+
 METRICS_FILE = "metrics.json"
 LABELS = {
     "final_val_loss": "Final validation loss",
@@ -31,13 +33,13 @@ LABELS = {
 }
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     """Write to a temporary file in the same folder, then rename: a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -65,7 +67,10 @@ def read_metrics(folder: Path) -> list[dict[str, Any]]:
 
 
 def _fmt(x: float, digits: int = 3) -> str:
-    return "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "nan"
+    # Significant digits where fixed point would hide the value: a first loss of 1e27, a final loss of 0.006.
+    return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
 
 def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
@@ -161,6 +166,11 @@ def summarize(folder: Path | str) -> str:
         raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
+    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", [])):
+        plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
+        for file, png in plot.files.items():
+            write_atomic(folder / file, png)
+        table += f"\n{plot.markdown}"
     write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
     write_atomic(folder / "runs.csv", render_runs_csv(records))

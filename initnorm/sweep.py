@@ -33,6 +33,15 @@ def parse_sweep(task_overrides) -> list[str]:
     return keys
 
 
+def sweep_overrides(config: DictConfig) -> list[str]:
+    """A preset's ``hydra.sweeper.params``, then the command line, which wins key by key (as Hydra's basic sweeper merges them)."""
+    merged: dict[str, str] = {}
+    params = config.hydra.sweeper.get("params") or {}
+    for o in [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]:
+        merged[o.partition("=")[0].lstrip("+~")] = o
+    return list(merged.values())
+
+
 def job_dir(task_overrides, seed) -> str:
     """``norm=post,warmup=200/seed=3``: this job's swept values in sweep order, then the seed."""
     swept = swept_keys()
@@ -54,7 +63,7 @@ class SummaryCallback(Callback):
     summary.md / summary.csv into the sweep folder."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        os.environ[SWEPT_ENV] = ",".join(parse_sweep(config.hydra.overrides.task))
+        os.environ[SWEPT_ENV] = ",".join(parse_sweep(sweep_overrides(config)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir

@@ -11,8 +11,11 @@ from typing import Any, Callable
 
 import lightning as L
 
+from initnorm.data.clusters import Clusters
 from initnorm.data.modules import CharLM
+from initnorm.data.windows import CharWindows
 from initnorm.lit import LanguageModel, Trainable
+from initnorm.lit_mlp import Classifier
 from initnorm.registry import Registry
 
 
@@ -31,3 +34,18 @@ def _char_lm(c: dict[str, Any]) -> CharLM:
 
 
 TASKS.register("char_lm")(Task(_char_lm, LanguageModel))
+
+
+def _clusters(c: dict[str, Any]) -> Clusters:
+    d = c["data"]
+    return Clusters(d["n_clusters"], d["dim"], d["n_train"], d["n_val"], c["batch_size"], c["seed"])
+
+
+def _char_windows(c: dict[str, Any]) -> CharWindows:
+    d = c["data"]
+    return CharWindows(d["name"], d["context"], c["batch_size"], c["seed"], d.get("train_chars"), d.get("val_chars"), d.get("train_eval", 0), d.get("path"))
+
+
+# Chapter 003: the deep MLP's Gaussian clusters; the char and wide MLPs' character windows.
+TASKS.register("clusters")(Task(_clusters, Classifier))
+TASKS.register("char_windows")(Task(_char_windows, Classifier))

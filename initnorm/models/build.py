@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 from torch import nn
 
 from initnorm.errors import ConfigError
+from initnorm.models import mlp
 from initnorm.models.decoder import Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
 from initnorm.nn.param import Table, make_table
@@ -35,6 +36,12 @@ def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
         forward_mults=forward,
         attn_scale=table.attn_scale,
     )
+
+
+# Chapter 003's MLPs (models/mlp.py): char_mlp and wide_mlp are one class in two shapes.
+MODELS.register("deep_mlp")(mlp.deep_mlp)
+MODELS.register("char_mlp")(mlp.window_mlp)
+MODELS.register("wide_mlp")(mlp.window_mlp)
 
 
 @dataclass

@@ -1,0 +1,100 @@
+"""The classifier LightningModule of chapter 003's MLPs: one label per example.
+
+Gaussian clusters (the deep MLP) and character windows (the char and wide MLPs) are both
+"inputs -> one class": cross-entropy on the logits. What the chapter prints comes from three
+records kept here: every training loss (first loss; mean of the last ``summary.tail_steps``),
+and for each evaluation set the data module names (``eval_names``: ``val``, and ``train`` for
+a fixed training sample), loss and accuracy (torchmetrics) at every evaluation, step 0 included.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+from initnorm.lit import Trainable
+
+
+class Classifier(Trainable):
+    """Cross-entropy on (x, y) with one class per example; see the module docstring for the records."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_losses: list[float] = []
+        self.evals: dict[str, list[tuple[int, float, float]]] = {}  # name -> [(step, loss, accuracy)]
+        self.accuracy: dict[str, MulticlassAccuracy] = {}  # made at the first batch, on its device
+        self._sums: dict[str, list[float]] = {}
+
+    def loss(self, batch, reduction: str = "mean"):
+        x, y = batch
+        return F.cross_entropy(self.model(x), y, reduction=reduction)
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        # Non-finite losses are kept too: the ReLU/N(0,1) run's first loss (~1e27) is the finding.
+        self.train_losses.append(out.item() if out is not None else math.nan)
+        return out
+
+    def _eval_name(self, dataloader_idx: int) -> str:
+        return self.trainer.datamodule.eval_names[dataloader_idx]
+
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        name = self._eval_name(dataloader_idx)
+        x, y = batch
+        logits = self.model(x)
+        sums = self._sums.setdefault(name, [0.0, 0.0])
+        sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
+        sums[1] += y.numel()
+        if name not in self.accuracy:
+            self.accuracy[name] = MulticlassAccuracy(num_classes=logits.shape[-1], average="micro").to(logits.device)
+        self.accuracy[name].update(logits, y)
+
+    def on_validation_epoch_end(self):
+        step = self.global_step
+        for name, (total, count) in self._sums.items():
+            loss, acc = total / count, self.accuracy[name].compute().item()
+            self.accuracy[name].reset()
+            if self.trainer.sanity_checking:
+                continue
+            self.evals.setdefault(name, []).append((step, loss, acc))
+            self.write_scalar(f"{name}/loss", loss, step)
+            self.write_scalar(f"{name}/accuracy", acc, step)
+            if name == "val":
+                self.val_history.append((step, loss))
+        self._sums.clear()
+
+    @torch.no_grad()
+    def on_train_start(self):
+        """Score step 0 as the chapter does (its curves start there); Lightning validates only after steps."""
+        if self.global_step != 0:
+            return
+        self.model.eval()
+        for i, loader in enumerate(self.trainer.datamodule.val_dataloader()):
+            for batch in loader:
+                self.validation_step([t.to(self.device) for t in batch], 0, i)
+        self.on_validation_epoch_end()
+        self.model.train()
+
+    def extra_metrics(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        diverged = self.diverged_step is not None
+        tail = int(cfg.get("summary", {}).get("tail_steps", 20))
+        losses = self.train_losses
+        out: dict[str, Any] = {
+            "first_loss": losses[0] if losses else math.nan,
+            "final_loss": math.nan if diverged or not losses else statistics.fmean(losses[-tail:]),
+            "train_losses": losses,
+            "eval_history": self.evals,
+        }
+        last = {name: hist[-1] for name, hist in self.evals.items() if hist}
+        if "val" in last:
+            out["val_acc"] = math.nan if diverged else last["val"][2]
+        if "train" in last:
+            out["final_train_loss"] = math.nan if diverged else last["train"][1]
+            if "val" in last:
+                out["gap"] = math.nan if diverged else last["val"][1] - last["train"][1]
+        return out

@@ -1,0 +1,113 @@
+"""The MLP families of chapter 003 (initialisation): the deep MLP and the character-window MLP.
+
+- ``DeepMLP`` (step 2): ``depth`` Linear + activation layers of ``width`` and a linear head, no
+  norm and no residual, so nothing but the init keeps the signal in range through 30 layers.
+- ``WindowMLP`` (Bengio et al. 2003): embed the last ``context`` characters, concatenate, pass
+  them through ``depth`` ReLU layers of ``width`` units, predict the next character. Two shapes
+  of it run in the chapter, each a family with its own config:
+
+  ``char_mlp`` (step 3): context 16, embedding 24, two layers of 512, dropout, readout with bias
+  (494,681 parameters for 65 symbols); ``wide_mlp`` (step 4, the µP width sweep): context 8,
+  embedding 16, three layers of ``width`` (input, then two width x width), readout without bias.
+
+Roles: the first layer's fan-in (the input, or ``context x embedding``) does not grow with
+width, so it is ``INPUT`` and keeps the base learning rate under µP; width x width layers are
+``HIDDEN``. Both families apply the readout's forward multiplier (µP with ``readout=logits``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from initnorm.errors import bad_value
+from initnorm.nn.param import Table
+from initnorm.nn.roles import Role
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _layer_roles(prefix: str, i: int, first: Role) -> dict[str, Role]:
+    return {f"{prefix}.{i}.weight": first if i == 0 else Role.HIDDEN, f"{prefix}.{i}.bias": Role.BIAS}
+
+
+class DeepMLP(nn.Module):
+    """x (d_in) -> [Linear -> activation] x depth -> Linear head (n_classes logits)."""
+
+    FORWARD_ROLES = frozenset({Role.READOUT})
+
+    def __init__(self, d_in: int, n_classes: int, width: int = 128, depth: int = 30, activation: str = "tanh", forward_mults: Mapping[Role, float] | None = None):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(d_in if i == 0 else width, width) for i in range(depth))
+        self.act = ACTIVATIONS[activation]()
+        self.head = nn.Linear(width, n_classes)
+        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = self.act(layer(x))
+        return self.head(x) * self.logit_mult
+
+    def parameter_roles(self) -> dict[str, Role]:
+        roles = {"head.weight": Role.READOUT, "head.bias": Role.BIAS}
+        for i in range(len(self.layers)):
+            roles |= _layer_roles("layers", i, Role.INPUT)
+        return roles
+
+
+class WindowMLP(nn.Module):
+    """(B, context) ids -> embed and concatenate -> [Linear -> ReLU -> Dropout] x depth -> readout."""
+
+    FORWARD_ROLES = frozenset({Role.READOUT})
+
+    def __init__(
+        self,
+        vocab_size: int,
+        context: int,
+        emb: int,
+        width: int,
+        depth: int,
+        dropout: float = 0.0,
+        readout_bias: bool = True,
+        forward_mults: Mapping[Role, float] | None = None,
+    ):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, emb)
+        self.layers = nn.ModuleList(nn.Linear(context * emb if i == 0 else width, width) for i in range(depth))
+        # nn.Dropout masks and rescales by 1/(1-p) in training mode only (Srivastava et al. 2014).
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(width, vocab_size, bias=readout_bias)
+        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.emb(idx).flatten(1)
+        for layer in self.layers:
+            h = self.drop(torch.relu(layer(h)))
+        return self.out(h) * self.logit_mult
+
+    def parameter_roles(self) -> dict[str, Role]:
+        roles = {"emb.weight": Role.EMBEDDING, "out.weight": Role.READOUT}
+        if self.out.bias is not None:
+            roles["out.bias"] = Role.BIAS
+        for i in range(len(self.layers)):
+            roles |= _layer_roles("layers", i, Role.INPUT)
+        return roles
+
+
+# Family builders, registered in models.build: (model config, classes or symbols, table) -> module.
+
+
+def _forward_mults(table: Table) -> dict[Role, float]:
+    return {Role.READOUT: table.rule(Role.READOUT).forward}
+
+
+def deep_mlp(m: Mapping, n_classes: int, table: Table) -> DeepMLP:
+    if m["activation"] not in ACTIVATIONS:
+        raise bad_value("model.activation", m["activation"], f"one of {', '.join(ACTIVATIONS)}", "model.activation=relu")
+    return DeepMLP(m["d_in"], n_classes, m["width"], m["depth"], m["activation"], _forward_mults(table))
+
+
+def window_mlp(m: Mapping, vocab_size: int, table: Table) -> WindowMLP:
+    return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m.get("dropout", 0.0), m["readout_bias"], _forward_mults(table))
