@@ -80,6 +80,15 @@ class Classifier(Trainable):
         self.on_validation_epoch_end()
         self.model.train()
 
+    # Resume (initnorm/resume.py) restores the model and val_history; these records travel too.
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["classifier"] = {"train_losses": list(self.train_losses), "evals": {k: list(v) for k, v in self.evals.items()}}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("classifier", {})
+        self.train_losses = list(state.get("train_losses", []))
+        self.evals = {k: [tuple(e) for e in v] for k, v in state.get("evals", {}).items()}
+
     def extra_metrics(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
         diverged = self.diverged_step is not None
         tail = int(cfg.get("summary", {}).get("tail_steps", 20))

@@ -33,6 +33,15 @@ def _layer_roles(prefix: str, i: int, first: Role) -> dict[str, Role]:
     return {f"{prefix}.{i}.weight": first if i == 0 else Role.HIDDEN, f"{prefix}.{i}.bias": Role.BIAS}
 
 
+def _probe_points(model: nn.Module, layers: nn.ModuleList, head: nn.Module) -> dict[str, tuple[nn.Module, str]]:
+    """For the instruments (``initnorm.callbacks.stats``): ``layer_NN/preact`` is layer NN's output,
+    ``layer_NN/act`` what the next layer reads (after the activation, and dropout if any)."""
+    points: dict[str, tuple[nn.Module, str]] = {}
+    for i, (layer, reader) in enumerate(zip(layers, [*layers[1:], head]), 1):
+        points |= {f"layer_{i:02d}/preact": (layer, "out"), f"layer_{i:02d}/act": (reader, "in")}
+    return points | {"logits/output": (model, "out")}
+
+
 class DeepMLP(nn.Module):
     """x (d_in) -> [Linear -> activation] x depth -> Linear head (n_classes logits)."""
 
@@ -55,6 +64,9 @@ class DeepMLP(nn.Module):
         for i in range(len(self.layers)):
             roles |= _layer_roles("layers", i, Role.INPUT)
         return roles
+
+    def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
+        return _probe_points(self, self.layers, self.head)
 
 
 class WindowMLP(nn.Module):
@@ -94,6 +106,9 @@ class WindowMLP(nn.Module):
         for i in range(len(self.layers)):
             roles |= _layer_roles("layers", i, Role.INPUT)
         return roles
+
+    def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
+        return _probe_points(self, self.layers, self.out)
 
 
 # Family builders, registered in models.build: (model config, classes or symbols, table) -> module.
