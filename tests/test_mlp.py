@@ -139,3 +139,16 @@ def test_tiny_preset_runs_as_one_command(tmp_path, preset):
         assert run_cli(str(sweep), module="initnorm.summarize", cwd=tmp_path).returncode == 0 and png.is_file()
     if preset == "mup_mlp_sweep":
         assert "| sp | 64 | 0.0078125 | -7 |" in md and "Best learning rate per width" in md
+
+
+def test_resumed_run_keeps_the_classifier_records(tmp_path):
+    overrides = ["experiment=deep_mlp_train", "model.activation=tanh", "init=xavier", "steps=40", "trainer.val_check_interval=20", "checkpoint.every_n_steps=30", *QUIET[:2]]
+    whole = train(compose_cfg(*overrides), tmp_path / "whole")
+    cut = tmp_path / "cut"
+    train(compose_cfg(*overrides), cut)
+    (cut / "metrics.json").unlink()  # as if killed after the checkpoint at step 30
+    resumed = train(compose_cfg(*overrides), cut)
+    assert resumed["resumed_from_step"] == 30
+    for key in ("train_losses", "first_loss", "final_loss", "val_acc"):
+        assert resumed[key] == whole[key], key
+    assert json.loads(json.dumps(resumed["eval_history"])) == json.loads(json.dumps(whole["eval_history"]))
