@@ -28,6 +28,9 @@ def validate(cfg: Mapping[str, Any]) -> None:
     warmup = cfg.get("warmup", 0)
     if not isinstance(warmup, int) or not 0 <= warmup <= cfg["steps"]:
         raise bad_value("warmup", warmup, f"an integer from 0 to steps={cfg['steps']}", f"warmup={min(200, cfg['steps'])}")
+    every = (cfg.get("checkpoint") or {}).get("every_n_steps", 0)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+        raise bad_value("checkpoint.every_n_steps", every, "an integer >= 0 (0: no checkpoints)", "checkpoint.every_n_steps=250")
     if cfg.get("schedule", "cosine") not in ("cosine", "constant"):
         raise bad_value("schedule", cfg.get("schedule"), "one of cosine, constant", "schedule=cosine")
 

@@ -8,6 +8,7 @@ entry comes from outside the package either by the same decorator or by a dotted
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Callable, Generic, TypeVar
 
@@ -23,8 +24,8 @@ class Registry(Generic[T]):
     that picks an entry (``init``), so an error can say how to fix itself.
     """
 
-    def __init__(self, kind: str, key: str):
-        self.kind, self.key = kind, key
+    def __init__(self, kind: str, key: str, hint: str = ""):
+        self.kind, self.key, self.hint = kind, key, hint
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -50,10 +51,9 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             known = ", ".join(self.names())
-            raise ConfigError(
-                f"unknown {self.kind} {self.key}={name!r}; known: {known} "
-                f"(or register your own, see README 'Your own init scheme')"
-            ) from None
+            best = (difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.0) or ["<name>"])[0]
+            hint = f" ({self.hint})" if self.hint else ""
+            raise ConfigError(f"unknown {self.kind} {self.key}={name!r}; known: {known}; fix it with `{self.key}={best}`{hint}") from None
 
 
 def import_dotted(path: str, key: str) -> Callable:

@@ -8,11 +8,12 @@ import os
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from initnorm.results import summarize
+from initnorm.results import read_metrics, summarize
 
 log = logging.getLogger(__name__)
 
 
+FAILED_JOBS: list[str] = []  # folders of failed jobs, filled at the end of a multirun; train.cli exits 1 then
 SWEPT_ENV = "INITNORM_SWEPT_KEYS"  # set by SummaryCallback.on_multirun_start, read by every job
 NOT_IN_NAME = {"seed", "experiment", "hydra.sweep.dir"}
 
@@ -73,3 +74,6 @@ class SummaryCallback(Callback):
             log.warning("no summary: %s", exc)
             return
         print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")
+        FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
+        if FAILED_JOBS:
+            print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")

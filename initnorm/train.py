@@ -20,6 +20,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
@@ -28,7 +29,10 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.provenance import describe
+from initnorm.resume import Checkpoint, fingerprint, fingerprint_config, inspect_folder, record_failure
 from initnorm.results import write_metrics
+from initnorm import sweep
+from initnorm.preflight import check_command_line, describe_plan
 from initnorm.sweep import register_resolvers, swept_keys
 from initnorm.tasks import TASKS
 
@@ -59,6 +63,9 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     c = to_plain(cfg)
     validate(c)
     out_dir = Path(out_dir)
+    prior = inspect_folder(out_dir, c)  # finished: skip; killed: resume (initnorm/resume.py)
+    if prior.finished is not None:
+        return prior.finished | {"skipped": True}
     if c.get("threads"):
         torch.set_num_threads(int(c["threads"]))
     # Chapter 003 flushes denormals: vanishing activations (N(0, 0.01) through 30 layers) are otherwise very slow on a CPU.
@@ -72,11 +79,12 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
+    callbacks.append(Checkpoint(out_dir, c.get("checkpoint", {}).get("every_n_steps", 0), c))
     trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir))
     overrides, job_num, choices = job_overrides()
 
     start = time.perf_counter()
-    trainer.fit(module, datamodule=data)
+    trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint)
     wall = time.perf_counter() - start
     steps_done = trainer.global_step
     if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
@@ -91,7 +99,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         "diverged": diverged,
         "diverged_step": module.diverged_step,
         "steps": steps_done,
-        "ms_per_step": 1000.0 * wall / max(1, steps_done),
+        "ms_per_step": 1000.0 * wall / max(1, steps_done - prior.step),
+        "resumed_from_step": prior.step,
         "wall_s": wall,
         "params": sum(p.numel() for p in built.model.parameters()),
         "seed": c["seed"],
@@ -102,6 +111,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         "summary_metrics": list(c.get("summary", {}).get("metrics", ["final_val_loss"])),
         "summary_plots": list(c.get("summary", {}).get("plots", [])),
         "provenance": describe(),
+        "fingerprint": fingerprint(c),
+        "config": fingerprint_config(c),
     }
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
     metrics |= extra
@@ -119,19 +130,54 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda reco
 warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
 
 
+def job_failed(cfg: DictConfig, exc: Exception) -> float:
+    """Record a failed job (status, error line, traceback) in its metrics.json; the sweep goes on."""
+    overrides, num, choices = job_overrides()
+    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices, "provenance": describe()}
+    print(f"error: job {num} failed: {record_failure(os.getcwd(), exc, job)} -> {os.getcwd()}", file=sys.stderr)
+    return math.nan
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         metrics = train(cfg, os.getcwd())
     except ConfigError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if multirun:
+            return job_failed(cfg, exc)
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:  # a crash in one job of a sweep must not cost the others
+        result = job_failed(cfg, exc)
+        if multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            return result
+        raise
     status = f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
-    print(f"{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step) -> {os.getcwd()}")
+    done = "already finished: " if metrics.get("skipped") else ""
+    print(f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step) -> {os.getcwd()}")
     return metrics["final_val_loss"]
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m initnorm.train``: check every job of the command line first (initnorm/preflight.py),
+    then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed."""
+    try:
+        jobs = check_command_line(sys.argv[1:])
+    except ConfigError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    plan = describe_plan(jobs) if jobs else None
+    if plan:
+        print(plan)
     main()
+    if sweep.FAILED_JOBS:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli()

@@ -27,10 +27,21 @@ def compose_cfg(*overrides: str):
         return compose(config_name="train", overrides=list(overrides))
 
 
-def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m module args`` in ``cwd`` and return the finished process (text output)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` in ``cwd`` (``env`` added to the environment); return the finished process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def whole_and_resumed(overrides, tmp_path: Path) -> tuple[dict, dict]:
+    """Train ``overrides`` uninterrupted, and once more with its metrics.json deleted afterwards (as if
+    killed after its last checkpoint) and then resumed from that checkpoint: (whole, resumed) metrics."""
+    from initnorm.train import train
+
+    whole = train(compose_cfg(*overrides), tmp_path / "whole")
+    train(compose_cfg(*overrides), tmp_path / "cut")
+    (tmp_path / "cut" / "metrics.json").unlink()
+    return whole, train(compose_cfg(*overrides), tmp_path / "cut")
 
 
 @pytest.fixture

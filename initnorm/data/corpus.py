@@ -7,6 +7,7 @@ cache, checked against the sha256 below. See ../shared/data/README.md for the so
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -81,7 +82,7 @@ def _verified(path: Path, source: Source) -> Path:
     if digest != source.sha256:
         raise ConfigError(
             f"{path} has sha256 {digest[:12]}..., expected {source.sha256[:12]}...: a damaged or different copy; "
-            f"delete it (it is downloaded again) or point data.path at your own text"
+            f"delete it (it is downloaded again) or train on your own text with `data.path=/path/to/text.txt`"
         )
     return path
 
@@ -96,7 +97,7 @@ def _download(source: Source, target: Path) -> Path:
         tmp.unlink(missing_ok=True)
         raise ConfigError(
             f"no copy of {source.file} and no network ({exc.__class__.__name__}); put the file at {target} "
-            f"or set INITNORM_DATA_DIR to a folder that holds it"
+            f"or set INITNORM_DATA_DIR to a folder that holds it, or fix it with `data.path=/path/to/{source.file}`"
         ) from None
     _verified(tmp, source)
     tmp.replace(target)
@@ -111,7 +112,7 @@ def locate(name: str, path: str | None = None) -> Path:
             raise ConfigError(f"data.path={path!r} does not exist; fix it with `data.path=/path/to/text.txt`")
         return p
     if name not in SOURCES:
-        raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; or set data.path=/path/to/text.txt")
+        raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; fix it with `data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or `data.path=/path/to/text.txt`")
     source = SOURCES[name]
     env = os.environ.get("INITNORM_DATA_DIR")
     if env and (Path(env) / source.file).is_file():

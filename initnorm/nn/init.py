@@ -22,7 +22,7 @@ from initnorm.nn.roles import BRANCH_OUT_ROLES, FIXED_ROLES, Role
 from initnorm.registry import Registry, import_dotted
 
 InitScheme = Callable[[torch.Tensor, Role, "InitContext"], None]
-INITS: Registry[InitScheme] = Registry("init scheme", "init")
+INITS: Registry[InitScheme] = Registry("init scheme", "init", "or register your own, see README 'Your own init scheme'")
 
 LOOKUP_ROLES = frozenset({Role.EMBEDDING, Role.POSITIONAL})
 

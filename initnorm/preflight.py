@@ -1,0 +1,180 @@
+"""Check a whole command line before Hydra starts a job: one line for the first bad value.
+
+``python -m initnorm.train ...`` calls :func:`check_command_line` first. It composes the config
+the way Hydra will (with Hydra's own loader: every job of a ``-m`` sweep, preset
+``hydra.sweeper.params`` included), then for each job runs ``config.validate``, finds its corpus
+(checksum, download) and looks into its folder (finished: skipped; killed: resumed; a different
+config's work: refused). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
+Hydra composition error (``init=xavir``) becomes one line that lists the known options, not
+Hydra's page of search paths.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra import initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from initnorm.config import to_plain, validate
+from initnorm.data.corpus import locate
+from initnorm.errors import ConfigError
+from initnorm.resume import Prior, inspect_folder
+from initnorm.sweep import SWEPT_ENV, parse_sweep, register_resolvers
+from initnorm.tasks import TASKS
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a command line: its overrides, resolved config, folder and what the folder holds."""
+
+    overrides: list[str]
+    config: dict[str, Any]
+    folder: Path | None
+    prior: Prior
+
+
+def one_line(exc: BaseException) -> ConfigError:
+    """A Hydra composition error as one line; an unknown group option lists the known ones and the nearest."""
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
+        group, _, value = exc.missing_cfg_file.rpartition("/")
+        options = sorted(exc.options or [])
+        best = (difflib.get_close_matches(value, options, n=1, cutoff=0.0) or ["<name>"])[0]
+        return ConfigError(f"unknown {group} {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")
+    parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
+    lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]
+    return ConfigError(" ".join(dict.fromkeys(lines)) or type(exc).__name__)
+
+
+def expand(primary: DictConfig, overrides: list[str]) -> list[list[str]]:
+    """Every job's overrides, as Hydra's basic sweeper makes them (preset ``hydra.sweeper.params`` first, the command line wins)."""
+    if primary.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return [list(overrides)]  # another sweeper picks its own jobs: check the primary config only
+    params = primary.hydra.sweeper.get("params") or {}
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + list(overrides))
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def job_folder(cfg: DictConfig, multirun: bool) -> Path | None:
+    """The folder Hydra will give the job where the command names it (``hydra.run.dir=...``,
+    ``hydra.sweep.dir=...``); None for a generated one (time, unique id), which holds nothing yet
+    and must not be resolved here (``initnorm.unique_dir`` reserves a folder when resolved)."""
+    node = cfg.hydra.sweep if multirun else cfg.hydra.run
+    if "${" in str(OmegaConf.to_container(node, resolve=False).get("dir")):
+        return None
+    try:
+        return Path(node.dir) / str(node.subdir) if multirun else Path(node.dir)
+    except OmegaConfBaseException:
+        return None
+
+
+def check_data(c: dict[str, Any], seen: set) -> None:
+    """A data node that names a corpus (``data.name`` / ``data.path``) must find it: path, checksum, download."""
+    data = c.get("data", {})
+    key = (data.get("name"), data.get("path"))
+    if ("name" in data or data.get("path")) and key not in seen:
+        seen.add(key)
+        locate(*key)
+
+
+def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: set) -> Job:
+    """Validate one composed job config (with its ``hydra`` node); errors start with ``label``."""
+    multirun, where = bool(label), f"{label}: " if label else ""
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)  # so ${hydra:...} resolves as it will in the job
+    try:
+        folder = job_folder(cfg, multirun)
+        task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        try:
+            c = to_plain(task)
+            validate(c)
+            TASKS.get(c["data"]["kind"])
+            check_data(c, seen)
+            prior = inspect_folder(folder, c) if folder is not None else Prior()
+        except OmegaConfBaseException as exc:
+            raise ConfigError(where + str(one_line(exc))) from exc
+        except ConfigError as exc:
+            raise ConfigError(where + str(exc)) from exc
+    finally:
+        HydraConfig.instance().cfg = previous
+    return Job(overrides, c, folder, prior)
+
+
+def check_command_line(argv: list[str]) -> list[Job] | None:
+    """Compose and check every job ``argv`` would run; ``ConfigError`` (one line) for the first bad one.
+
+    Returns the jobs, or None for a command line that runs nothing (``--help``, ``--cfg``) or that
+    names its own config folder (Hydra composes those as usual).
+    """
+    args = get_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun or args.config_dir or args.config_path:
+        return None
+    multirun = bool(args.multirun)
+    register_resolvers()
+    saved_env = os.environ.get(SWEPT_ENV)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            try:
+                primary = loader.load_configuration(args.config_name or "train", list(args.overrides), run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+                job_lists = expand(primary, args.overrides) if multirun else [list(args.overrides)]
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise one_line(exc) from exc
+            swept = parse_sweep(_swept(primary, args.overrides)) if multirun else []
+            os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
+            jobs, seen = [], set()
+            for num, overrides in enumerate(job_lists):
+                named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
+                label = f"job {named or num}" if multirun else ""
+                try:
+                    cfg = loader.load_sweep_config(primary, overrides) if multirun else primary
+                except (HydraException, OmegaConfBaseException) as exc:
+                    raise ConfigError(f"{label}: {one_line(exc)}") from exc
+                if multirun:
+                    with open_dict(cfg):
+                        cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
+                jobs.append(check_job(cfg, overrides, label, seen))
+            return jobs
+    finally:
+        GlobalHydra.instance().clear()
+        if saved_env is None:
+            os.environ.pop(SWEPT_ENV, None)
+        else:
+            os.environ[SWEPT_ENV] = saved_env
+
+
+def _swept(primary: DictConfig, overrides: list[str]) -> list[str]:
+    """Preset sweeper params, then the command line, merged key by key (the command line wins)."""
+    params = primary.hydra.sweeper.get("params") or {}
+    merged = {o.partition("=")[0].lstrip("+~"): o for o in [f"{k}={v}" for k, v in params.items()] + list(overrides)}
+    return list(merged.values())
+
+
+def describe_plan(jobs: list[Job]) -> str | None:
+    """``12 jobs: 4 finished (skipped), 1 resumes (from step 500), 7 to run`` when a rerun finds work done."""
+    done = sum(j.prior.finished is not None for j in jobs)
+    resumed = [j.prior.step for j in jobs if j.prior.checkpoint is not None]
+    if len(jobs) == 1:
+        return f"resuming {jobs[0].folder} from step {resumed[0]}" if resumed else None
+    if not done and not resumed:
+        return None
+    steps = ", ".join(str(s) for s in sorted(set(resumed)))
+    parts = [f"{done} finished (skipped)"] + ([f"{len(resumed)} resume (from step {steps})"] if resumed else [])
+    return f"{len(jobs)} job{'s' * (len(jobs) != 1)}: " + ", ".join(parts) + f", {len(jobs) - done - len(resumed)} to run"

@@ -1,0 +1,212 @@
+"""Nothing finished is lost: atomic checkpoints, resume after a kill, skip a finished job.
+
+A job folder is the unit of work. What it holds says what to do when the same command runs
+there again (``hydra.run.dir=...`` for one run, ``hydra.sweep.dir=...`` for a sweep):
+
+- ``metrics.json`` with ``status: finished`` (diverged runs included): skip, return the result;
+- ``checkpoints/last.ckpt``: resume from it, so the final numbers are bit for bit those of an
+  uninterrupted run on the CPU;
+- nothing, or ``status: failed``: train from the start.
+
+Either file carries a fingerprint of the config that made it; a folder of a different config is
+refused with one line rather than mixed with this one.
+
+The checkpoint is taken at the start of step ``s`` (``s`` a multiple of
+``checkpoint.every_n_steps``): the validation of step ``s`` is done, no batch of step ``s`` is
+used yet, and the RNG state saved there is the one that step starts from. On resume the data
+module's ``start_step`` is set to ``s`` (its batch ``s`` is a function of (seed, s)), Lightning
+restores model, optimiser, schedule and loop counters, this callback restores
+``val_history``, ``diverged_step`` and the RNG states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import lightning as L
+import numpy as np
+import torch
+
+from initnorm.errors import ConfigError
+from initnorm.results import METRICS_FILE, write_metrics
+
+CKPT_DIR = "checkpoints"
+CKPT_FILE = "last.ckpt"
+STATE_KEY = "initnorm"
+# Keys that change how a run is watched, not what it computes: a rerun may change them freely.
+IGNORED = ("callbacks", "logger", "checkpoint", "summary", "threads", "log_every", "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
+
+
+def fingerprint_config(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config without the ``IGNORED`` keys: what must match for a folder to be reused."""
+    out = json.loads(json.dumps(c, default=str))
+    for dotted in IGNORED:
+        node, *rest = dotted.split(".")
+        if not rest:
+            out.pop(node, None)
+        elif isinstance(out.get(node), dict):
+            out[node].pop(rest[0], None)
+    return out
+
+
+def fingerprint(c: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fingerprint_config(c), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out |= _flat(v, f"{prefix}.{k}" if prefix else str(k))
+    return out
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> str:
+    """``lr: 0.01 -> 0.03, steps: 1500 -> 3000``: the first keys whose values differ."""
+    a, b = _flat(fingerprint_config(old)), _flat(fingerprint_config(new))
+    keys = [k for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
+    return ", ".join(f"{k}: {a.get(k)} -> {b.get(k)}" for k in keys[:limit]) or "unknown keys"
+
+
+def _refuse(folder: Path, what: str, diff: str) -> ConfigError:
+    return ConfigError(
+        f"{folder} holds {what} of a different config ({diff}); rerun the command that made it, or pick a new "
+        f"folder with `hydra.run.dir=...` (`hydra.sweep.dir=...` for -m), or delete {folder}"
+    )
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a job folder holds already: a finished result, or a checkpoint to resume from, or neither."""
+
+    finished: dict[str, Any] | None = None
+    checkpoint: Path | None = None
+    step: int = 0
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
+    """What to do in ``folder`` for the resolved config ``c``; a different config's work raises ``ConfigError``."""
+    folder = Path(folder)
+    fp = fingerprint(c)
+    done = read_json(folder / METRICS_FILE)
+    if done is not None and done.get("status") == "finished":
+        if done.get("fingerprint", fp) != fp:
+            raise _refuse(folder, "a finished run", differences(done.get("config", {}), c) if "config" in done else "see its .hydra")
+        return Prior(finished=done)
+    ckpt = folder / CKPT_DIR / CKPT_FILE
+    if not ckpt.is_file():
+        return Prior()
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    mine = state.get(STATE_KEY, {})
+    if mine.get("fingerprint", fp) != fp:
+        raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", differences(mine.get("config", {}), c))
+    return Prior(checkpoint=ckpt, step=int(state.get("global_step", 0)))
+
+
+def rng_states() -> dict[str, Any]:
+    """torch, Python and numpy RNG states, as tensors and plain values (Lightning loads with ``weights_only``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
+
+
+def set_rng_states(states: Mapping[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    random.setstate(tuple(states["python"][:1]) + (tuple(states["python"][1]),) + tuple(states["python"][2:]))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+class Checkpoint(L.Callback):
+    """Every ``every_n_steps`` steps, write ``checkpoints/last.ckpt`` atomically (temporary file in
+    the same folder, then ``os.replace``); on resume, restore what Lightning does not."""
+
+    def __init__(self, folder: Path | str, every_n_steps: int, c: Mapping[str, Any]):
+        self.path = Path(folder) / CKPT_DIR / CKPT_FILE
+        self.every = int(every_n_steps)
+        self.config = fingerprint_config(c)
+        self.fingerprint = fingerprint(c)
+        self._restore_rng: dict[str, Any] | None = None
+        self._resumed_at = -1
+        self._saving = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self._restore_rng is not None:
+            set_rng_states(self._restore_rng)  # here, not at load: loading and iterator setup draw from the RNG
+            self._restore_rng = None
+        elif self.every > 0 and step > 0 and step % self.every == 0 and step != self._resumed_at:
+            self.save(trainer)
+
+    def save(self, trainer: L.Trainer) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        self._saving = True
+        try:
+            trainer.save_checkpoint(tmp)
+            os.replace(tmp, self.path)  # atomic: a reader sees the old checkpoint or the new one, never half
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            self._saving = False
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        checkpoint[STATE_KEY] = {
+            "val_history": list(pl_module.val_history),
+            "diverged_step": pl_module.diverged_step,
+            "rng": rng_states(),
+            "fingerprint": self.fingerprint,
+            "config": self.config,
+        }
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+        if self._saving and progress:
+            # Lightning has counted this step's batch as ready before on_train_batch_start; count it
+            # as not begun, so the resumed run takes it from the top and validates at the same steps.
+            for part in ("total", "current"):
+                progress[part]["ready"] = progress[part]["completed"]
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        mine = checkpoint.get(STATE_KEY, {})
+        pl_module.val_history = [tuple(v) for v in mine.get("val_history", [])]
+        pl_module.diverged_step = mine.get("diverged_step")
+        self._restore_rng = mine.get("rng")
+        self._resumed_at = int(checkpoint["global_step"])
+        datamodule = trainer.datamodule
+        if datamodule is not None and hasattr(datamodule, "start_step"):
+            datamodule.start_step = self._resumed_at  # batch s is a function of (seed, s)
+        # The stream restarts at the right batch by itself; Lightning cannot know that.
+        warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
+
+
+def error_line(exc: BaseException) -> str:
+    """``ValueError: bad thing``: the exception's type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def record_failure(folder: Path | str, exc: BaseException, job: Mapping[str, Any]) -> str:
+    """Write ``status: failed`` with the error line (and the traceback) into the job's metrics.json,
+    unless the folder already holds a finished result. Returns the error line."""
+    folder = Path(folder)
+    line = error_line(exc)
+    done = read_json(folder / METRICS_FILE)
+    if done is None or done.get("status") != "finished":
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        write_metrics(folder, {**job, "status": "failed", "error": line, "traceback": tb})
+    return line

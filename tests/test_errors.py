@@ -1,0 +1,114 @@
+"""Bad input gets one line before any training: the bad value, what is allowed, the override that fixes it.
+
+Most cases go through ``preflight.check_command_line`` in-process (the exact code ``python -m
+initnorm.train`` runs first, Hydra's composition included); a few go through the real command to
+prove the exit status, the single line and the absent traceback.
+"""
+
+import sys
+import urllib.request
+
+import pytest
+
+from initnorm.errors import ConfigError
+from initnorm.preflight import check_command_line
+from initnorm.train import cli
+from tests.conftest import TINY, run_cli
+
+MLP = ["model=char_mlp", "data=char_windows"]
+
+# (command line, pieces the one line must contain: the bad value, what is allowed, the fix)
+CASES = {
+    "unknown init": (["init=xavir"], ["init='xavir'", "known: ", "xavier", "`init=xavier`"]),
+    "unknown init name": (["init.name=xavir"], ["init='xavir'", "he, lecun", "`init=xavier`"]),
+    "unknown norm type": (["norm_type=rms"], ["norm_type='rms'", "layernorm, none, rmsnorm", "`norm_type=rmsnorm`"]),
+    "unknown placement": (["norm=mid"], ["norm='mid'", "one of pre, post", "`norm=pre`"]),
+    "unknown param": (["param=mu"], ["param='mu'", "mup, sp", "`param=mup`"]),
+    "unknown model": (["model=decodr"], ["model='decodr'", "known: ", "`model=decoder`"]),
+    "unknown model family": (["model.family=decodr"], ["model='decodr'", "decoder", "`model=decoder`"]),
+    "unknown dataset": (["data=alic"], ["data='alic'", "shakespeare", "`data=alice`"]),
+    "unknown corpus": (["data.name=alicee"], ["data.name='alicee'", "alice, shakespeare", "`data.name=alice`"]),
+    "unknown optimiser": (["optim=adamm"], ["optim='adamm'", "adam, adamw, sgd", "`optim=adam`"]),
+    "unknown experiment": (["experiment=nope"], ["experiment='nope'", "norm_warmup", "`experiment="]),
+    "width not divisible by heads": (["width=15"], ["width=15", "multiple of model.n_heads=2", "`width=14`"]),
+    "width below µP base": (["param=mup", "width=8"], ["width=8", "param.base_width=16", "`param.base_width=8`"]),
+    "lr zero": (["lr=0"], ["lr=0", "positive number", "`lr="]),
+    "lr negative": (["lr=-0.1"], ["lr=-0.1", "positive number", "`lr="]),
+    "steps zero": (["steps=0"], ["steps=0", "positive integer", "`steps="]),
+    "warmup above steps": (["steps=100", "warmup=200"], ["warmup=200", "0 to steps=100", "`warmup=100`"]),
+    "batch zero": (["batch_size=0"], ["batch_size=0", "positive integer", "`batch_size="]),
+    "dropout negative": ([*MLP, "model.dropout=-0.1"], ["model.dropout=-0.1", "[0, 1)", "`model.dropout=0.2`"]),
+    "dropout one": ([*MLP, "model.dropout=1.0"], ["model.dropout=1.0", "[0, 1)", "`model.dropout=0.2`"]),
+    "user init does not import": (["init=custom", "init.fn=nowhere.inits.fancy"], ["init.fn='nowhere.inits.fancy'", "does not import", "`init.fn=module.function`"]),
+    "user init not callable": (["init=custom", "init.fn=math.pi"], ["init.fn='math.pi'", "no callable 'pi'", "`init.fn=module.function`"]),
+    "corpus path missing": (["data.path=/no/such/text.txt"], ["data.path='/no/such/text.txt'", "does not exist", "`data.path="]),
+    "context beyond position table": (["data.context=100"], ["data.context=100", "model.max_context=64", "`model.max_context=100`"]),
+    "bad checkpoint interval": (["checkpoint.every_n_steps=-5"], ["checkpoint.every_n_steps=-5", ">= 0", "`checkpoint.every_n_steps=250`"]),
+    "bad value in a sweep's job": (["-m", "lr=0.01,0", "seed=1,2"], ["job lr=0 seed=1: lr=0", "positive number", "`lr="]),
+    "unknown option in a sweep": (["-m", "init=xavier,xavir"], ["init='xavir'", "`init=xavier`"]),
+}
+
+
+def one_line_error(argv) -> str:
+    with pytest.raises(ConfigError) as info:
+        check_command_line(list(argv))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_bad_value_is_one_line_with_the_fix(name):
+    argv, pieces = CASES[name]
+    message = one_line_error(argv)
+    for piece in pieces:
+        assert piece in message, f"{name}: {piece!r} not in {message!r}"
+
+
+def test_a_good_sweep_passes_every_job(tmp_path):
+    jobs = check_command_line(["-m", "norm=pre,post", "seed=1,2", f"hydra.sweep.dir={tmp_path}"])
+    assert [j.folder.relative_to(tmp_path).as_posix() for j in jobs] == ["norm=pre/seed=1", "norm=pre/seed=2", "norm=post/seed=1", "norm=post/seed=2"]
+    assert all(j.prior.finished is None and j.prior.checkpoint is None for j in jobs)
+
+
+def test_checksum_mismatch(tmp_path, monkeypatch):
+    (tmp_path / "alice_pg11.txt").write_text("not alice")
+    monkeypatch.setenv("INITNORM_DATA_DIR", str(tmp_path))
+    message = one_line_error([])
+    assert "sha256" in message and "expected 675dcebbb8d3" in message and "`data.path=" in message
+
+
+def test_no_corpus_and_no_network(tmp_path, monkeypatch):
+    monkeypatch.delenv("INITNORM_DATA_DIR")
+    monkeypatch.setenv("INITNORM_CACHE", str(tmp_path))
+
+    def offline(*args, **kwargs):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    message = one_line_error(["data=shakespeare"])
+    assert "no copy of tinyshakespeare.txt and no network" in message and str(tmp_path) in message and "`data.path=" in message
+
+
+def test_cli_exit_status_one_line_no_traceback(tmp_path):
+    """Through the real command: an unknown group option (Hydra's composition), and a bad value in
+    one job of a sweep (nothing trains: no job folder appears)."""
+    unknown = run_cli("init=xavir", *TINY, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()] and unknown.stderr.startswith("error: unknown init init='xavir'")
+    assert "Traceback" not in unknown.stderr + unknown.stdout and not (tmp_path / "run").exists()
+
+    sweep = run_cli("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
+    assert sweep.stderr.strip() == "error: job lr=0 seed=1: lr=0 is invalid: a positive number; fix it with `lr=<x > 0>`"
+    assert not (tmp_path / "sweep").exists()  # checked before Hydra made any job folder
+
+
+def test_full_error_gives_the_traceback(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["initnorm.train", "lr=0"])
+    with pytest.raises(SystemExit) as info:
+        cli()
+    assert info.value.code == 2 and capsys.readouterr().err == "error: lr=0 is invalid: a positive number; fix it with `lr=<x > 0>`\n"
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(ConfigError, match="lr=0 is invalid"):  # raised: Python prints the traceback
+        cli()

@@ -1,0 +1,151 @@
+"""Divergence is a result, nothing finished is lost, a failing job does not stop a sweep."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from initnorm import results
+from initnorm.errors import ConfigError
+from initnorm.resume import Checkpoint
+from initnorm.results import summarize, write_metrics
+from initnorm.train import train
+from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
+
+
+def explode(w, role, ctx):
+    """A user init that always fails: the job's training raises (used as ``init.fn`` in a sweep)."""
+    raise RuntimeError("boom: this init always fails")
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_divergence_stops_at_once_and_is_recorded(tmp_path):
+    # Chapter 003's 30-layer ReLU MLP at N(0, 1): a first loss near 1e27, then NaN.
+    m = train(compose_cfg(*TINY, "experiment=deep_mlp_train", "model.activation=relu", "init=unit_normal", "steps=50"), tmp_path)
+    on_disk = read(tmp_path / "metrics.json")
+    assert on_disk["status"] == "finished" and on_disk["diverged"] is True
+    assert on_disk["diverged_step"] == m["diverged_step"] is not None and m["steps"] < 10  # stopped at once, not after 50 steps
+    assert math.isnan(on_disk["final_val_loss"])
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert acc.Scalars("hp/diverged")[-1].value == 1.0
+
+
+def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
+    def job(norm, seed, loss, diverged=False):
+        rec = {"status": "finished", "seed": seed, "overrides": {"norm": norm, "seed": str(seed)}, "swept": ["norm", "seed"], "diverged": diverged, "diverged_step": 7 if diverged else None, "final_val_loss": math.nan if diverged else loss}
+        write_metrics(tmp_path / f"norm={norm}" / f"seed={seed}", rec)
+
+    job("pre", 1, 2.0), job("pre", 2, 2.2), job("post", 1, 2.1), job("post", 2, None, diverged=True)
+    table = summarize(tmp_path)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith(("| pre", "| post"))}
+    assert "2.100 ± 0.141" in rows["pre"] and "0/2" in rows["pre"]
+    assert "2.100 ± 0.000" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2" in rows["post"]
+    csv_rows = (tmp_path / "summary.csv").read_text().splitlines()
+    post = next(r for r in csv_rows if r.startswith("post,"))
+    assert post.startswith("post,2.1,0.0,1,") and post.split(",")[-2] == "1"
+
+
+def test_checkpoint_and_metrics_writes_are_atomic(tmp_path, monkeypatch):
+    cb = Checkpoint(tmp_path, 10, {"lr": 0.01})
+
+    class Trainer:
+        def __init__(self, payload, fail=False):
+            self.payload, self.fail = payload, fail
+
+        def save_checkpoint(self, path):
+            Path(path).write_bytes(self.payload[: len(self.payload) // 2] if self.fail else self.payload)
+            if self.fail:
+                raise KeyboardInterrupt  # killed half way through the write
+
+    cb.save(Trainer(b"old checkpoint"))
+    with pytest.raises(KeyboardInterrupt):
+        cb.save(Trainer(b"new checkpoint, never finished", fail=True))
+    assert cb.path.read_bytes() == b"old checkpoint" and sorted(p.name for p in cb.path.parent.iterdir()) == ["last.ckpt"]
+
+    write_metrics(tmp_path, {"status": "finished"})
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_metrics(tmp_path, {"status": "finished", "final_val_loss": 1.0})
+    assert read(tmp_path / "metrics.json") == {"status": "finished"} and not list(tmp_path.glob(".metrics.json*"))
+
+
+def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
+    args = [*TINY, "steps=400", "batch_size=8", "trainer.val_check_interval=100", "checkpoint.every_n_steps=50"]
+    command = [sys.executable, "-m", "initnorm.train", *args, f"hydra.run.dir={tmp_path}/run"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = tmp_path / "run"
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "last.ckpt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()  # killed mid-way
+
+    again = run_cli(*args, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming {run} from step" in again.stdout
+    resumed = read(run / "metrics.json")
+    whole = train(compose_cfg(*args), tmp_path / "uninterrupted")
+    assert 50 <= resumed["resumed_from_step"] < 400 and resumed["steps"] == 400
+    assert resumed["final_val_loss"] == whole["final_val_loss"]  # bit for bit
+    assert [tuple(v) for v in resumed["val_history"]] == [tuple(v) for v in whole["val_history"]]
+
+
+def test_resume_restores_the_rng_that_dropout_draws_from(tmp_path):
+    overrides = [*TINY, "model=char_mlp", "data=char_windows", "width=32", "model.dropout=0.3", "steps=120", "trainer.val_check_interval=40", "checkpoint.every_n_steps=50"]
+    whole, resumed = whole_and_resumed(overrides, tmp_path)
+    assert resumed["resumed_from_step"] == 100  # the last checkpoint
+    assert resumed["val_history"] == whole["val_history"]
+
+
+def test_a_folder_of_another_config_is_refused(tmp_path):
+    train(compose_cfg(*TINY), tmp_path)
+    assert train(compose_cfg(*TINY, "trainer.enable_progress_bar=true"), tmp_path)["skipped"]  # watching differently is fine
+    with pytest.raises(ConfigError, match=r"holds a finished run of a different config \(lr: 0.01 -> 0.03\)"):
+        train(compose_cfg(*TINY, "lr=0.03"), tmp_path)
+
+
+def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY, "checkpoint.every_n_steps=10", f"hydra.sweep.dir={sweep}"]
+    first = run_cli(*args, cwd=tmp_path)
+    assert first.returncode == 1, first.stderr[-2000:]  # the sweep went on, then says something failed
+    good, bad = sweep / "init.fn=initnorm.nn.init.normal", sweep / "init.fn=tests.test_reliability.explode"
+    for seed in (1, 2):
+        assert read(good / f"seed={seed}" / "metrics.json")["status"] == "finished"
+        failed = read(bad / f"seed={seed}" / "metrics.json")
+        assert failed["status"] == "failed" and failed["error"] == "RuntimeError: boom: this init always fails"
+    assert "seed 1: RuntimeError: boom" in (sweep / "summary.md").read_text()
+
+    kept, killed = good / "seed=1" / "metrics.json", good / "seed=2" / "metrics.json"
+    before, stamp, lost = kept.read_text(), kept.stat().st_mtime_ns, read(killed)
+    killed.unlink()  # as if killed after its last checkpoint (step 20 of 30)
+
+    second = run_cli(*args, cwd=tmp_path)
+    assert second.returncode == 1
+    assert "4 jobs: 1 finished (skipped), 1 resume (from step 20), 2 to run" in second.stdout
+    assert kept.read_text() == before and kept.stat().st_mtime_ns == stamp  # not retrained, not rewritten
+    resumed = read(killed)
+    assert resumed["resumed_from_step"] == 20 and resumed["final_val_loss"] == lost["final_val_loss"]
+    summary = (sweep / "summary.md").read_text()
+    assert "4 jobs." in summary and "RuntimeError: boom" in summary
