@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -54,9 +56,26 @@ def job_dir(task_overrides, seed) -> str:
     return f"{','.join(parts) or 'default'}/seed={seed}"
 
 
+def unique_dir(base: str) -> str:
+    """``base`` plus a short random suffix (``2026-11-29_08-20-07_3f9a``), reserved by creating the
+    folder: ``mkdir`` fails if it exists, so two sweeps started in the same second (or on two
+    machines sharing a disk) never share a folder. Registered with ``use_cache``: Hydra copies the
+    resolved value into every job's config, so jobs in other processes see the same folder."""
+    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        path = f"{base}_{secrets.token_hex(2)}"
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("initnorm.job_dir"):
         OmegaConf.register_new_resolver("initnorm.job_dir", job_dir)
+    if not OmegaConf.has_resolver("initnorm.unique_dir"):
+        OmegaConf.register_new_resolver("initnorm.unique_dir", unique_dir, use_cache=True)
 
 
 class SummaryCallback(Callback):

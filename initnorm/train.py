@@ -25,6 +25,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
+from initnorm import devices
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
@@ -80,8 +81,9 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
     callbacks.append(Checkpoint(out_dir, c.get("checkpoint", {}).get("every_n_steps", 0), c))
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir))
     overrides, job_num, choices = job_overrides()
+    device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), **device)
 
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint)
