@@ -55,7 +55,7 @@ def one_line(exc: BaseException) -> ConfigError:
         group, _, value = exc.missing_cfg_file.rpartition("/")
         options = sorted(exc.options or [])
         best = (difflib.get_close_matches(value, options, n=1, cutoff=0.0) or ["<name>"])[0]
-        return ConfigError(f"unknown {group} {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")
+        return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")
     parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]

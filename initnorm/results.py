@@ -125,7 +125,8 @@ def render_markdown(keys, metrics, rows) -> str:
         cells = [r[k] for k in keys]
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
-            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else "diverged", ", ".join("diverged" if v is None else _fmt(v) for v in r["values"][m])]
+            empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
+            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else empty, ", ".join("diverged" if v is None else _fmt(v) for v in r["values"][m])]
         if show_div:
             cells.append(f"{r['diverged']}/{len(r['seeds'])}")
         if show_fail:

@@ -95,7 +95,7 @@ def test_cli_exit_status_one_line_no_traceback(tmp_path):
     one job of a sweep (nothing trains: no job folder appears)."""
     unknown = run_cli("init=xavir", *TINY, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert unknown.returncode == 2
-    assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()] and unknown.stderr.startswith("error: unknown init init='xavir'")
+    assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()] and unknown.stderr.startswith("error: unknown option init='xavir'; known: custom, gpt2,")
     assert "Traceback" not in unknown.stderr + unknown.stdout and not (tmp_path / "run").exists()
 
     sweep = run_cli("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
