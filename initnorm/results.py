@@ -92,12 +92,14 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
     for r in records:
         ov = r.get("overrides", {})
         key = tuple(str(ov.get(k, "")) for k in keys)
-        row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "failed": []})
+        row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "diverged_at": [], "failed": []})
         if r.get("status") == "failed":
             row["failed"].append(f"seed {r.get('seed')}: {r.get('error', '?')}")
             continue
         row["seeds"].append(r.get("seed"))
         row["diverged"] += bool(r.get("diverged"))
+        if r.get("diverged"):
+            row["diverged_at"].append(f"seed {r.get('seed')} at step {r.get('diverged_step')}")
         for m in metrics:
             row["values"][m].append(None if r.get("diverged") else r.get(m))
     return keys, metrics, list(rows.values())
@@ -128,7 +130,7 @@ def render_markdown(keys, metrics, rows) -> str:
             empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
             cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else empty, ", ".join("diverged" if v is None else _fmt(v) for v in r["values"][m])]
         if show_div:
-            cells.append(f"{r['diverged']}/{len(r['seeds'])}")
+            cells.append(f"{r['diverged']}/{len(r['seeds'])}" + (f" ({', '.join(r['diverged_at'])})" if r["diverged_at"] else ""))
         if show_fail:
             cells.append("; ".join(r["failed"]) or "")
         out.write("| " + " | ".join(str(c) for c in cells) + " |\n")

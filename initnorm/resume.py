@@ -41,8 +41,11 @@ from initnorm.results import METRICS_FILE, write_metrics
 CKPT_DIR = "checkpoints"
 CKPT_FILE = "last.ckpt"
 STATE_KEY = "initnorm"
-# Keys that change how a run is watched, not what it computes: a rerun may change them freely.
-IGNORED = ("callbacks", "logger", "checkpoint", "summary", "threads", "log_every", "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
+# Keys that change how a run is watched or where it runs, not the experiment: a rerun may change them.
+IGNORED = (
+    "callbacks", "logger", "checkpoint", "summary", "threads", "log_every",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
+)
 
 
 def fingerprint_config(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,7 +115,10 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
     ckpt = folder / CKPT_DIR / CKPT_FILE
     if not ckpt.is_file():
         return Prior()
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    except Exception as exc:  # written atomically, so only a foreign or damaged file
+        raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); delete it to train {folder} from the start") from None
     mine = state.get(STATE_KEY, {})
     if mine.get("fingerprint", fp) != fp:
         raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", differences(mine.get("config", {}), c))

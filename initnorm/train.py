@@ -119,7 +119,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
     metrics |= extra
     write_metrics(out_dir, metrics)
-    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged)}
+    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": float(module.diverged_step) if diverged else math.nan}
     hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     logger.log_hyperparams(hparams_of(c, overrides), hp_metrics)
     logger.finalize("success")

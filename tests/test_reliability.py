@@ -38,7 +38,7 @@ def test_divergence_stops_at_once_and_is_recorded(tmp_path):
     assert math.isnan(on_disk["final_val_loss"])
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
-    assert acc.Scalars("hp/diverged")[-1].value == 1.0
+    assert acc.Scalars("hp/diverged")[-1].value == 1.0 and acc.Scalars("hp/diverged_step")[-1].value == m["diverged_step"]
 
 
 def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
@@ -50,7 +50,7 @@ def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
     table = summarize(tmp_path)
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith(("| pre", "| post"))}
     assert "2.100 ± 0.141" in rows["pre"] and "0/2" in rows["pre"]
-    assert "2.100 ± 0.000" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2" in rows["post"]
+    assert "2.100 ± 0.000" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2 (seed 2 at step 7)" in rows["post"]
     csv_rows = (tmp_path / "summary.csv").read_text().splitlines()
     post = next(r for r in csv_rows if r.startswith("post,"))
     assert post.startswith("post,2.1,0.0,1,") and post.split(",")[-2] == "1"
