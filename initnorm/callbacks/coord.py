@@ -50,7 +50,9 @@ class CoordCheck(L.Callback):
         model.train(was_training)
         return dict(seen)
 
-    def on_fit_start(self, trainer, pl_module):
+    def on_train_start(self, trainer, pl_module):
+        if trainer.global_step != 0:  # a resumed job: its step 0 is gone
+            raise ConfigError(f"the coordinate check measures from step 0, but this job resumes at step {trainer.global_step}; delete {trainer.default_root_dir} and run it again")
         model = pl_module.model
         points = probe_points(model)
         if not points:
