@@ -35,16 +35,12 @@ class Classifier(Trainable):
         return F.cross_entropy(self.model(x), y, reduction=reduction)
 
     def training_step(self, batch, batch_idx):
-        out = super().training_step(batch, batch_idx)
-        # Non-finite losses are kept too: the ReLU/N(0,1) run's first loss (~1e27) is the finding.
+        out = super().training_step(batch, batch_idx)  # None: the loss was not finite and the run stops
         self.train_losses.append(out.item() if out is not None else math.nan)
         return out
 
-    def _eval_name(self, dataloader_idx: int) -> str:
-        return self.trainer.datamodule.eval_names[dataloader_idx]
-
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
-        name = self._eval_name(dataloader_idx)
+        name = self.trainer.datamodule.eval_names[dataloader_idx]
         x, y = batch
         logits = self.model(x)
         sums = self._sums.setdefault(name, [0.0, 0.0])

@@ -142,6 +142,6 @@ def lr_transfer(records: list[Record]) -> Plot:
         ax.set(xscale="log", xlabel="learning rate (base)", title="µP: lr scaled with width" if param == "mup" else "standard parameterisation" if param == "sp" else param)
         ax.set_xticks(lrs[::2], [f"$2^{{{round(math.log2(lr))}}}$" for lr in lrs[::2]])
         ax.legend(frameon=False, fontsize=9)
-    axes[0].set_ylabel(f"{metric} (mean over seeds)")
+    axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
     text = "\n## Best learning rate per width\n\n" + "\n".join(rows) + "\n\n![loss against learning rate](lr_transfer.png)\n"
     return Plot({"lr_transfer.png": _png(fig)}, text)
