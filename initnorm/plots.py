@@ -89,6 +89,27 @@ def train_val_curves(records: list[Record]) -> Plot:
     return Plot({"train_val_curves.png": _png(fig)}, "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
 
 
+@PLOTS.register("train_curves")
+def train_curves(records: list[Record]) -> Plot:
+    """Chapter 003, step 2: training loss against step (clipped at 3), one panel per value of the
+    first swept key (the activation), one line per setting of the others, mean over seeds."""
+    panels: dict[str, dict[str, list[Record]]] = {}
+    for key, runs in _groups(records).items():
+        panels.setdefault(key[0] if key else "", {})[", ".join(key[1:]) or "run"] = runs
+    fig, axes = _figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
+    for ax, (panel, lines) in zip(axes, panels.items()):
+        for colour, (label, runs) in zip(PALETTE * 4, lines.items()):
+            curves = [r.get("train_losses", []) for r in runs]
+            n = min(map(len, curves))  # a diverged run stops early: its line ends there
+            mean = [statistics.fmean(min(3.0, c[i]) if _finite(c[i]) else 3.0 for c in curves) for i in range(n)]
+            acc = [r["val_acc"] for r in runs if _finite(r.get("val_acc"))]
+            ax.plot(mean, color=colour, lw=1.2, label=f"{label} (val acc {statistics.fmean(acc):.0%})" if acc else f"{label} (diverged)")
+        ax.set(title=panel, xlabel="training step", ylim=(0, 3))
+        ax.legend(frameon=False, fontsize=8)
+    axes[0].set_ylabel("training loss (clipped at 3)")
+    return Plot({"train_curves.png": _png(fig)}, "![training loss per setting](train_curves.png)\n")
+
+
 def _best(lrs: list[float], losses: list[float]) -> int | None:
     finite = [i for i, v in enumerate(losses) if _finite(v)]
     return min(finite, key=lambda i: losses[i]) if finite else None

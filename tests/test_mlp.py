@@ -121,7 +121,7 @@ PRESETS = {
     "regularization": (["regularizer=none,dropout_0.5", "steps=20", "trainer.val_check_interval=10"], ["| none |", "| dropout_0.5 |"]),
     "mup_mlp_sweep": (["param=sp,mup", "width=64", "lr=0.0078125", "steps=10"], ["| sp | 3.", "| mup | 3."]),
 }
-PLOT_FILES = {"regularization": "train_val_curves.png", "mup_mlp_sweep": "lr_transfer.png"}
+PLOT_FILES = {"deep_mlp_train": "train_curves.png", "regularization": "train_val_curves.png", "mup_mlp_sweep": "lr_transfer.png"}
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
