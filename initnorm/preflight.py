@@ -32,7 +32,7 @@ from initnorm.config import to_plain, validate
 from initnorm.data.corpus import locate
 from initnorm.errors import ConfigError
 from initnorm.resume import Prior, inspect_folder
-from initnorm.sweep import SWEPT_ENV, parse_sweep, register_resolvers
+from initnorm.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.tasks import TASKS
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -62,12 +62,11 @@ def one_line(exc: BaseException) -> ConfigError:
     return ConfigError(" ".join(dict.fromkeys(lines)) or type(exc).__name__)
 
 
-def expand(primary: DictConfig, overrides: list[str]) -> list[list[str]]:
+def expand(primary: DictConfig) -> list[list[str]]:
     """Every job's overrides, as Hydra's basic sweeper makes them (preset ``hydra.sweeper.params`` first, the command line wins)."""
     if primary.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
-        return [list(overrides)]  # another sweeper picks its own jobs: check the primary config only
-    params = primary.hydra.sweeper.get("params") or {}
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + list(overrides))
+        return [[str(o) for o in primary.hydra.overrides.task]]  # another sweeper picks its own jobs: check the primary only
+    parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
@@ -134,10 +133,10 @@ def check_command_line(argv: list[str]) -> list[Job] | None:
             loader = GlobalHydra.instance().config_loader()
             try:
                 primary = loader.load_configuration(args.config_name or "train", list(args.overrides), run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
-                job_lists = expand(primary, args.overrides) if multirun else [list(args.overrides)]
+                job_lists = expand(primary) if multirun else [list(args.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
-            swept = parse_sweep(_swept(primary, args.overrides)) if multirun else []
+            swept = parse_sweep(sweep_overrides(primary)) if multirun else []
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
             jobs, seen = [], set()
             for num, overrides in enumerate(job_lists):
@@ -158,13 +157,6 @@ def check_command_line(argv: list[str]) -> list[Job] | None:
             os.environ.pop(SWEPT_ENV, None)
         else:
             os.environ[SWEPT_ENV] = saved_env
-
-
-def _swept(primary: DictConfig, overrides: list[str]) -> list[str]:
-    """Preset sweeper params, then the command line, merged key by key (the command line wins)."""
-    params = primary.hydra.sweeper.get("params") or {}
-    merged = {o.partition("=")[0].lstrip("+~"): o for o in [f"{k}={v}" for k, v in params.items()] + list(overrides)}
-    return list(merged.values())
 
 
 def describe_plan(jobs: list[Job]) -> str | None:
