@@ -8,8 +8,10 @@ there again (``hydra.run.dir=...`` for one run, ``hydra.sweep.dir=...`` for a sw
   uninterrupted run on the CPU;
 - nothing, or ``status: failed``: train from the start.
 
-Either file carries a fingerprint of the config that made it; a folder of a different config is
-refused with one line rather than mixed with this one.
+Either file carries the config that made it; a folder of a different config is refused with one
+line rather than mixed with this one. Only keys both configs have are compared, so a key that a
+newer version of initnorm adds (with a default that keeps the old behaviour) does not orphan old
+folders.
 
 The checkpoint is taken at the start of step ``s`` (``s`` a multiple of
 ``checkpoint.every_n_steps``): the validation of step ``s`` is done, no batch of step ``s`` is
@@ -21,7 +23,6 @@ restores model, optimiser, schedule and loop counters, this callback restores
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -48,8 +49,8 @@ IGNORED = (
 )
 
 
-def fingerprint_config(c: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved config without the ``IGNORED`` keys: what must match for a folder to be reused."""
+def comparable(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config without the ``IGNORED`` keys, as JSON values: what must match for a folder to be reused."""
     out = json.loads(json.dumps(c, default=str))
     for dotted in IGNORED:
         node, *rest = dotted.split(".")
@@ -58,10 +59,6 @@ def fingerprint_config(c: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(out.get(node), dict):
             out[node].pop(rest[0], None)
     return out
-
-
-def fingerprint(c: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(fingerprint_config(c), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -73,16 +70,17 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> str:
-    """``lr: 0.01 -> 0.03, steps: 1500 -> 3000``: the first keys whose values differ."""
-    a, b = _flat(fingerprint_config(old)), _flat(fingerprint_config(new))
-    keys = [k for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
-    return ", ".join(f"{k}: {a.get(k)} -> {b.get(k)}" for k in keys[:limit]) or "unknown keys"
+def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """``["lr: 0.01 -> 0.03", ...]``: the keys both configs have whose values differ (none if ``old`` is unknown)."""
+    if old is None:
+        return []
+    a, b = _flat(comparable(old)), _flat(comparable(new))
+    return [f"{k}: {a[k]} -> {b[k]}" for k in a if k in b and a[k] != b[k]]
 
 
-def _refuse(folder: Path, what: str, diff: str) -> ConfigError:
+def _refuse(folder: Path, what: str, diff: list[str]) -> ConfigError:
     return ConfigError(
-        f"{folder} holds {what} of a different config ({diff}); rerun the command that made it, or pick a new "
+        f"{folder} holds {what} of a different config ({', '.join(diff[:3])}); rerun the command that made it, or pick a new "
         f"folder with `hydra.run.dir=...` (`hydra.sweep.dir=...` for -m), or delete {folder}"
     )
 
@@ -106,11 +104,10 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
     """What to do in ``folder`` for the resolved config ``c``; a different config's work raises ``ConfigError``."""
     folder = Path(folder)
-    fp = fingerprint(c)
     done = read_json(folder / METRICS_FILE)
     if done is not None and done.get("status") == "finished":
-        if done.get("fingerprint", fp) != fp:
-            raise _refuse(folder, "a finished run", differences(done.get("config", {}), c) if "config" in done else "see its .hydra")
+        if diff := differences(done.get("config"), c):
+            raise _refuse(folder, "a finished run", diff)
         return Prior(finished=done)
     ckpt = folder / CKPT_DIR / CKPT_FILE
     if not ckpt.is_file():
@@ -119,9 +116,8 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
     except Exception as exc:  # written atomically, so only a foreign or damaged file
         raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); delete it to train {folder} from the start") from None
-    mine = state.get(STATE_KEY, {})
-    if mine.get("fingerprint", fp) != fp:
-        raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", differences(mine.get("config", {}), c))
+    if diff := differences(state.get(STATE_KEY, {}).get("config"), c):
+        raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", diff)
     return Prior(checkpoint=ckpt, step=int(state.get("global_step", 0)))
 
 
@@ -145,8 +141,7 @@ class Checkpoint(L.Callback):
     def __init__(self, folder: Path | str, every_n_steps: int, c: Mapping[str, Any]):
         self.path = Path(folder) / CKPT_DIR / CKPT_FILE
         self.every = int(every_n_steps)
-        self.config = fingerprint_config(c)
-        self.fingerprint = fingerprint(c)
+        self.config = comparable(c)
         self._restore_rng: dict[str, Any] | None = None
         self._resumed_at = -1
         self._saving = False
@@ -177,7 +172,6 @@ class Checkpoint(L.Callback):
             "val_history": list(pl_module.val_history),
             "diverged_step": pl_module.diverged_step,
             "rng": rng_states(),
-            "fingerprint": self.fingerprint,
             "config": self.config,
         }
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")

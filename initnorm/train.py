@@ -30,7 +30,7 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.provenance import describe
-from initnorm.resume import Checkpoint, fingerprint, fingerprint_config, inspect_folder, record_failure
+from initnorm.resume import Checkpoint, comparable, inspect_folder, record_failure
 from initnorm.results import write_metrics
 from initnorm import sweep
 from initnorm.preflight import check_command_line, describe_plan
@@ -113,8 +113,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         "summary_metrics": list(c.get("summary", {}).get("metrics", ["final_val_loss"])),
         "summary_plots": list(c.get("summary", {}).get("plots", [])),
         "provenance": describe(),
-        "fingerprint": fingerprint(c),
-        "config": fingerprint_config(c),
+        "config": comparable(c),  # what a rerun in this folder must match (initnorm/resume.py)
     }
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
     metrics |= extra
