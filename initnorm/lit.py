@@ -29,6 +29,11 @@ class Trainable(L.LightningModule):
         self.diverged_step: int | None = None
         self.val_history: list[tuple[int, float]] = []
         self._val_sum = self._val_count = 0.0
+        # training_step steps the optimiser and the schedule itself: Lightning's automatic loop wraps
+        # each step in a closure and a dozen more hooks, several % of these models' steps
+        # (bench/RESULTS.md), for the same numbers bit for bit. Lightning then refuses
+        # trainer.gradient_clip_val / accumulate_grad_batches (clip here with self.clip_gradients).
+        self.automatic_optimization = False
 
     def loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
@@ -46,6 +51,11 @@ class Trainable(L.LightningModule):
             self.diverged_step = step
             self.trainer.should_stop = True
             return None
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        opt.step()
+        self.lr_schedulers().step()
         if step % self.log_every == 0:
             value = loss.item()
             self.write_scalar("train/loss", value, step)
