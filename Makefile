@@ -26,6 +26,9 @@ train: install
 sweep: install
 	$(PY) -m initnorm.train -m norm=pre,post warmup=0,200 seed=1,2,3
 
+bench: install
+	$(PY) -m initnorm.bench --submitit
+
 test: install
 	$(PY) -m pytest -q -p no:warnings
 
