@@ -29,8 +29,12 @@ from initnorm.nn.roles import Role
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
-def _layer_roles(prefix: str, i: int, first: Role) -> dict[str, Role]:
-    return {f"{prefix}.{i}.weight": first if i == 0 else Role.HIDDEN, f"{prefix}.{i}.bias": Role.BIAS}
+def _layer_roles(depth: int) -> dict[str, Role]:
+    """``layers.0`` reads the input, whose size does not grow with width; the others are width x width."""
+    roles: dict[str, Role] = {}
+    for i in range(depth):
+        roles |= {f"layers.{i}.weight": Role.INPUT if i == 0 else Role.HIDDEN, f"layers.{i}.bias": Role.BIAS}
+    return roles
 
 
 def _probe_points(model: nn.Module, layers: nn.ModuleList, head: nn.Module) -> dict[str, tuple[nn.Module, str]]:
@@ -60,10 +64,7 @@ class DeepMLP(nn.Module):
         return self.head(x) * self.logit_mult
 
     def parameter_roles(self) -> dict[str, Role]:
-        roles = {"head.weight": Role.READOUT, "head.bias": Role.BIAS}
-        for i in range(len(self.layers)):
-            roles |= _layer_roles("layers", i, Role.INPUT)
-        return roles
+        return {"head.weight": Role.READOUT, "head.bias": Role.BIAS} | _layer_roles(len(self.layers))
 
     def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
         return _probe_points(self, self.layers, self.head)
@@ -103,9 +104,7 @@ class WindowMLP(nn.Module):
         roles = {"emb.weight": Role.EMBEDDING, "out.weight": Role.READOUT}
         if self.out.bias is not None:
             roles["out.bias"] = Role.BIAS
-        for i in range(len(self.layers)):
-            roles |= _layer_roles("layers", i, Role.INPUT)
-        return roles
+        return roles | _layer_roles(len(self.layers))
 
     def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
         return _probe_points(self, self.layers, self.out)
