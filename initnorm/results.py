@@ -114,7 +114,9 @@ def mean_sd(values: Iterable[float | None]) -> tuple[float, float, int]:
 
 
 def render_markdown(keys, metrics, rows) -> str:
-    seeds_label = "Seeds " + ", ".join(str(s) for s in (rows[0]["seeds"] if rows else []))
+    # One seed list for the header when every row ran the same seeds; otherwise each cell names its seed.
+    same_seeds = len({tuple(r["seeds"]) for r in rows}) <= 1
+    seeds_label = "Seeds " + ", ".join(str(s) for s in rows[0]["seeds"]) if rows and same_seeds else "Per seed (seed: value)"
     head = list(keys)
     for m in metrics:
         head += [f"{LABELS.get(m, m)} (mean ± sd)", f"{seeds_label}" if len(metrics) == 1 else f"{LABELS.get(m, m)}: per seed"]
@@ -128,7 +130,10 @@ def render_markdown(keys, metrics, rows) -> str:
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
-            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else empty, ", ".join("diverged" if v is None else _fmt(v) for v in r["values"][m])]
+            per_seed = ["diverged" if v is None else _fmt(v) for v in r["values"][m]]
+            if not same_seeds:
+                per_seed = [f"{s}: {v}" for s, v in zip(r["seeds"], per_seed)]
+            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else empty, ", ".join(per_seed)]
         if show_div:
             cells.append(f"{r['diverged']}/{len(r['seeds'])}" + (f" ({', '.join(r['diverged_at'])})" if r["diverged_at"] else ""))
         if show_fail:
