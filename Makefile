@@ -1,6 +1,7 @@
 # Two commands do all the setup on a fresh machine that has Python 3.10+ and pip:
 #   make train   install into .venv, then train the default Decoder on Alice (1,500 steps, CPU)
 #   make test    install into .venv (with test tools), then run the test suite
+#   make reproduce   install, then every experiment of both documents -> results/README.md
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ TORCH ?= torch==2.13.0
 SHARED_DATA := $(wildcard ../shared/data)
 export INITNORM_DATA_DIR ?= $(if $(SHARED_DATA),$(abspath $(SHARED_DATA)),)
 
-.PHONY: install train test sweep bench clean
+.PHONY: install train test sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,10 @@ sweep: install
 
 bench: install
 	$(PY) -m initnorm.bench --submitit
+
+# Every experiment of the deck and the chapter at the documents' sizes -> results/README.md
+reproduce: install
+	$(PY) -m initnorm.reproduce
 
 test: install
 	$(PY) -m pytest -q -p no:warnings

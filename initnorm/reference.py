@@ -47,6 +47,7 @@ DECK_7A = {
 
 # Deck §7d: RMS change of the logits after 10 AdamW steps at lr 0.01.
 DECK_7D = {("sp", 16): 1.43, ("sp", 256): 4.48, ("mup", 16): 1.43, ("mup", 256): 1.42}
+DECK_7D_SP_STREAM_256 = 124  # "the last residual stream moves 124" (SP, width 256)
 
 # Chapter step 1-2 probe: act std L1, act std L30, grad std L1, grad std L30 (seed 0).
 CHAPTER_PROBE = {
@@ -89,7 +90,9 @@ CHAPTER_MUP = {
     ("mup", 1024): (-7, 2.199, (3.08, 2.79, 2.57, 2.40, 2.27, 2.20, 2.20, 2.26, 2.38)),
 }
 
-# Chapter "Across three seeds": (this page seed 0, mean, sd, (seed 0, 1, 2)).
+# Chapter "Across three seeds": (this page seed 0, mean, sd, (seed 0, 1, 2)), as printed.
+# "Dropout 0.5, final val" is printed so, but its seed-0 value is step 3's final *train* loss of
+# dropout 0.5 (1.101; its final val is 2.667): initnorm.compare sets it beside our final train loss.
 CHAPTER_SEEDS = {
     "Tanh, Xavier: val accuracy": (0.987, 0.991, 0.003, (0.987, 0.993, 0.992)),
     "ReLU, Xavier: val accuracy": (0.125, 0.196, 0.064, (0.125, 0.217, 0.247)),

@@ -1,6 +1,11 @@
 """The CI-sized `make reproduce`: every experiment's command runs at a few steps and lands in the report."""
 
-from initnorm.reproduce import EXPERIMENTS, main
+import csv
+import json
+
+from initnorm import compare
+from initnorm import reference as ref
+from initnorm.reproduce import EXPERIMENTS, Experiment, main
 
 
 def test_every_experiment_runs_and_is_reported(tmp_path):
@@ -9,8 +14,48 @@ def test_every_experiment_runs_and_is_reported(tmp_path):
     for exp in EXPERIMENTS:
         assert f"## {exp.title}" in report
         assert (tmp_path / "results" / exp.key / "timing.json").is_file()
+    assert "No table:" not in report  # every compare function read what its command wrote
+    assert report.count("| agreement |") + report.count("| difference") >= 9
 
 
 def test_unknown_experiment_is_refused(capsys):
     assert main(["--only", "nope"]) == 2
     assert "known:" in capsys.readouterr().err
+
+
+def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
+    """coord_check --from an empty folder exits 2: unexpected here, so main returns 1 after the report."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    exp = Experiment("broken", "A command that fails", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth, folder_arg="--out={}")
+    monkeypatch.setattr("initnorm.reproduce.EXPERIMENTS", [exp])
+    assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 1
+    report = (tmp_path / "results" / "README.md").read_text()
+    assert "It exited with status 2" in report and "No table:" in report
+    assert json.loads((tmp_path / "results" / "broken" / "timing.json").read_text())["exit_status"] == 2
+    exp.expected_exit = (0, 2)
+    assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
+
+
+def test_probe_comparison_reads_the_chapters_own_numbers_as_agreeing(tmp_path):
+    with (tmp_path / "probe_mlp.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["activation", "init", "layer", "act_std", "grad_std"])
+        for (act, init), (a1, a30, g1, g30) in ref.CHAPTER_PROBE.items():
+            for layer in range(1, 31):
+                w.writerow([act, init, layer, a1 if layer == 1 else a30, g1 if layer == 1 else g30])
+    table = compare.chapter_probe(tmp_path)
+    assert table.count("same to the 3 printed digits") == len(ref.CHAPTER_PROBE)
+
+
+def test_seed_rows_judge_agreement_by_the_seed_spreads():
+    label = "ReLU, He: val accuracy"  # chapter: 0.984 ± 0.004
+    near = compare.three_seed_rows({label: {0: 0.980, 1: 0.985, 2: 0.990}})
+    far = compare.three_seed_rows({label: {0: 0.90, 1: 0.90, 2: 0.90}})
+    assert "within the seed spreads" in near
+    assert "differs by -0.084" in far
+
+
+def test_dropout_row_is_compared_with_the_final_train_loss():
+    # the chapter prints step 3's final *train* loss in its "Dropout 0.5, final val" row
+    assert compare.REGULARIZATION_SEEDS["Dropout 0.5, final val"] == ("dropout_0.5", "final_train_loss")
