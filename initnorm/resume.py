@@ -159,7 +159,7 @@ class Checkpoint(L.Callback):
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         self._saving = True
         try:
-            trainer.save_checkpoint(tmp)
+            trainer.save_checkpoint(tmp, weights_only=False)  # the full state: optimiser, schedule, loops
             os.replace(tmp, self.path)  # atomic: a reader sees the old checkpoint or the new one, never half
         except BaseException:
             tmp.unlink(missing_ok=True)
