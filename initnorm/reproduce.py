@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -192,7 +193,8 @@ def write_report(results: Path, out: Path) -> Path:
         if status:
             sections.append(f"It exited with status {status}: {exp.exit_meaning.get(status, 'the command failed; its output above the report says why')}.\n")
         try:
-            sections.append(exp.compare(folder))
+            # The report sits one folder above each experiment's PNGs: point the links there.
+            sections.append(re.sub(r"\]\(([^)/]+\.png)\)", rf"]({exp.key}/\1)", exp.compare(folder)))
         except Exception as exc:  # a run that wrote nothing readable must not hide the other sections
             sections.append(f"No table: the comparison could not read {folder} ({type(exc).__name__}: {exc}).\n")
         notes = results / exp.key / "NOTES.md"
