@@ -63,7 +63,7 @@ def test_checkpoint_and_metrics_writes_are_atomic(tmp_path, monkeypatch):
         def __init__(self, payload, fail=False):
             self.payload, self.fail = payload, fail
 
-        def save_checkpoint(self, path):
+        def save_checkpoint(self, path, weights_only=None):
             Path(path).write_bytes(self.payload[: len(self.payload) // 2] if self.fail else self.payload)
             if self.fail:
                 raise KeyboardInterrupt  # killed half way through the write
