@@ -35,7 +35,7 @@ reproduce: install
 	$(PY) -m initnorm.reproduce
 
 test: install
-	$(PY) -m pytest -q -p no:warnings
+	$(PY) -m pytest -p no:warnings
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache
