@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm.config import to_plain, validate
 from initnorm.data.corpus import locate
@@ -49,6 +50,23 @@ class Job:
     prior: Prior
 
 
+def option_with_key(message: str) -> str | None:
+    """For "Interpolation key 'data.dim' not found" (``model=deep_mlp`` with Alice): name the
+    options of that group which have the key, so the line says which one to pick."""
+    match = re.search(r"Interpolation key '(\w+)\.(\w+)' not found", message)
+    if not match:
+        return None
+    group, key = match.groups()
+    folder = Path(CONF_DIR) / group
+    having = sorted(f.stem for f in folder.glob("*.yaml") if key in (OmegaConf.load(f) or {}))
+    if not having:
+        return None
+    return (
+        f"the chosen config needs {group}.{key}, which this {group} option does not have; "
+        f"options that have it: {', '.join(having)}; fix it with `{group}={having[0]}` (or use the family's experiment= preset)"
+    )
+
+
 def one_line(exc: BaseException) -> ConfigError:
     """A Hydra composition error as one line; an unknown group option lists the known ones and the nearest."""
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
@@ -56,6 +74,10 @@ def one_line(exc: BaseException) -> ConfigError:
         options = sorted(exc.options or [])
         best = (difflib.get_close_matches(value, options, n=1, cutoff=0.0) or ["<name>"])[0]
         return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")
+    if isinstance(exc, InterpolationKeyError):
+        hint = option_with_key(str(exc))
+        if hint:
+            return ConfigError(hint)
     parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]

@@ -112,3 +112,8 @@ def test_full_error_gives_the_traceback(monkeypatch, capsys):
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(ConfigError, match="lr=0 is invalid"):  # raised: Python prints the traceback
         cli()
+
+
+def test_a_model_with_the_wrong_data_names_the_data_to_pick():
+    message = one_line_error(["model=deep_mlp"])
+    assert "data.dim" in message and "fix it with `data=clusters`" in message and "\n" not in message
