@@ -25,15 +25,14 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
-from initnorm import devices
+from initnorm import devices, sweep
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
+from initnorm.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
 from initnorm.resume import Checkpoint, comparable, inspect_folder, record_failure
 from initnorm.results import write_metrics
-from initnorm import sweep
-from initnorm.preflight import check_command_line, describe_plan
 from initnorm.sweep import register_resolvers, swept_keys
 from initnorm.tasks import TASKS
 
