@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from initnorm.data.corpus import Corpus, load_corpus
+from initnorm.data.sampling import fixed_loader
 
 
 def batch_generator(seed: int, step: int) -> torch.Generator:
@@ -68,6 +69,4 @@ class CharLM(L.LightningDataModule):
         return DataLoader(stream, batch_size=None)
 
     def val_dataloader(self):
-        x, y = fixed_windows(self.corpus.val, self.context)
-        batches = [(x[i : i + self.val_batch_size], y[i : i + self.val_batch_size]) for i in range(0, len(x), self.val_batch_size)]
-        return DataLoader(batches, batch_size=None)
+        return fixed_loader(*fixed_windows(self.corpus.val, self.context), self.val_batch_size)
