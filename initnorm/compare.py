@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from initnorm import reference as ref
-from initnorm.results import group_rows, mean_sd, read_metrics
+from initnorm.results import fmt, group_rows, mean_sd, read_metrics
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
-    """Fixed point for ordinary losses, significant digits for 1e27 or 0.006."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
+    """The summary's number format, with a dash where there is no value."""
+    return fmt(x, digits, missing="—")
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:

@@ -66,9 +66,10 @@ def read_metrics(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r.get("job_num", 0), r["_dir"]))
 
 
-def _fmt(x: float, digits: int = 3) -> str:
+def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
+    """A number for a table; ``missing`` stands in for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "nan"
+        return missing
     # Significant digits where fixed point would hide the value: a first loss of 1e27, a final loss of 0.006.
     return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
@@ -130,10 +131,10 @@ def render_markdown(keys, metrics, rows) -> str:
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
-            per_seed = ["diverged" if v is None else _fmt(v) for v in r["values"][m]]
+            per_seed = ["diverged" if v is None else fmt(v) for v in r["values"][m]]
             if not same_seeds:
                 per_seed = [f"{s}: {v}" for s, v in zip(r["seeds"], per_seed)]
-            cells += [f"{_fmt(mu)} ± {_fmt(sd)}" if n else empty, ", ".join(per_seed)]
+            cells += [f"{fmt(mu)} ± {fmt(sd)}" if n else empty, ", ".join(per_seed)]
         if show_div:
             cells.append(f"{r['diverged']}/{len(r['seeds'])}" + (f" ({', '.join(r['diverged_at'])})" if r["diverged_at"] else ""))
         if show_fail:
