@@ -7,8 +7,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
-SHARED_DATA := $(wildcard ../shared/data)
-export INITNORM_DATA_DIR ?= $(if $(SHARED_DATA),$(abspath $(SHARED_DATA)),)
 
 .PHONY: install train test sweep bench reproduce clean
 

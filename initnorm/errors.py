@@ -1,7 +1,7 @@
 """The one error type a user sees for bad input.
 
 Every check in the project raises ``ConfigError`` with one line that names the bad value,
-what is allowed, and the override that fixes it (STYLE.md point 10). The entry points catch
+what is allowed, and the override that fixes it, so a user can act on it without reading code. The entry points catch
 it and print the line without a traceback unless ``HYDRA_FULL_ERROR=1``.
 """
 

@@ -1,8 +1,8 @@
 """Sweep plots by name: each is a pure function of a sweep's job records (their metrics.json).
 
 A preset names its plots in ``summary.plots`` (``[lr_transfer]``); every job copies the list
-into its metrics.json and ``results.summarize`` calls each plot with all the records, writes the
-PNGs it returns into the sweep folder and appends its markdown to summary.md. So
+into its metrics.json and ``initnorm.summary.summarize`` calls each plot with all the records, writes the
+files it returns into the sweep folder and appends its markdown to summary.md. So
 ``python -m initnorm.summarize PATH`` redraws them from the folder alone. Figures are drawn with
 matplotlib's object API on the Agg canvas: no pyplot, no global backend state.
 """
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from initnorm.registry import Registry
+from initnorm.results import best_lr, settings
 
 Record = dict[str, Any]
 
@@ -34,34 +35,49 @@ PALETTE = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#c
 MUP_WIDTH_COLOURS = ["#9ca3af", "#ea580c", "#9a3412", "#431407"]  # light to dark as width grows (the chapter's)
 
 
-def _figure(width: float, height: float, ncols: int = 1, sharey: bool = False):
+# One style for every figure of the project (sweep plots, probes, coordinate check), applied while
+# a figure is built so that nothing touches matplotlib's global state.
+STYLE = {
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "legend.frameon": False,
+    "legend.fontsize": 8,
+}
+DPI = 120
+
+
+def _grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: bool | str = False):
+    """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style."""
+    import matplotlib
+    from cycler import cycler
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0]
-    return fig, list(axes)
+    with matplotlib.rc_context({**STYLE, "axes.prop_cycle": cycler(color=PALETTE)}):
+        fig = Figure(figsize=(width, height))
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
+    return fig, axes
+
+
+def _figure(width: float, height: float, ncols: int = 1, sharey: bool = False):
+    """One row of axes (see ``_grid``)."""
+    fig, axes = _grid(width, height, 1, ncols, sharey)
+    return fig, list(axes[0])
 
 
 def _png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return buf.getvalue()
 
 
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def _groups(records: list[Record]) -> dict[tuple[str, ...], list[Record]]:
-    """Jobs by their swept values other than the seed (as the summary table's rows), in job order."""
-    keys = [k for k in (records[0].get("swept") or records[0].get("overrides", {})) if k != "seed"] if records else []
-    groups: dict[tuple[str, ...], list[Record]] = {}
-    for r in records:
-        if r.get("status") == "finished":
-            groups.setdefault(tuple(f"{k}={r.get('overrides', {}).get(k, '')}" for k in keys), []).append(r)
-    return groups
 
 
 def _mean_curve(runs: list[Record], name: str) -> tuple[list[int], list[float]]:
@@ -80,7 +96,7 @@ def train_val_curves(records: list[Record]) -> Plot:
     """Chapter 003, step 3: training loss (dashed, the fixed training sample) and validation
     loss (solid) against step, one colour per setting, mean over seeds."""
     fig, (ax,) = _figure(7.5, 4.2)
-    for colour, (key, runs) in zip(PALETTE * 4, _groups(records).items()):
+    for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
         label = ", ".join(key) or "run"
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
@@ -94,7 +110,7 @@ def train_curves(records: list[Record]) -> Plot:
     """Chapter 003, step 2: training loss against step (clipped at 3), one panel per value of the
     first swept key (the activation), one line per setting of the others, mean over seeds."""
     panels: dict[str, dict[str, list[Record]]] = {}
-    for key, runs in _groups(records).items():
+    for key, runs in settings(records).items():
         panels.setdefault(key[0] if key else "", {})[", ".join(key[1:]) or "run"] = runs
     fig, axes = _figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
     for ax, (panel, lines) in zip(axes, panels.items()):
@@ -108,11 +124,6 @@ def train_curves(records: list[Record]) -> Plot:
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel("training loss (clipped at 3)")
     return Plot({"train_curves.png": _png(fig)}, "![training loss per setting](train_curves.png)\n")
-
-
-def _best(lrs: list[float], losses: list[float]) -> int | None:
-    finite = [i for i, v in enumerate(losses) if _finite(v)]
-    return min(finite, key=lambda i: losses[i]) if finite else None
 
 
 def _sd(xs: list[float]) -> str:
@@ -147,9 +158,10 @@ def lr_transfer(records: list[Record]) -> Plot:
             xs = sorted(curve)
             means = [statistics.fmean(v) if (v := [x for x in curve[lr].values() if _finite(x)]) else math.nan for lr in xs]
             ax.plot(xs, means, marker="o", ms=3, color=colour, label=f"width {width}")
-            best = _best(xs, means)
+            lr_best = best_lr(dict(zip(xs, means)))
+            best = None if lr_best is None else xs.index(lr_best)
             seeds = sorted({s for lr in xs for s in curve[lr]}, key=str)
-            per_seed = [(xs[i], curve[xs[i]][s]) for s in seeds if (i := _best(xs, [curve[lr].get(s, math.nan) for lr in xs])) is not None]
+            per_seed = [(lr, curve[lr][s]) for s in seeds if (lr := best_lr({x: curve[x].get(s, math.nan) for x in xs})) is not None]
             if best is not None:
                 ax.plot(xs[best], means[best], marker="*", ms=12, color=colour)
                 at_best = [v for v in curve[xs[best]].values() if _finite(v)]
@@ -166,3 +178,49 @@ def lr_transfer(records: list[Record]) -> Plot:
     axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
     text = "\n## Best learning rate per width\n\n" + "\n".join(rows) + "\n\n![loss against learning rate](lr_transfer.png)\n"
     return Plot({"lr_transfer.png": _png(fig)}, text)
+
+
+def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:
+    """microsoft/mup's coordinate-check picture: one row of panels per step, one column per
+    parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
+    params = list(dict.fromkeys(p for data in panels.values() for p in data))
+    fig, axes = _grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
+    for i, (step, data) in enumerate(panels.items()):
+        for j, param in enumerate(params):
+            ax = axes[i][j]
+            for name, v in sorted(data.get(param, {}).items()):
+                xs = sorted(v)
+                key = name in key_layers
+                ax.plot(xs, [v[x] for x in xs], marker="o", ms=3, lw=2.2 if key else 1, alpha=1 if key else 0.6, label=name)
+            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis)
+            ax.set_xscale("log", base=2)
+            if j == 0:
+                ax.set_ylabel("RMS change from step 0")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(fig)
+
+
+def probe_decoder_png(results: dict[tuple[str, float], dict[str, list[float]]]) -> bytes:
+    """Deck §7a: the residual stream's RMS entering each block and each block's weight-gradient norm."""
+    fig, (ax1, ax2) = _figure(10, 3.6, ncols=2)
+    for (norm, std), r in results.items():
+        label = f"{norm}-LN, std {std:g}"
+        ax1.plot(range(1, len(r["stream_rms"]) + 1), r["stream_rms"], marker="o", ms=3, label=label)
+        ax2.plot(range(1, len(r["grad_norm"]) + 1), r["grad_norm"], marker="o", ms=3, label=label)
+    ax1.set(title="residual stream RMS entering each block", xlabel="block (last point: leaving the last)", ylabel="RMS")
+    ax2.set(title="weight-gradient norm per block", xlabel="block", ylabel="norm", yscale="log")
+    ax1.legend()
+    return _png(fig)
+
+
+def probe_mlp_png(results: dict[str, dict[str, tuple[list[float], list[float]]]]) -> bytes:
+    """Chapter 003, steps 1-2: activation and gradient std per layer, one row per activation."""
+    fig, axes = _grid(10, 3.4 * len(results), len(results), 2)
+    for (activation, rows), (ax1, ax2) in zip(results.items(), axes):
+        for name, (fwd, bwd) in rows.items():
+            ax1.semilogy(range(1, len(fwd) + 1), fwd, marker="o", ms=2.5, label=name)
+            ax2.semilogy(range(1, len(bwd) + 1), bwd, marker="o", ms=2.5, label=name)
+        ax1.set(title=f"{activation}: activation std (forward)", xlabel="layer (1 = input side)", ylabel="std (log scale)")
+        ax2.set(title=f"{activation}: gradient std (backward)", xlabel="layer (1 = input side)")
+        ax1.legend()
+    return _png(fig)

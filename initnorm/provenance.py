@@ -1,4 +1,4 @@
-"""What every run records about itself beside its results (STYLE.md point 9)."""
+"""What every run records about itself beside its results, so a number can be traced to the code and packages that made it."""
 
 from __future__ import annotations
 

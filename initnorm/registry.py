@@ -42,9 +42,6 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._entries
-
     def get(self, name: str) -> T:
         """The entry called ``name``; an unknown name raises one line listing the known ones."""
         try:

@@ -1,9 +1,8 @@
-"""The only code that writes result files (atomically) and reads them back.
+"""The only code that writes result files (atomically) and reads them back, and the tables made
+from them: settings by swept keys, mean ± sd over seeds, the best learning rate of a curve.
 
-Each job writes ``metrics.json`` in its folder. ``summarize(folder)`` is a pure function of a
-folder: it reads every ``metrics.json`` below it and writes ``summary.md``, ``summary.csv``
-(one row per configuration: mean ± sd over seeds, and the per-seed values, as the deck's §7b
-table) and ``runs.csv`` (one row per job), so a crashed or resumed sweep can always be summarised again.
+Each job writes ``metrics.json`` in its folder; ``initnorm.summary`` turns a folder of them into
+the sweep's summary.
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from initnorm.plots import PLOTS
 
 METRICS_FILE = "metrics.json"
 LABELS = {
@@ -74,16 +72,39 @@ def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
     return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
 
-def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
-    """Group jobs by their swept values other than the seed. Returns (keys, metrics, rows)."""
+def setting_keys(records: list[dict[str, Any]]) -> list[str]:
+    """The keys that tell a table's rows apart: the swept keys other than the seed, in sweep order
+    (outside a multirun, the overridden keys whose values differ between the records)."""
     keys: list[str] = []
     for r in records:
         swept = r.get("swept")
         for k in r.get("overrides", {}) if swept is None else swept:
             if k != "seed" and k not in keys:
                 keys.append(k)
-    if not any("swept" in r for r in records):  # not from a multirun: keep the keys that vary
+    if not any("swept" in r for r in records):
         keys = [k for k in keys if len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
+    return keys
+
+
+def settings(records: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Finished jobs by setting (``("norm=pre", "warmup=0")``: the swept values but the seed), in job order."""
+    keys = setting_keys(records)
+    out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "finished":
+            out.setdefault(tuple(f"{k}={r.get('overrides', {}).get(k, '')}" for k in keys), []).append(r)
+    return out
+
+
+def best_lr(curve: Mapping[float, float | None]) -> float | None:
+    """The learning rate with the lowest finite loss of ``curve`` (lr -> loss), None if none is finite."""
+    finite = {lr: v for lr, v in curve.items() if v is not None and math.isfinite(v)}
+    return min(finite, key=finite.get) if finite else None
+
+
+def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """Group jobs by their swept values other than the seed. Returns (keys, metrics, rows)."""
+    keys = setting_keys(records)
     metrics: list[str] = []
     for r in records:
         for m in r.get("summary_metrics", ["final_val_loss"]):
@@ -165,22 +186,3 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     for r in records:
         w.writerow(r)
     return out.getvalue()
-
-
-def summarize(folder: Path | str) -> str:
-    """Write ``summary.md``, ``summary.csv`` and ``runs.csv`` into ``folder``; return the markdown table."""
-    folder = Path(folder)
-    records = read_metrics(folder)
-    if not records:
-        raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
-    keys, metrics, rows = group_rows(records)
-    table = render_markdown(keys, metrics, rows)
-    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", [])):
-        plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
-        for file, png in plot.files.items():
-            write_atomic(folder / file, png)
-        table += f"\n{plot.markdown}"
-    write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
-    write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
-    write_atomic(folder / "runs.csv", render_runs_csv(records))
-    return table

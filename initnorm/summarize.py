@@ -1,22 +1,6 @@
-"""Rebuild a sweep's summary from its folder: ``python -m initnorm.summarize PATH``."""
+"""`python -m initnorm.summarize`: the command lives in initnorm/cli/summarize.py."""
 
-import sys
-
-from initnorm.results import summarize
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m initnorm.summarize SWEEP_FOLDER", file=sys.stderr)
-        return 2
-    try:
-        print(summarize(args[0]), end="")
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
+from initnorm.cli.summarize import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

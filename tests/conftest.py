@@ -13,9 +13,6 @@ from hydra.core.global_hydra import GlobalHydra
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
-SHARED_DATA = ROOT.parent / "shared" / "data"
-if "INITNORM_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
-    os.environ["INITNORM_DATA_DIR"] = str(SHARED_DATA)
 
 TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "callbacks=none", "trainer.enable_progress_bar=false"]
 
@@ -36,7 +33,7 @@ def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int 
 def whole_and_resumed(overrides, tmp_path: Path) -> tuple[dict, dict]:
     """Train ``overrides`` uninterrupted, and once more with its metrics.json deleted afterwards (as if
     killed after its last checkpoint) and then resumed from that checkpoint: (whole, resumed) metrics."""
-    from initnorm.train import train
+    from initnorm.cli.train import train
 
     whole = train(compose_cfg(*overrides), tmp_path / "whole")
     train(compose_cfg(*overrides), tmp_path / "cut")

@@ -2,7 +2,8 @@ import csv
 
 import pytest
 
-from initnorm.coord_check import main, sweep_axis
+from initnorm.cli.coord_check import main
+from initnorm.instruments.coord import sweep_axis
 from initnorm.errors import ConfigError
 
 

@@ -3,7 +3,7 @@
 import lightning as L
 import pytest
 
-from initnorm.devices import assign
+from initnorm.cli.devices import assign
 from initnorm.errors import ConfigError
 
 

@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from initnorm.errors import ConfigError
-from initnorm.preflight import check_command_line
-from initnorm.train import cli
+from initnorm.cli.preflight import check_command_line
+from initnorm.cli.train import main as cli
 from tests.conftest import TINY, run_cli
 
 MLP = ["model=char_mlp", "data=char_windows"]

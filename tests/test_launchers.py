@@ -10,7 +10,7 @@ import time
 from hydra.core.global_hydra import GlobalHydra
 from hydra import compose, initialize_config_dir
 
-from initnorm.sweep import register_resolvers, unique_dir
+from initnorm.cli.sweep import register_resolvers, unique_dir
 from tests.conftest import CONF, ROOT, TINY
 
 SWEEP = ["-m", "norm=pre,post", "seed=1,2", *TINY]

@@ -11,8 +11,8 @@ from initnorm.data.sampling import SampledBatches
 from initnorm.data.windows import CharWindows
 from initnorm.models.build import build_model
 from initnorm.nn.roles import Role
-from initnorm.optim import make_optimizer
-from initnorm.train import train
+from initnorm.training.optim import make_optimizer
+from initnorm.cli.train import train
 from tests.conftest import compose_cfg, run_cli
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]

@@ -2,7 +2,8 @@ import csv
 
 import pytest
 
-from initnorm.probe import main, signal_per_layer
+from initnorm.cli.probe import main
+from initnorm.instruments.probe import signal_per_layer
 
 # Chapter 003, steps 1-2: act std L1, act std L30, grad std L1, grad std L30 as printed there.
 CHAPTER_ROWS = [

@@ -10,13 +10,13 @@ import torch
 
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
-from initnorm.lit import LanguageModel
+from initnorm.training.module import LanguageModel
 from initnorm.models.build import build_model
 from initnorm.nn.init import INITS
 from initnorm.nn.norms import NORMS
 from initnorm.nn.param import PARAMS
 from initnorm.nn.roles import Role
-from initnorm.train import train
+from initnorm.cli.train import train
 from tests.conftest import CONF, ROOT, TINY, compose_cfg
 
 VOCAB = 28
@@ -104,7 +104,7 @@ def test_mup_equals_sp_at_the_base_width(tmp_path):
 def test_schedule_multiplies_each_groups_own_rate(param, hidden_mult):
     c = to_plain(compose_cfg(f"param={param}", "width=64", "steps=100", "warmup=10", "lr=0.01"))
     b = build_model(c["model"], c["init"], c["param"], VOCAB)
-    module = LanguageModel(b.model, b.roles, b.table, c["lr"], c["steps"], c["warmup"], c["optim"])
+    module = LanguageModel(b.model, b.roles, b.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"])
     conf = module.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
 

@@ -14,9 +14,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from initnorm import results
 from initnorm.errors import ConfigError
-from initnorm.resume import Checkpoint
-from initnorm.results import summarize, write_metrics
-from initnorm.train import train
+from initnorm.training.resume import Checkpoint
+from initnorm.results import write_metrics
+from initnorm.summary import summarize
+from initnorm.cli.train import train
 from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
 
 

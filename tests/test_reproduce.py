@@ -3,9 +3,9 @@
 import csv
 import json
 
-from initnorm import compare
-from initnorm import reference as ref
-from initnorm.reproduce import EXPERIMENTS, Experiment, main
+from initnorm.repro import compare
+from initnorm.repro import reference as ref
+from initnorm.repro.reproduce import EXPERIMENTS, Experiment, main
 
 
 def test_every_experiment_runs_and_is_reported(tmp_path):
@@ -28,7 +28,7 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
     exp = Experiment("broken", "A command that fails", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth, folder_arg="--out={}")
-    monkeypatch.setattr("initnorm.reproduce.EXPERIMENTS", [exp])
+    monkeypatch.setattr("initnorm.repro.reproduce.EXPERIMENTS", [exp])
     assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 1
     report = (tmp_path / "results" / "README.md").read_text()
     assert "It exited with status 2" in report and "No table:" in report

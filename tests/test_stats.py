@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from initnorm.callbacks.stats import LayerStats, capture, gradient_records, parameter_layer
 from initnorm.errors import ConfigError
 from initnorm.models.decoder import Decoder
-from initnorm.train import train
+from initnorm.cli.train import train
 from tests.conftest import compose_cfg
 
 STATS = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false", "callbacks.stats.every_n_steps=5"]
@@ -32,7 +32,7 @@ def test_tags_in_the_event_files_on_logging_steps_only(tmp_path):
 
 
 def test_hooks_are_gone_after_training(tmp_path, monkeypatch):
-    import initnorm.train as tr
+    import initnorm.cli.train as tr
 
     built, real = [], tr.build_model
     monkeypatch.setattr(tr, "build_model", lambda *a: built.append(real(*a)) or built[-1])

@@ -4,7 +4,7 @@ import math
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from initnorm.train import train
+from initnorm.cli.train import train
 from tests.conftest import compose_cfg, run_cli, TINY
 
 

@@ -1,6 +1,6 @@
 """Per-layer instruments during training: activation RMS, gradient RMS/norm, update size ‖ΔW‖/‖W‖.
 
-Everything is a flat record ``(step, layer, role, stat, value)`` (STYLE.md point 5), written
+Everything is a flat record ``(step, layer, role, stat, value)`` (ready for a table or a plot), written
 straight to the TensorBoard writer with an explicit step under ``stat/layer/role``
 (``act_rms/block_03/stream_in``), so TensorBoard groups each statistic over layers. Nothing
 goes through ``self.log`` (about half a millisecond a call here), and the hooks exist only

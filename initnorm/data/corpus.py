@@ -2,7 +2,7 @@
 
 Where a corpus is looked for, in order: ``data.path`` if given; ``$INITNORM_DATA_DIR``; the
 cache folder (``$INITNORM_CACHE``, default ``~/.cache/initnorm``); then a download into the
-cache, checked against the sha256 below. See ../shared/data/README.md for the sources.
+cache, checked against the sha256 below. The sources are the URLs in ``SOURCES``.
 """
 
 from __future__ import annotations
@@ -143,12 +143,15 @@ class Corpus:
         return "".join(self.symbols[i] for i in ids)
 
 
-def load_corpus(name: str, path: str | None = None, train_fraction: float = 0.9, normaliser: str | None = None) -> Corpus:
-    """Read, normalise (``normaliser`` names a source's rule; default the corpus's own), encode, split contiguously."""
-    rule = SOURCES[normaliser or name].normalise if (normaliser or name) in SOURCES else keep_all
+TRAIN_FRACTION = 0.9  # contiguous split: the first 90% trains, the rest validates
+
+
+def load_corpus(name: str, path: str | None = None) -> Corpus:
+    """Read, normalise with the corpus's own rule, encode, split contiguously."""
+    rule = SOURCES[name].normalise if name in SOURCES else keep_all
     text = rule(locate(name, path).read_text(encoding="utf-8"))
     symbols = "".join(sorted(set(text)))
     index = {c: i for i, c in enumerate(symbols)}
     ids = torch.tensor([index[c] for c in text], dtype=torch.long)
-    n = int(len(ids) * train_fraction)
+    n = int(len(ids) * TRAIN_FRACTION)
     return Corpus(symbols, ids[:n], ids[n:])

@@ -1,5 +1,7 @@
 """Config -> model: a family by name, its parameters' roles checked, init and forward
-multipliers applied once from the parameterisation table (STYLE.md points 2-3)."""
+multipliers applied once from the parameterisation table: a parameterisation is a table
+applied once, never weights rescaled in place later (which loses per-parameter tags under FSDP
+and after ``torch.save``)."""
 
 from __future__ import annotations
 
@@ -8,19 +10,42 @@ from typing import Any, Callable, Mapping
 
 from torch import nn
 
-from initnorm.errors import ConfigError
+from initnorm.errors import ConfigError, bad_value
 from initnorm.models import mlp
-from initnorm.models.decoder import Decoder
+from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
 from initnorm.nn.param import Table, make_table
 from initnorm.nn.roles import Role
 from initnorm.registry import Registry
 
 FamilyFn = Callable[[Mapping[str, Any], int, Table], nn.Module]
-MODELS: Registry[FamilyFn] = Registry("model family", "model")
 
 
-@MODELS.register("decoder")
+@dataclass(frozen=True)
+class Family:
+    """A model family: ``build(model config, vocabulary or classes, table)`` and ``check(config)``,
+    which raises a one-line ``ConfigError`` for a value this family cannot take (it sees the whole
+    resolved config, since a family may constrain the data too). A new family is one entry here."""
+
+    build: FamilyFn
+    check: Callable[[Mapping[str, Any]], None] = lambda cfg: None
+
+
+MODELS: Registry[Family] = Registry("model family", "model")
+
+
+def check_decoder(cfg: Mapping[str, Any]) -> None:
+    model = cfg["model"]
+    if cfg["norm"] not in PLACEMENTS:
+        raise bad_value("norm", cfg["norm"], f"one of {', '.join(PLACEMENTS)}", "norm=pre")
+    heads = model["n_heads"]
+    if model["width"] % heads:
+        raise bad_value("width", model["width"], f"a multiple of model.n_heads={heads}", f"width={heads * max(1, model['width'] // heads)}")
+    context = cfg["data"]["context"]
+    if context > model["max_context"]:
+        raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}", f"model.max_context={context}")
+
+
 def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
     forward = {role: table.rule(role).forward for role in Decoder.FORWARD_ROLES}
     return Decoder(
@@ -32,16 +57,17 @@ def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
         max_context=m["max_context"],
         placement=m["norm"],
         norm_type=m["norm_type"],
-        norm_eps=m.get("norm_eps", 1e-5),
+        norm_eps=m["norm_eps"],
         forward_mults=forward,
         attn_scale=table.attn_scale,
     )
 
 
+MODELS.register("decoder")(Family(decoder, check_decoder))
 # Chapter 003's MLPs (models/mlp.py): char_mlp and wide_mlp are one class in two shapes.
-MODELS.register("deep_mlp")(mlp.deep_mlp)
-MODELS.register("char_mlp")(mlp.window_mlp)
-MODELS.register("wide_mlp")(mlp.window_mlp)
+MODELS.register("deep_mlp")(Family(mlp.deep_mlp, mlp.check_deep_mlp))
+MODELS.register("char_mlp")(Family(mlp.window_mlp))
+MODELS.register("wide_mlp")(Family(mlp.window_mlp))
 
 
 @dataclass
@@ -68,10 +94,10 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
     table = make_table(param_cfg, width=model_cfg["width"])
     scheme = resolve(init_cfg)
-    model = MODELS.get(model_cfg["family"])(model_cfg, vocab_size, table)
+    model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size, table)
     roles = check_roles(model, table)
     ctx = InitContext(
-        depth=model_cfg["depth"], width=model_cfg["width"], nonlinearity=model_cfg.get("activation", "gelu"), options=init_cfg
+        depth=model_cfg["depth"], width=model_cfg["width"], nonlinearity=model_cfg["activation"], options=init_cfg
     )
     for name, p in model.named_parameters():
         init_parameter(p, roles[name], ctx, scheme, table.rule(roles[name]).init)

@@ -11,7 +11,7 @@ at width 16 and 2 blocks; 70,656 at width 64) and its §7a init-time numbers:
   final one (5 norms at depth 2).
 
 The forward pass is a pure function of parameters and input (no state changed, plain matmuls
-for attention), so a later trainer can vmap an ensemble of seeds over it (DESIGN.md).
+for attention), so a trainer can vmap an ensemble of members over it (torch.func).
 """
 
 from __future__ import annotations

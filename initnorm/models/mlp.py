@@ -117,11 +117,15 @@ def _forward_mults(table: Table) -> dict[Role, float]:
     return {Role.READOUT: table.rule(Role.READOUT).forward}
 
 
+def check_deep_mlp(cfg: Mapping) -> None:
+    activation = cfg["model"]["activation"]
+    if activation not in ACTIVATIONS:
+        raise bad_value("model.activation", activation, f"one of {', '.join(ACTIVATIONS)}", "model.activation=relu")
+
+
 def deep_mlp(m: Mapping, n_classes: int, table: Table) -> DeepMLP:
-    if m["activation"] not in ACTIVATIONS:
-        raise bad_value("model.activation", m["activation"], f"one of {', '.join(ACTIVATIONS)}", "model.activation=relu")
     return DeepMLP(m["d_in"], n_classes, m["width"], m["depth"], m["activation"], _forward_mults(table))
 
 
 def window_mlp(m: Mapping, vocab_size: int, table: Table) -> WindowMLP:
-    return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m.get("dropout", 0.0), m["readout_bias"], _forward_mults(table))
+    return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m["dropout"], m["readout_bias"], _forward_mults(table))

@@ -1,7 +1,7 @@
 """Parameterisations by name: each is a table, role -> (init, forward, learning-rate) multipliers.
 
-A table is applied exactly twice (STYLE.md point 3): when ``models.build`` initialises the model
-(init multipliers, forward multipliers) and when ``lit`` makes the optimiser's parameter groups
+A table is applied exactly twice: when ``models.build`` initialises the model (init multipliers,
+forward multipliers) and when ``training.optim`` makes the optimiser's parameter groups
 (learning-rate multipliers). Nothing rescales weights afterwards, so the result survives
 ``torch.save`` and any wrapper. A role the table does not cover is an error.
 """
@@ -32,8 +32,6 @@ class Table:
     name: str
     rules: Mapping[Role, Rule]
     attn_scale: float = 1.0
-    width_mult: float = 1.0
-    notes: str = ""
 
     def rule(self, role: Role) -> Rule:
         try:
@@ -49,7 +47,7 @@ PARAMS: Registry[ParamFn] = Registry("parameterisation", "param")
 @PARAMS.register("sp")
 def standard(width: int, base_width: int, **_) -> Table:
     """Standard parameterisation: every multiplier is 1, at every width."""
-    return Table("sp", {role: Rule() for role in Role}, width_mult=width / base_width)
+    return Table("sp", {role: Rule() for role in Role})
 
 
 @PARAMS.register("mup")
@@ -79,7 +77,7 @@ def mup(width: int, base_width: int, readout: str = "logits", hidden_init: str =
     rules = {role: Rule() for role in Role}
     rules.update({role: hidden for role in HIDDEN_ROLES})
     rules[Role.READOUT] = out
-    return Table("mup", rules, attn_scale=m**-0.5, width_mult=m, notes=f"readout={readout}, hidden_init={hidden_init}")
+    return Table("mup", rules, attn_scale=m**-0.5)
 
 
 def make_table(options: Mapping, width: int) -> Table:

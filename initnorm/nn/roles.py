@@ -1,6 +1,7 @@
 """Parameter roles: the vocabulary shared by models, init schemes and parameterisations.
 
-Every parameter of every model family has exactly one role (STYLE.md point 3). Models state
+Every parameter of every model family has exactly one role, which the parameterisation maps to
+its multipliers. Models state
 their roles explicitly in ``parameter_roles()`` (a name -> role dict, not a tag on the tensor,
 so it survives ``torch.save`` and wrappers); ``models.build`` refuses a parameter without one.
 """

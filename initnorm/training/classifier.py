@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from initnorm.lit import Trainable
+from initnorm.training.module import Trainable
 
 
 class Classifier(Trainable):
@@ -87,7 +87,7 @@ class Classifier(Trainable):
 
     def extra_metrics(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
         diverged = self.diverged_step is not None
-        tail = int(cfg.get("summary", {}).get("tail_steps", 20))
+        tail = int(cfg["summary"]["tail_steps"])
         losses = self.train_losses
         out: dict[str, Any] = {
             "first_loss": losses[0] if losses else math.nan,

@@ -31,12 +31,12 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm.config import to_plain, validate
 from initnorm.data.corpus import locate
+from initnorm.cli.compose import CONF_DIR
 from initnorm.errors import ConfigError
-from initnorm.resume import Prior, inspect_folder
-from initnorm.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
-from initnorm.tasks import TASKS
+from initnorm.training.resume import Prior, inspect_folder
+from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
+from initnorm.training.tasks import TASKS
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 

@@ -37,12 +37,12 @@ def sgd(groups, lr, momentum=0.0, weight_decay=0.0, **_):
 
 def param_groups(named: Iterable[tuple[str, torch.nn.Parameter]], roles: Mapping[str, Role], table: Table, lr: float, weight_decay: float) -> list[dict]:
     """One group per (learning-rate multiplier, decayed?) pair. Matrices decay, vectors do not
-    (nanoGPT's rule: ``p.dim() >= 2``). Each group keeps ``lr_mult`` for logging and tests."""
+    (nanoGPT's rule: ``p.dim() >= 2``)."""
     groups: dict[tuple[float, bool], dict] = {}
     for name, p in named:
         mult = table.rule(roles[name]).lr
         decay = p.dim() >= 2
-        g = groups.setdefault((mult, decay), {"params": [], "names": [], "lr": lr * mult, "lr_mult": mult, "weight_decay": weight_decay if decay else 0.0})
+        g = groups.setdefault((mult, decay), {"params": [], "names": [], "lr": lr * mult, "weight_decay": weight_decay if decay else 0.0})
         g["params"].append(p)
         g["names"].append(name)
     return list(groups.values())
@@ -54,11 +54,11 @@ def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim
     return OPTIMIZERS.get(optim_cfg["name"])(groups, lr=lr, **opts)
 
 
-def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine", min_factor: float = 0.0) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine (or constant) decay to ``min_factor`` at ``steps``."""
+def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine") -> float:
+    """Linear warmup over ``warmup`` steps, then cosine (or constant) decay to 0 at ``steps``."""
     if step < warmup:
         return (step + 1) / warmup
     if schedule == "constant":
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -14,8 +14,8 @@ import lightning as L
 from initnorm.data.clusters import Clusters
 from initnorm.data.modules import CharLM
 from initnorm.data.windows import CharWindows
-from initnorm.lit import LanguageModel, Trainable
-from initnorm.lit_mlp import Classifier
+from initnorm.training.module import LanguageModel, Trainable
+from initnorm.training.classifier import Classifier
 from initnorm.registry import Registry
 
 
@@ -30,7 +30,7 @@ TASKS: Registry[Task] = Registry("task", "data.kind")
 
 def _char_lm(c: dict[str, Any]) -> CharLM:
     d = c["data"]
-    return CharLM(d["name"], d["context"], c["batch_size"], c["seed"], d.get("path"), d.get("val_batch_size", 512))
+    return CharLM(d["name"], d["context"], c["batch_size"], c["seed"], d["path"], d["val_batch_size"])
 
 
 TASKS.register("char_lm")(Task(_char_lm, LanguageModel))
@@ -43,7 +43,7 @@ def _clusters(c: dict[str, Any]) -> Clusters:
 
 def _char_windows(c: dict[str, Any]) -> CharWindows:
     d = c["data"]
-    return CharWindows(d["name"], d["context"], c["batch_size"], c["seed"], d.get("train_chars"), d.get("val_chars"), d.get("train_eval", 0), d.get("path"))
+    return CharWindows(d["name"], d["context"], c["batch_size"], c["seed"], d["train_chars"], d["val_chars"], d["train_eval"], d["path"])
 
 
 # Chapter 003: the deep MLP's Gaussian clusters; the char and wide MLPs' character windows.

@@ -1,7 +1,8 @@
 """The source documents' published numbers, transcribed for comparison (never as targets).
 
-Deck: ../shared/seeds/000_318c46f7239ee947.txt (results.md §7a-§7e).
-Chapter: ../shared/seeds/003_6ac2448397a1ee41.txt (steps 1-4 and "Across three seeds").
+The deck: the course deck on initialisation and normalisation whose results section (§7a-§7e)
+reports the tiny Decoder's experiments. The chapter: the course's chapter 003 on initialisation
+(steps 1-4 and its "Across three seeds" table), with the MLP experiments.
 Each table is keyed by the same swept values our summaries use, so rows line up.
 """
 

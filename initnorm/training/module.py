@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from initnorm.nn.param import Table
-from initnorm.optim import make_optimizer, schedule_factor
+from initnorm.training.optim import make_optimizer, schedule_factor
 
 
 class Trainable(L.LightningModule):
     """What every family shares: optimiser groups from the table, the schedule, divergence stop,
     sparse logging, validation loss bookkeeping. Subclasses define ``loss(batch)``."""
 
-    def __init__(self, model: torch.nn.Module, roles, table: Table, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str = "cosine", log_every: int = 50):
+    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str, log_every: int):
         super().__init__()
         self.model, self.roles, self.table = model, roles, table
         self.lr, self.steps, self.warmup, self.optim_cfg, self.schedule = lr, steps, warmup, dict(optim), schedule

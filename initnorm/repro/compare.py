@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from initnorm import reference as ref
-from initnorm.results import fmt, group_rows, mean_sd, read_metrics
+from initnorm.instruments.coord import KEY_LAYERS, NAMES, curves, ordered, ratio, read_rows, sweep_axis
+from initnorm.repro import reference as ref
+from initnorm.results import best_lr, fmt, group_rows, mean_sd, read_metrics
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -174,8 +175,6 @@ def _g(x: float | None) -> str:
 
 def _coord(folder: Path) -> tuple[dict, str, int]:
     """param -> layer -> width (or depth) -> RMS change after the last step, the axis, that step."""
-    from initnorm.coord_check import curves, read_rows, sweep_axis
-
     rows = read_rows(folder)
     axis, step = sweep_axis(rows), max(r["step"] for r in rows)
     return curves(rows, axis, step), axis, step
@@ -183,8 +182,6 @@ def _coord(folder: Path) -> tuple[dict, str, int]:
 
 def deck_7d(folder: Path) -> str:
     """The logits' RMS change at widths 16 and 256 and across widths, SP and µP, beside the deck's."""
-    from initnorm.coord_check import NAMES, ratio
-
     data, _, step = _coord(folder)
     rows = []
     for param in ("sp", "mup"):
@@ -211,8 +208,6 @@ def deck_7d_depth(folder: Path) -> str:
 
 
 def _every_layer(data: dict, axis: str) -> str:
-    from initnorm.coord_check import KEY_LAYERS, NAMES, ordered, ratio
-
     xs = sorted({x for layers in data.values() for v in layers.values() for x in v})
     rows = [[NAMES.get(p, p), name] + [_g(v[x]) for x in xs] + [f"{ratio(v):.2f}"] for p in ordered(data) for name, v in data[p].items() if name in KEY_LAYERS]
     return _table(["param", "layer"] + [f"{axis} {x}" for x in xs] + ["max/min"], rows)
@@ -298,11 +293,9 @@ def _lr_grid(records: list[dict], param: str, width: int) -> dict[int, dict[floa
 
 
 def _best(curve: dict[float, float]) -> tuple[int, float] | None:
-    finite = {lr: v for lr, v in curve.items() if v is not None and math.isfinite(v)}
-    if not finite:
-        return None
-    lr = min(finite, key=finite.get)
-    return round(math.log2(lr)), finite[lr]
+    """(log2 of the best lr, its loss), or None where no loss is finite."""
+    lr = best_lr(curve)
+    return None if lr is None else (round(math.log2(lr)), curve[lr])
 
 
 def chapter_mup(folder: Path) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from initnorm.results import read_metrics, summarize
+from initnorm.results import read_metrics
+from initnorm.summary import summarize
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,81 @@
+"""The µP coordinate check (deck §7d): ``python -m initnorm.coord_check``.
+
+Trains the Decoder for ``--steps`` AdamW steps (10) at a constant ``--lr`` (0.01) for every
+(parameterisation, width) pair, with the ``CoordCheck`` callback recording how far the logits,
+the last residual stream and every block's output move from step 0 on 16 fixed windows
+(``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:
+
+``coord.csv``, ``coord.png`` and ``verdict.txt`` (initnorm/instruments/coord.py); the command
+exits with 1 when the verdict fails.
+
+``--depths 2,4,8,16 --widths 64`` runs the same check across depth at a fixed width (a look at
+what depth-µP work asks about; µP as implemented here makes no depth claim, so no verdict).
+``--from DIR`` only reads the ``coord.csv`` files below a folder, e.g. a multirun of
+``python -m initnorm.train -m experiment=coord_check width=16,32,64,128,256 param=sp,mup``.
+Anything after ``--`` is a training-config override (``-- norm=post``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from initnorm.cli.compose import comma_list, compose_train, split_overrides
+from initnorm.cli.train import train
+from initnorm.errors import ConfigError, bad_value
+from initnorm.instruments.coord import NAMES, summarize
+
+
+def run_jobs(params, widths, depths, steps: int, lr: float, seed: int, extra: list[str], out: Path) -> None:
+    """One training job per (param, depth, width), each in ``out/param=..,depth=..,width=..``."""
+    for p in params:
+        for d in depths:
+            for w in widths:
+                job = out / f"param={p},depth={d},width={w}"
+                overrides = ["experiment=coord_check", f"param={p}", f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
+                start = time.perf_counter()
+                train(compose_train(overrides), job)
+                print(f"  {NAMES.get(p, p):3s} depth {d:2d} width {w:4d}: {time.perf_counter() - start:5.1f} s", flush=True)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv, extra = split_overrides(argv)
+    p = argparse.ArgumentParser(prog="python -m initnorm.coord_check", description=__doc__.split("\n\n")[0])
+    p.add_argument("--widths", type=comma_list(int), default=[16, 32, 64, 128, 256])
+    p.add_argument("--depths", type=comma_list(int), default=[2])
+    p.add_argument("--params", type=comma_list(), default=["sp", "mup"])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bound", type=float, default=1.5, help="largest max/min of µP's logits change across widths that passes")
+    p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")
+    p.add_argument("--from", dest="source", default=None, help="only summarise the coord.csv files below this folder")
+    return p.parse_args(argv), extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    a, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.getLogger("lightning").setLevel(logging.WARNING)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    try:
+        if a.source:
+            folder = Path(a.source)
+        else:
+            if a.steps <= 0 or a.lr <= 0:
+                raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive numbers", "--steps 10 --lr 0.01")
+            folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+            print(f"coordinate check: {a.steps} steps at lr {a.lr}, params {','.join(a.params)}, widths {a.widths}, depths {a.depths}")
+            run_jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seed, extra, folder)
+        ok, text = summarize(folder, a.bound)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text + f"-> {folder} (coord.csv, coord.png, verdict.txt)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

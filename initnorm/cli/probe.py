@@ -1,0 +1,128 @@
+"""Signal and gradient through depth at initialisation: ``python -m initnorm.probe [decoder|mlp|both]``.
+
+``decoder`` (deck 000, §7a): a Decoder of ``--depth`` blocks (8) at initialisation for each norm
+placement (pre, post) and init std (0.02, 0.25); the prompt "alice was" goes through it, the
+next-character loss is backpropagated, and per block we report the RMS of the residual stream
+entering it (and leaving the last) and the norm of the block's weight-matrix gradients.
+
+``mlp`` (chapter 003, steps 1-2): the chapter's ``signal_per_layer`` protocol, a bare
+30-layer, width-256 MLP without biases: ``torch.manual_seed(seed)``, the weight matrices drawn
+one after another, a batch of 512 standard-normal inputs, a random gradient of std 1 at the top;
+per layer the std of the activation (forward) and of the gradient at the pre-activation
+(backward). The weights come from the init registry (``initnorm.nn.init.INITS``), which makes
+the same draws as ``torch.nn.init`` (one ``normal_`` per matrix with the same std), so the
+printed numbers are the chapter's. It is not the MLP family (``models/mlp.py``): biases, an input
+layer and a readout would change the order of the draws.
+
+Anything after ``--`` is a training-config override for the Decoder (``-- norm_type=rmsnorm width=32``).
+Writes CSV, PNG, the printed tables and TensorBoard events (``tb/``) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from initnorm.cli.compose import comma_list, compose_train, split_overrides
+from initnorm.config import to_plain, validate
+from initnorm.errors import ConfigError, bad_value
+from initnorm.instruments.probe import ACTIVATIONS, CHAPTER_INITS, LABELS, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
+from initnorm.nn.init import INITS
+from initnorm.plots import probe_decoder_png, probe_mlp_png
+from initnorm.results import write_atomic
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    argv, extra = split_overrides(argv)
+    p = argparse.ArgumentParser(prog="python -m initnorm.probe", description=__doc__.split("\n\n")[0])
+    p.add_argument("kind", nargs="?", default="both", choices=["decoder", "mlp", "both"])
+    p.add_argument("--out", default=None, help="output folder (default outputs/probe/<time>)")
+    g = p.add_argument_group("decoder (deck §7a)")
+    g.add_argument("--depth", type=int, default=8)
+    g.add_argument("--norms", type=comma_list(), default=["pre", "post"])
+    g.add_argument("--stds", type=comma_list(float), default=[0.02, 0.25])
+    g.add_argument("--seed", type=int, default=1, help="the training default seed")
+    g.add_argument("--prompt", default="alice was")
+    g = p.add_argument_group("mlp (chapter 003, steps 1-2)")
+    g.add_argument("--mlp-depth", type=int, default=30)
+    g.add_argument("--mlp-width", type=int, default=256)
+    g.add_argument("--batch", type=int, default=512)
+    g.add_argument("--activations", type=comma_list(), default=["tanh", "relu"])
+    g.add_argument("--inits", type=comma_list(), default=None, help="registry names for every activation (default: the chapter's)")
+    g.add_argument("--std", type=float, default=1.0, help="std of init=normal (the chapter's N(0, 1))")
+    g.add_argument("--mlp-seed", type=int, default=0, help="the chapter's torch.manual_seed(0)")
+    return p.parse_args(argv), extra
+
+
+def decoder_config(norm: str, std: float, a: argparse.Namespace, extra: list[str]) -> dict:
+    """The training config of one §7a configuration, resolved and validated."""
+    c = to_plain(compose_train([f"depth={a.depth}", f"norm={norm}", f"seed={a.seed}", *extra, f"init.std={std}"]))
+    validate(c)
+    return c
+
+
+def check_args(a: argparse.Namespace) -> None:
+    for key in ("depth", "mlp_depth", "mlp_width", "batch"):
+        if getattr(a, key) <= 0:
+            raise bad_value(f"--{key.replace('_', '-')}", getattr(a, key), "a positive integer")
+    for act in a.activations:
+        if act not in ACTIVATIONS:
+            raise bad_value("--activations", act, f"one of {', '.join(ACTIVATIONS)}", "--activations tanh,relu")
+    for init in a.inits or []:
+        INITS.get(init)
+
+
+def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
+    """Run the probes ``a.kind`` asks for, write their files into ``out``; return the printed text."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    check_args(a)
+    torch.set_flush_denormal(True)  # the chapter's setting: vanishing activations are slow on a CPU otherwise
+    text = io.StringIO()
+    tb = SummaryWriter(str(out / "tb"))
+    if a.kind in ("decoder", "both"):
+        results = {(n, s): decoder_probe(decoder_config(n, s, a, extra), a.prompt) for n in a.norms for s in a.stds}
+        text.write(f"Decoder at initialisation: {a.depth} blocks, prompt {a.prompt!r}, seed {a.seed}\n\n{decoder_table(results, a.depth)}")
+        write_atomic(out / "probe_decoder.csv", decoder_csv(results))
+        write_atomic(out / "probe_decoder.png", probe_decoder_png(results))
+        for (norm, std), r in results.items():
+            for stat, values in r.items():
+                for i, v in enumerate(values, 1):
+                    tb.add_scalar(f"{stat}/norm={norm},std={std:g}", v, i)
+    if a.kind in ("mlp", "both"):
+        mlp = {}
+        for act in a.activations:
+            names = a.inits or CHAPTER_INITS.get(act, list(LABELS))
+            mlp[act] = {init_label(i, a.std): signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std) for i in names}
+            text.write(f"{a.mlp_depth}-layer {act} MLP of width {a.mlp_width} at initialisation (batch {a.batch}, seed {a.mlp_seed})\n")
+            text.write(mlp_table(act, mlp[act]) + "\n")
+            for name, (fwd, bwd) in mlp[act].items():
+                for i, (f, b) in enumerate(zip(fwd, bwd), 1):
+                    tb.add_scalar(f"act_std/{act}/{name}", f, i)
+                    tb.add_scalar(f"grad_std/{act}/{name}", b, i)
+        write_atomic(out / "probe_mlp.csv", mlp_csv(mlp))
+        write_atomic(out / "probe_mlp.png", probe_mlp_png(mlp))
+    tb.close()
+    write_atomic(out / "probe.txt", text.getvalue())
+    return text.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    a, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    out = Path(a.out or f"outputs/probe/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+    try:
+        print(run(a, extra, out), end="")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"-> {out} (probe.txt, CSV, PNG, tb/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Train one job: ``python -m initnorm.train [overrides]``, or a sweep with ``-m``.
+
+``train(cfg)`` is a plain function (tests call it with a composed config); ``main`` is the
+Hydra entry point around it. A run flows once: validate -> data -> model -> LightningModule ->
+Trainer (TensorBoard logger) -> metrics.json + HPARAMS in the job folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ProgressBar
+from omegaconf import DictConfig
+
+from initnorm.cli import devices, sweep
+from initnorm.config import to_plain, validate
+from initnorm.cli.compose import CONF_DIR
+from initnorm.errors import ConfigError
+from initnorm.models.build import build_model
+from initnorm.cli.preflight import check_command_line, describe_plan
+from initnorm.provenance import describe
+from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
+from initnorm.results import write_metrics
+from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.training.tasks import TASKS
+
+HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
+
+
+def job_overrides() -> tuple[dict[str, str], int, dict[str, str]]:
+    """The task overrides of this Hydra job as a dict, its number, and the group choices."""
+    if not HydraConfig.initialized():
+        return {}, 0, {}
+    hc = HydraConfig.get()
+    overrides = dict(o.split("=", 1) for o in hc.overrides.task if "=" in o)
+    overrides = {k.lstrip("+~"): v for k, v in overrides.items()}
+    num = hc.job.num if hc.mode is not None and hc.mode.name == "MULTIRUN" else 0
+    return overrides, int(num or 0), dict(hc.runtime.choices)
+
+
+def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    hp = {k: c[k] for k in HPARAM_KEYS if k in c}
+    hp |= {"init": c["init"]["name"], "param": c["param"]["name"], "norm_type": c["norm_type"]["name"], "model": c["model"]["family"]}
+    return hp | {k: v for k, v in overrides.items() if k not in hp}
+
+
+def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
+    """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there)."""
+    c = to_plain(cfg)
+    validate(c)
+    out_dir = Path(out_dir)
+    prior = inspect_folder(out_dir, c)  # finished: skip; killed: resume (initnorm/resume.py)
+    if prior.finished is not None:
+        return prior.finished | {"skipped": True}
+    if c["threads"]:
+        torch.set_num_threads(int(c["threads"]))
+    # Chapter 003 flushes denormals: vanishing activations (N(0, 0.01) through 30 layers) are otherwise very slow on a CPU.
+    torch.set_flush_denormal(bool(c["flush_denormal"]))
+    L.seed_everything(c["seed"], verbose=False)
+    task = TASKS.get(c["data"]["kind"])
+    data = task.make_data(c)
+    built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
+    module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"])
+    logger = instantiate(cfg.logger, save_dir=str(out_dir))
+    callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
+    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
+        callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
+    callbacks.append(Checkpoint(out_dir, c["checkpoint"]["every_n_steps"], c))
+    overrides, job_num, choices = job_overrides()
+    device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), **device)
+
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint)
+    wall = time.perf_counter() - start
+    steps_done = trainer.global_step
+    if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
+        trainer.validate(module, datamodule=data, verbose=False)
+
+    diverged = module.diverged_step is not None
+    metrics = {
+        "status": "finished",
+        "final_val_loss": math.nan if diverged else module.final_val_loss,
+        "best_val_loss": min((v for _, v in module.val_history), default=math.nan),
+        "val_history": module.val_history,
+        "diverged": diverged,
+        "diverged_step": module.diverged_step,
+        "steps": steps_done,
+        "ms_per_step": 1000.0 * wall / max(1, steps_done - prior.step),
+        "resumed_from_step": prior.step,
+        "wall_s": wall,
+        "params": sum(p.numel() for p in built.model.parameters()),
+        "seed": c["seed"],
+        "job_num": job_num,
+        "overrides": overrides,
+        "swept": swept_keys(),
+        "choices": choices,
+        "summary_metrics": list(c["summary"]["metrics"]),
+        "summary_plots": list(c["summary"]["plots"]),
+        "provenance": describe(),
+        "config": comparable(c),  # what a rerun in this folder must match (initnorm/resume.py)
+    }
+    extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
+    metrics |= extra
+    write_metrics(out_dir, metrics)
+    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": float(module.diverged_step) if diverged else math.nan}
+    hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    logger.log_hyperparams(hparams_of(c, overrides), hp_metrics)
+    logger.finalize("success")
+    return metrics
+
+
+register_resolvers()
+# Lightning's advertising tip and a deprecation inside Lightning itself are noise in every job's output.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "Tip:" not in record.getMessage())
+warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
+
+
+def job_failed(cfg: DictConfig, exc: Exception) -> float:
+    """Record a failed job (status, error line, traceback) in its metrics.json; the sweep goes on."""
+    overrides, num, choices = job_overrides()
+    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices, "provenance": describe()}
+    print(f"error: job {num} failed: {record_failure(os.getcwd(), exc, job)} -> {os.getcwd()}", file=sys.stderr)
+    return math.nan
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def hydra_main(cfg: DictConfig) -> float:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        metrics = train(cfg, os.getcwd())
+    except ConfigError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if multirun:
+            return job_failed(cfg, exc)
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:  # a crash in one job of a sweep must not cost the others
+        result = job_failed(cfg, exc)
+        if multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            return result
+        raise
+    status = f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
+    done = "already finished: " if metrics.get("skipped") else ""
+    print(f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step) -> {os.getcwd()}")
+    return metrics["final_val_loss"]
+
+
+def main() -> None:
+    """``python -m initnorm.train``: check every job of the command line first (initnorm/preflight.py),
+    then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed."""
+    try:
+        jobs = check_command_line(sys.argv[1:])
+    except ConfigError as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    plan = describe_plan(jobs) if jobs else None
+    if plan:
+        print(plan)
+    hydra_main()
+    if sweep.FAILED_JOBS:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

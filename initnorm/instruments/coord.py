@@ -1,0 +1,131 @@
+"""The coordinate check's analysis (deck §7d): read the per-job ``coord.csv`` records, set each
+layer's change from step 0 against width (or depth), and give a verdict.
+
+- ``coord.csv``: long form, one row per (width, depth, param, seed, step, layer, role, value);
+- ``coord.png``: in the style of microsoft/mup's coordinate-check plots (``initnorm.plots.coord_check``);
+- the verdict: per layer, the ratio of the largest to the smallest change across widths at the
+  last step. µP passes when its logits' ratio is at most ``bound`` (1.5) while SP's is larger and
+  grows with width.
+
+The command that trains the jobs is ``python -m initnorm.coord_check`` (initnorm/cli/coord_check.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from initnorm.callbacks.coord import COORD_FILE, FIELDS
+from initnorm.errors import ConfigError, bad_value
+from initnorm.plots import coord_check_png
+from initnorm.results import write_atomic
+
+NAMES = {"sp": "SP", "mup": "µP"}
+KEY_LAYERS = ("logits/output", "stream/last")
+
+
+def read_rows(folder: Path) -> list[dict]:
+    """Every ``coord.csv`` row below ``folder`` (the combined file itself excluded), typed."""
+    rows = []
+    for path in sorted(Path(folder).rglob(COORD_FILE)):
+        if path.parent == Path(folder):
+            continue
+        with path.open(newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]), "step": int(r["step"]), "value": float(r["value"])})
+    if not rows:
+        raise ConfigError(f"no {COORD_FILE} below {folder}; run `python -m initnorm.coord_check` or a multirun with experiment=coord_check first")
+    return rows
+
+
+def combined_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(sorted(rows, key=lambda r: (r["param"], r["depth"], r["width"], r["step"])))
+    return out.getvalue()
+
+
+def sweep_axis(rows: list[dict]) -> str:
+    widths, depths = {r["width"] for r in rows}, {r["depth"] for r in rows}
+    if len(widths) > 1 and len(depths) > 1:
+        raise bad_value("--widths/--depths", f"{sorted(widths)} x {sorted(depths)}", "one axis at a time: several widths at one depth, or several depths at one width", "--depths 2")
+    return "width" if len(widths) > 1 or len(depths) == 1 else "depth"
+
+
+def curves(rows: list[dict], axis: str, step: int) -> dict[str, dict[str, dict[int, float]]]:
+    """param -> "layer/role" -> axis value -> change at ``step``, for layers present at every axis value."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for r in rows:
+        if r["step"] == step:
+            out.setdefault(r["param"], {}).setdefault(f"{r['layer']}/{r['role']}", {})[r[axis]] = r["value"]
+    for param, layers in out.items():
+        xs = set().union(*(v.keys() for v in layers.values()))
+        out[param] = {k: v for k, v in layers.items() if set(v) == xs}
+    return out
+
+
+def ratio(values: dict[int, float]) -> float:
+    lo, hi = min(values.values()), max(values.values())
+    return hi / lo if lo > 0 else math.inf
+
+
+def table(data, axis: str, step: int) -> str:
+    xs = sorted({x for layers in data.values() for v in layers.values() for x in v})
+    out = io.StringIO()
+    out.write(f"RMS change from step 0 after step {step}, by {axis}\n")
+    out.write(f"{'param':5s} {'layer':22s} " + " ".join(f"{x:>7d}" for x in xs) + "  max/min\n")
+    for param in ordered(data):
+        for name, v in sorted(data[param].items(), key=lambda kv: (kv[0] not in KEY_LAYERS, kv[0])):
+            out.write(f"{NAMES.get(param, param):5s} {name:22s} " + " ".join(f"{v[x]:7.3g}" for x in xs) + f"  {ratio(v):7.2f}\n")
+    return out.getvalue()
+
+
+def ordered(params) -> list[str]:
+    """SP, then µP, then any other parameterisation by name."""
+    return [p for p in ("sp", "mup") if p in params] + sorted(set(params) - {"sp", "mup"})
+
+
+def verdict(data, axis: str, bound: float) -> tuple[bool, str]:
+    """µP's logits change stays within ``bound`` (max/min across widths) while SP's is larger and grows."""
+    def span(param):
+        v = data.get(param, {}).get("logits/output")
+        return None if not v else (v[min(v)], v[max(v)], ratio(v), min(v), max(v))
+
+    sp, mup = span("sp"), span("mup")
+    parts = [f"{NAMES[p]} logits move {s[0]:.3g} at {axis} {s[3]} and {s[1]:.3g} at {axis} {s[4]} (max/min {s[2]:.2f})" for p, s in (("sp", sp), ("mup", mup)) if s]
+    if axis != "width" or not (sp and mup):
+        return True, "; ".join(parts) + ("" if parts else "no logits recorded") + " (no verdict: it needs SP and µP across widths)"
+    ok = mup[2] <= bound and sp[2] > mup[2] and sp[1] > sp[0]
+    why = f"µP max/min {mup[2]:.2f} {'<=' if mup[2] <= bound else '>'} {bound}; SP {'grows' if sp[1] > sp[0] else 'does not grow'} (max/min {sp[2]:.2f})"
+    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'} ({why})"
+
+
+def panels(rows: list[dict], axis: str, steps=(1, 2, 5, 10)) -> dict[int, dict[str, dict[str, dict[int, float]]]]:
+    """The curves at the steps the picture shows (those of ``steps`` that were recorded, else the last),
+    parameterisations in table order."""
+    recorded = sorted({r["step"] for r in rows})
+    shown = [s for s in steps if s in recorded] or recorded[-1:]
+    out = {}
+    for step in shown:
+        data = curves(rows, axis, step)
+        out[step] = {p: data[p] for p in ordered(data)}
+    return out
+
+
+def summarize(folder: Path, bound: float = 1.5) -> tuple[bool, str]:
+    """Read every job's ``coord.csv`` below ``folder``; write the combined CSV, PNG and ``verdict.txt``."""
+    rows = read_rows(folder)
+    axis = sweep_axis(rows)
+    step = max(r["step"] for r in rows)
+    data = curves(rows, axis, step)
+    ok, line = verdict(data, axis, bound)
+    text = table(data, axis, step) + "\n" + line + "\n"
+    write_atomic(folder / COORD_FILE, combined_csv(rows))
+    write_atomic(folder / "verdict.txt", text)
+    write_atomic(folder / "coord.png", coord_check_png(panels(rows, axis), axis, NAMES, KEY_LAYERS))
+    return ok, text
+
+

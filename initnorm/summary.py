@@ -1,0 +1,31 @@
+"""A sweep's summary, rebuilt from its folder alone: ``summarize(folder)`` reads every job's
+``metrics.json`` below it and writes ``summary.md``, ``summary.csv`` (one row per setting: mean ± sd
+over seeds and the per-seed values, as the deck's §7b table), ``runs.csv`` (one row per job) and the
+plots the jobs name (``summary.plots``), so a crashed or resumed sweep can always be summarised again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from initnorm.plots import PLOTS
+from initnorm.results import METRICS_FILE, group_rows, read_metrics, render_csv, render_markdown, render_runs_csv, write_atomic
+
+
+def summarize(folder: Path | str) -> str:
+    """Write ``summary.md``, ``summary.csv`` and ``runs.csv`` into ``folder``; return the markdown table."""
+    folder = Path(folder)
+    records = read_metrics(folder)
+    if not records:
+        raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
+    keys, metrics, rows = group_rows(records)
+    table = render_markdown(keys, metrics, rows)
+    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", [])):
+        plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
+        for file, png in plot.files.items():
+            write_atomic(folder / file, png)
+        table += f"\n{plot.markdown}"
+    write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
+    write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
+    write_atomic(folder / "runs.csv", render_runs_csv(records))
+    return table

@@ -1,0 +1,64 @@
+"""The layout's promise, checked from the imports: the library imports no command-line glue and no
+reproduction script, the glue imports no reproduction script, and no module imports in a cycle."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "initnorm"
+SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench"}  # `python -m initnorm.X`
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """module -> the initnorm modules it imports (at any depth of its code, lazy imports included)."""
+    graph: dict[str, set[str]] = {}
+    names = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    for path in PACKAGE.rglob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[module_name(path)] = {n for n in found if n in names and n != "initnorm"}
+    return graph
+
+
+def kind(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 2 and parts[1] in SHIMS:
+        return "shim"
+    return {"cli": "cli", "repro": "repro"}.get(parts[1] if len(parts) > 1 else "", "library")
+
+
+def test_library_imports_no_glue_and_glue_no_scripts():
+    allowed = {"library": {"library"}, "cli": {"library", "cli"}, "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
+    wrong = [f"{m} ({kind(m)}) imports {d} ({kind(d)})" for m, deps in imports().items() for d in deps if kind(d) not in allowed[kind(m)]]
+    assert not wrong, wrong
+
+
+def test_no_import_cycles():
+    graph = imports()
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return path + [m, d]
+            if d not in state and (cycle := visit(d, path + [m])):
+                return cycle
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            cycle = visit(m, [])
+            assert cycle is None, " -> ".join(cycle)

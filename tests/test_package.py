@@ -1,0 +1,63 @@
+"""The package ships everything a user of a wheel needs: every module and the configs.
+
+Builds a wheel of this checkout, installs it into a fresh virtual environment outside the checkout
+(the environment borrows the test environment's installed dependencies through a ``.pth`` path,
+so nothing is downloaded), and trains five steps from another folder with ``python -m`` and with
+the console script.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PIP_NO_INPUT": "1"},
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (path,) = out.glob("initnorm-*.whl")
+    return path
+
+
+def test_wheel_holds_every_module_and_config(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "initnorm").rglob("*.py")}
+    configs = {"initnorm/conf/" + str(p.relative_to(ROOT / "conf")) for p in (ROOT / "conf").rglob("*.yaml")}
+    assert not modules - names, f"modules missing from the wheel (add their package to pyproject.toml): {sorted(modules - names)}"
+    assert not configs - names, f"configs missing from the wheel: {sorted(configs - names)}"
+
+
+def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    # The dependencies (torch, lightning, hydra ...) come from the test environment, after the venv's own packages.
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300, env=env)
+    assert install.returncode == 0, install.stderr[-2000:]
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work, capture_output=True, text=True, env=env)
+    assert where.stdout.strip().startswith(site), where.stdout + where.stderr
+    for command in ([str(python), "-m", "initnorm.train"], [str(env_dir / "bin" / "initnorm-train")]):
+        run = subprocess.run(
+            [*command, "steps=5", "callbacks=none", "trainer.enable_progress_bar=false", f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
+            cwd=work, capture_output=True, text=True, timeout=600, env=env,
+        )
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert "final validation loss" in run.stdout
