@@ -68,4 +68,4 @@ def for_job(trainer_cfg: dict[str, Any], job_num: int) -> dict[str, Any]:
 
     mode = HydraConfig.get().mode if HydraConfig.initialized() else None
     multirun = mode is not None and mode.name == "MULTIRUN"
-    return assign(trainer_cfg.get("accelerator", "cpu"), trainer_cfg.get("devices", 1), job_num, multirun, gpu_count())
+    return assign(trainer_cfg["accelerator"], trainer_cfg["devices"], job_num, multirun, gpu_count())
