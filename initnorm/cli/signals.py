@@ -1,0 +1,95 @@
+"""A stop signal ends the whole command: the job in progress checkpoints, no further job starts,
+the sweep's summary covers the jobs that finished, the exit status is 128 + the signal (143 for
+SIGTERM, 130 for SIGINT) and the last line is the command that resumes.
+
+``python -m initnorm.train`` runs Hydra inside ``honoured(argv)``; each job calls ``job_started()``
+first (a signal between two jobs stops before the next one) and the training loop stops through
+``initnorm.training.signals.CheckpointOnSignal``. The mechanism itself (what a handler records,
+which signals, ``Interrupted``) is in ``initnorm/training/signals.py``; a cluster's own stop
+signal (SLURM's preemption warning) is added with ``honoured(argv, extra=[signal.SIGUSR2])``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable
+
+from initnorm.training import signals
+
+RUN_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+_folder: dict[str, str] = {}  # {"key": "hydra.sweep.dir", "dir": absolute folder} of the latest job
+
+
+def job_started() -> None:
+    """In a job, before it trains: remember where it writes; stop here if a signal came between jobs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        hc = HydraConfig.get()
+        multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+        folder = hc.sweep.dir if multirun else hc.runtime.output_dir
+        _folder.update(key=RUN_DIR_KEYS[multirun], dir=str(Path(hc.runtime.cwd, folder).resolve()))
+    signals.raise_if_requested()
+
+
+def resume_command(argv: list[str], key: str, folder: str, module: str = "initnorm.train") -> str:
+    """The command line again, with its output folder pinned to ``folder`` (a rerun there resumes)."""
+    kept = [a for a in argv if a.partition("=")[0].lstrip("+~") not in RUN_DIR_KEYS]
+    return shlex.join(["python", "-m", module, *kept, f"{key}={folder}"])
+
+
+def write_summary(folder: str) -> str | None:
+    """The sweep's summary for the jobs that finished; None (and a line on stderr) where it cannot be written."""
+    from initnorm.results import summarize
+
+    try:
+        summarize(folder)
+        return str(Path(folder) / "summary.md")
+    except FileNotFoundError:
+        return None  # no job finished yet
+    except (OSError, ValueError) as exc:
+        print(f"warning: no summary for {folder}: {exc}", file=sys.stderr)
+        return None
+
+
+def report(stop: signals.Interrupted, argv: list[str]) -> int:
+    """Say what was saved and how to resume; return the exit status (128 + signal)."""
+    name = signal_name(stop.signum)
+    saved = signals.last_saved()
+    what = f"job {saved['folder']} saved a checkpoint at step {saved['step']}" if saved.get("folder") else "no job was training"
+    print(f"\nstopped by {name}: {what}; no further job started.", file=sys.stderr)
+    if _folder.get("key") == "hydra.sweep.dir":
+        summary = write_summary(_folder["dir"])
+        if summary:
+            print(f"summary of the finished jobs: {summary}", file=sys.stderr)
+    if _folder:
+        print(f"resume with: {resume_command(argv, _folder['key'], _folder['dir'])}", file=sys.stderr)
+    return stop.exit_status
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+@contextmanager
+def honoured(argv: list[str], extra: Iterable[int] = ()):
+    """Run a command's jobs so that a stop signal ends it as the module docstring says (``SystemExit``)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    signals.install(extra)
+    try:
+        yield
+    except signals.Interrupted as stop:
+        sys.exit(report(stop, argv))
+    except SIGTERMException:  # Lightning's own handler, in the instant before ours is back in place
+        sys.exit(report(signals.Interrupted(signals.requested() or 15), argv))
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last periodic checkpoint stays
+        print("\nstopped at once by a second SIGINT; the last periodic checkpoint is kept", file=sys.stderr)
+        if _folder:
+            print(f"resume with: {resume_command(argv, _folder['key'], _folder['dir'])}", file=sys.stderr)
+        sys.exit(130)

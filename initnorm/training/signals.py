@@ -1,0 +1,125 @@
+"""Stop on a signal without losing work: the job in progress checkpoints, then stops.
+
+SIGTERM (``kill``, ``scancel``, ``docker stop``, a CI timeout) and SIGINT (Ctrl-C) do not kill
+the process here. A handler only records that a stop was asked for (``requested()``); the
+training loop acts on it at the next step boundary, where ``CheckpointOnSignal`` writes the
+job's checkpoint (the same consistent point a periodic one uses, so the rerun resumes bit for
+bit) and raises ``Interrupted``. Code between jobs asks ``raise_if_requested()``. A second
+Ctrl-C while the first is honoured stops at once (``KeyboardInterrupt``).
+
+Which signals are honoured: SIGTERM and SIGINT, plus the names in ``$INITNORM_STOP_SIGNALS``
+(``TERM,INT,USR2``), which ``install`` also sets so that worker processes of a parallel launcher
+honour the same ones. A cluster's preemption warning (SLURM's ``--signal=USR2@90``) is asked for
+by ``install(extra=[signal.SIGUSR2])`` and then handled as SIGTERM is. The exit status is
+``128 + signal number`` (143 for SIGTERM, 130 for SIGINT), as shells report a killed process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any, Iterable
+
+import lightning as L
+
+STOP_ENV = "INITNORM_STOP_SIGNALS"
+DEFAULT = (signal.SIGTERM, signal.SIGINT)
+
+_requested: int | None = None  # the first signal received, until ``clear()``
+_where: dict[str, Any] = {}  # what the job in progress saved: folder, step
+
+
+class Interrupted(BaseException):
+    """A stop asked for by a signal. A BaseException, so that no ``except Exception`` that records a
+    failed job catches it: the job is not failed, it is to be resumed."""
+
+    def __init__(self, signum: int, folder: str | None = None, step: int | None = None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.folder, self.step = signum, folder, step
+
+    @property
+    def exit_status(self) -> int:
+        return exit_status(self.signum)
+
+
+def exit_status(signum: int) -> int:
+    """``128 + signum``: what a shell reports for a process ended by that signal (143, 130)."""
+    return 128 + int(signum)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGTERM, SIGINT and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
+    named = [s.strip().upper() for s in os.environ.get(STOP_ENV, "").split(",") if s.strip()]
+    extra = [signal.Signals[n if n.startswith("SIG") else f"SIG{n}"] for n in named if (n if n.startswith("SIG") else f"SIG{n}") in signal.Signals.__members__]
+    return tuple(dict.fromkeys([*DEFAULT, *extra]))
+
+
+def _record(signum: int, frame) -> None:
+    global _requested
+    if _requested is not None and signum == signal.SIGINT:
+        raise KeyboardInterrupt  # a second Ctrl-C: stop now, without the checkpoint
+    if _requested is None:
+        _requested = signum
+
+
+def install(extra: Iterable[int] = ()) -> tuple[signal.Signals, ...]:
+    """Record (do not act on) SIGTERM, SIGINT and ``extra`` in this process from now on; return them.
+
+    Only the main thread may set handlers: elsewhere (a launcher's worker thread) nothing is changed.
+    """
+    names = [signal.Signals(s).name.removeprefix("SIG") for s in [*stop_signals(), *extra]]
+    os.environ[STOP_ENV] = ",".join(dict.fromkeys(names))  # worker processes honour the same signals
+    signums = stop_signals()
+    if threading.current_thread() is threading.main_thread():
+        for s in signums:
+            signal.signal(s, _record)
+    return signums
+
+
+def requested() -> int | None:
+    """The signal that asked this process to stop, or None."""
+    return _requested
+
+
+def clear() -> None:
+    """Forget a recorded stop (tests; a process that goes on after handling one)."""
+    global _requested
+    _requested = None
+    _where.clear()
+
+
+def raise_if_requested(folder: str | None = None) -> None:
+    """Between jobs: ``Interrupted`` if a stop was asked for."""
+    if _requested is not None:
+        raise Interrupted(_requested, folder, _where.get("step"))
+
+
+def last_saved() -> dict[str, Any]:
+    """``{"folder": ..., "step": ...}`` of the checkpoint written on the stop signal, if one was."""
+    return dict(_where)
+
+
+class CheckpointOnSignal(L.Callback):
+    """At the first step boundary after a stop signal: write the job's checkpoint, then raise ``Interrupted``.
+
+    ``save(trainer)`` writes the checkpoint of the job in ``folder`` (``resume.Checkpoint.save``). Put this callback
+    after the one that restores RNG states on resume, so a stop on the first resumed step saves the
+    restored state. Lightning sets its own SIGTERM handler when ``fit`` starts (one that stops after
+    the batch, without a checkpoint); ``on_train_start`` puts the recording handler back.
+    """
+
+    def __init__(self, save, folder):
+        self.save, self.folder = save, str(folder)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for s in stop_signals():
+                signal.signal(s, _record)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if _requested is None:
+            return
+        self.save(trainer)
+        _where.update(folder=self.folder, step=int(trainer.global_step))
+        raise Interrupted(_requested, _where["folder"], _where["step"])
