@@ -1,0 +1,448 @@
+"""The one place that knows what every user-settable key may hold.
+
+``RULES`` is a table, one line per key: its type, its range, whether null is allowed, and the
+value the error suggests. ``check(c, base)`` runs it over a resolved config (plain dicts), then
+the rules that tie keys together (``warmup <= steps``, the model family's data, the family's own
+hook), and returns a copy with relative paths made absolute against ``base`` (the folder the
+command was started in: jobs run in their own folders). ``check_text(c)`` reads the corpus the
+config names and checks that it is text and long enough for the context and the split.
+
+Every failure is a ``ConfigError`` of one line: the key, the value, what is allowed, the fix.
+Whole-number floats are refused for integer keys (``width=16.0``: write ``16``), NaN and
+infinities for every number, booleans for numbers. Keys under ``trainer``, ``logger`` and
+``callbacks`` that the table does not name go to Lightning as they are (``+trainer.precision=...``);
+anywhere else a key the table does not know is refused, so a misspelt ``+`` override cannot pass
+unnoticed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from initnorm.errors import ConfigError, bad_value
+
+PASSED_ON = ("trainer.", "logger.", "callbacks.")  # their other keys are Lightning's to check
+ACCELERATORS = ("cpu", "auto", "gpu", "cuda", "mps")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key may hold. ``lo``/``hi`` are numbers or the name of another key (``warmup <= steps``)."""
+
+    kind: str  # int | number | bool | choice | text | path | dotted | names
+    lo: float | str | None = None
+    hi: float | str | None = None
+    lo_open: bool = False  # lo itself is not allowed
+    hi_open: bool = False
+    null: bool = False  # None allowed (it means "not set")
+    choices: tuple[str, ...] | Callable[[], Iterable[str]] | None = None
+    fix: Any = None  # the value the error suggests
+    note: str = ""  # what a special value means ("0: no checkpoints")
+
+
+def Int(lo=None, hi=None, fix=1, **kw) -> Rule:
+    return Rule("int", lo, hi, fix=fix, **kw)
+
+
+def Num(lo=None, hi=None, fix=0.01, **kw) -> Rule:
+    return Rule("number", lo, hi, fix=fix, **kw)
+
+
+def Bool(fix=True, **kw) -> Rule:
+    return Rule("bool", fix=fix, **kw)
+
+
+def Choice(choices, fix=None, **kw) -> Rule:
+    return Rule("choice", choices=choices, fix=fix, **kw)
+
+
+def Text(**kw) -> Rule:
+    return Rule("text", **kw)
+
+
+def _registry(module: str, name: str, *more: str) -> Callable[[], Iterable[str]]:
+    """The names of a registry (and ``more``), looked up when needed (``initnorm.optim.OPTIMIZERS``)."""
+
+    def names() -> list[str]:
+        import importlib
+
+        return [*getattr(importlib.import_module(module), name).names(), *more]
+
+    return names
+
+
+ACTIVATIONS = ("tanh", "relu", "gelu")
+GAIN_NAMES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu", "gelu")
+ROLES = ("embedding", "positional", "attn_qkv", "attn_out", "mlp_in", "mlp_out", "input", "hidden", "readout")
+
+# One line per key a user can set. ``*`` stands for one part of a dotted key.
+RULES: dict[str, Rule] = {
+    # what people sweep
+    "seed": Int(0, 2**32 - 1, fix=1, note="numpy's seed range"),
+    "steps": Int(1, fix=1500),
+    "lr": Num(0, lo_open=True, fix=0.01),
+    "warmup": Int(0, "steps", fix=0),
+    "schedule": Choice(("cosine", "constant"), fix="cosine"),
+    "batch_size": Int(1, fix=32),
+    "norm": Choice(("pre", "post"), fix="pre"),
+    "width": Int(1, fix=16),
+    "depth": Int(1, fix=2),
+    "threads": Int(0, fix=1, note="0: torch's default"),
+    "log_every": Int(1, fix=25),
+    "flush_denormal": Bool(fix=False),
+    "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),
+    "summary.metrics": Rule("names", fix="final_val_loss"),
+    "summary.plots": Rule("names", choices=_registry("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
+    "summary.tail_steps": Int(1, fix=50),
+    # data (one group per corpus or task)
+    "data.kind": Choice(_registry("initnorm.tasks", "TASKS"), fix="char_lm"),
+    "data.name": Text(fix="alice"),
+    "data.path": Rule("path", null=True, fix="/path/to/text.txt"),
+    "data.context": Int(1, fix=32),
+    "data.val_batch_size": Int(1, fix=512),
+    "data.train_chars": Int(1, null=True, fix=20000),
+    "data.val_chars": Int(1, null=True, fix=4016),
+    "data.train_eval": Int(0, fix=4000, note="0: no training-set evaluation"),
+    "data.n_clusters": Int(2, fix=8),
+    "data.dim": Int(1, fix=32),
+    "data.n_train": Int(1, fix=4096),
+    "data.n_val": Int(1, fix=2048),
+    # model (each family's yaml has some of these)
+    "model.family": Choice(_registry("initnorm.models.build", "MODELS"), fix="decoder"),
+    "model.width": Int(1, fix=16),
+    "model.depth": Int(1, fix=2),
+    "model.n_heads": Int(1, fix=2),
+    "model.mlp_ratio": Int(1, fix=2),
+    "model.max_context": Int(1, fix=64),
+    "model.norm": Choice(("pre", "post"), fix="pre"),
+    "model.norm_type": Text(fix="layernorm"),
+    "model.norm_eps": Num(0, fix=1e-5),
+    "model.activation": Choice(ACTIVATIONS, fix="relu"),
+    "model.context": Int(1, fix=16),
+    "model.d_in": Int(1, fix=32),
+    "model.emb": Int(1, fix=16),
+    "model.dropout": Num(0, 1, hi_open=True, fix=0.2),
+    "model.readout_bias": Bool(),
+    "model.mup.base_width": Int(1, fix=16),
+    "model.mup.readout": Choice(("logits", "zero"), fix="logits"),
+    "model.mup.hidden_init": Choice(("scale", "keep"), fix="scale"),
+    # init scheme
+    "init.name": Choice(_registry("initnorm.nn.init", "INITS", "custom"), fix="normal"),
+    "init.std": Num(0, fix=0.02),
+    "init.emb_std": Num(0, fix=1.0),
+    "init.gain": Num(0, lo_open=True, fix=1.0),
+    "init.distribution": Choice(("normal", "uniform"), fix="normal"),
+    "init.nonlinearity": Choice(GAIN_NAMES, null=True, fix="relu"),
+    "init.fn": Rule("dotted", null=True, fix="mypkg.inits.fancy"),
+    "init.per_role.*": Choice(_registry("initnorm.nn.init", "INITS"), fix="xavier"),
+    # parameterisation, norm, optimiser
+    "param.name": Choice(_registry("initnorm.nn.param", "PARAMS"), fix="sp"),
+    "param.base_width": Int(1, fix=16),
+    "param.readout": Choice(("logits", "zero"), fix="logits"),
+    "param.hidden_init": Choice(("scale", "keep"), fix="scale"),
+    "norm_type.name": Choice(_registry("initnorm.nn.norms", "NORMS"), fix="layernorm"),
+    "norm_type.eps": Num(0, fix=1e-5),
+    "optim.name": Choice(_registry("initnorm.optim", "OPTIMIZERS"), fix="adamw"),
+    "optim.betas": Rule("betas", fix="[0.9,0.999]"),
+    "optim.eps": Num(0, lo_open=True, fix=1e-8),
+    "optim.weight_decay": Num(0, fix=0.01),
+    "optim.momentum": Num(0, 1, hi_open=True, fix=0.9),
+    # what Lightning gets (other trainer/logger/callbacks keys go to it unchecked)
+    "trainer.accelerator": Choice(ACCELERATORS, fix="cpu"),
+    "trainer.max_steps": Int(1, fix=1500),
+    "trainer.val_check_interval": Int(1, fix=250),
+    "trainer.log_every_n_steps": Int(1, fix=25),
+    "trainer.num_sanity_val_steps": Int(0, fix=0),
+    "trainer.check_val_every_n_epoch": Int(1, null=True, fix="null"),
+    "trainer.enable_progress_bar": Bool(fix=False),
+    "trainer.enable_model_summary": Bool(fix=False),
+    "trainer.enable_checkpointing": Bool(fix=False),
+    "callbacks.progress.refresh_rate": Int(0, fix=50, note="0: no bar"),
+    "callbacks.stats.every_n_steps": Int(1, fix=50),
+    "callbacks.stats.activations": Bool(),
+    "callbacks.stats.gradients": Bool(),
+    "callbacks.stats.updates": Bool(),
+    "callbacks.stats.per_param": Bool(fix=False),
+    "callbacks.coord.windows": Int(1, fix=16),
+    "callbacks.coord.steps": Int(1, fix=10),
+}
+
+# hydra.launcher keys (checked by the command-line preflight against the launcher the command picks)
+LAUNCHER_RULES: dict[str, Rule] = {
+    "n_jobs": Rule("n_jobs", fix=-1),
+    "batch_size": Int(1, fix=1),
+    "timeout_min": Int(1, fix=60),
+    "cpus_per_task": Int(1, fix=1),
+    "mem_gb": Num(0, lo_open=True, fix=4),
+    "tasks_per_node": Int(1, 1, fix=1, note="one process per job"),
+    "nodes": Int(1, 1, fix=1, note="one node per job"),
+    "array_parallelism": Int(1, fix=64),
+    "gpus_per_node": Int(0, null=True, fix=1),
+}
+
+
+def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model.width": 16, ...}``: nested dicts to dotted keys; lists stay values."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out |= flat(v, key)
+        else:
+            out[key] = v
+    return out
+
+
+def rule_for(key: str, rules: Mapping[str, Rule] = RULES) -> Rule | None:
+    if key in rules:
+        return rules[key]
+    parts = key.split(".")
+    for pattern, rule in rules.items():
+        p = pattern.split(".")
+        if len(p) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts)):
+            return rule
+    return None
+
+
+def _fix(key: str, rule: Rule) -> str:
+    return f"{key}={rule.fix}"
+
+
+def _bound(bound, values: Mapping[str, Any]) -> float | None:
+    if isinstance(bound, str):
+        other = values.get(bound)
+        return other if isinstance(other, (int, float)) and not isinstance(other, bool) else None
+    return bound
+
+
+def _range_text(rule: Rule, values: Mapping[str, Any]) -> str:
+    parts = []
+    if rule.lo is not None:
+        lo = _bound(rule.lo, values)
+        parts.append(f"{'>' if rule.lo_open else '>='} {rule.lo if isinstance(rule.lo, str) else lo}" + (f"={lo}" if isinstance(rule.lo, str) else ""))
+    if rule.hi is not None:
+        hi = _bound(rule.hi, values)
+        parts.append(f"{'<' if rule.hi_open else '<='} {rule.hi}" + (f"={hi}" if isinstance(rule.hi, str) else ""))
+    return " and ".join(parts)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}) -> Any:
+    """``value`` if ``rule`` allows it (paths come back absolute only in ``check``); else ``ConfigError``."""
+    if value is None:
+        if rule.null:
+            return value
+        raise bad_value(key, value, f"a value is required ({_allowed(rule, values)})", _fix(key, rule))
+    kind = rule.kind
+    if kind in ("int", "number"):
+        noun = "an integer" if kind == "int" else "a finite number"
+        if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
+            raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
+        if kind == "int" and not isinstance(value, int):
+            whole = f" (write {int(value)}, not {value})" if float(value).is_integer() else ""
+            raise bad_value(key, value, f"{noun}{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
+        lo, hi = _bound(rule.lo, values), _bound(rule.hi, values)
+        if (lo is not None and (value < lo or (rule.lo_open and value == lo))) or (hi is not None and (value > hi or (rule.hi_open and value == hi))):
+            raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad_value(key, value, "true or false", _fix(key, rule))
+        return value
+    if kind == "choice":
+        names = list(rule.choices() if callable(rule.choices) else rule.choices)
+        if not isinstance(value, str) or value not in names:
+            import difflib
+
+            best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
+            raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
+        return value
+    if kind in ("text", "path", "dotted"):
+        if not isinstance(value, str) or not value.strip():
+            raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
+        if kind == "dotted":
+            from initnorm.registry import import_dotted
+
+            import_dotted(value, key)
+        return value
+    if kind == "names":
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise bad_value(key, value, "a list of names, e.g. [a,b]", f"{key}=[{rule.fix}]")
+        for n in names:
+            if rule.choices is not None:
+                check_value(key, n, Choice(rule.choices, fix=rule.fix))
+        return value
+    if kind == "betas":
+        if not (isinstance(value, list) and len(value) == 2 and all(_is_number(b) and math.isfinite(b) and 0 <= b < 1 for b in value)):
+            raise bad_value(key, value, "two numbers in [0, 1)", f"{key}={rule.fix}")
+        return value
+    if kind == "n_jobs":
+        if not isinstance(value, int) or isinstance(value, bool) or value == 0:
+            raise bad_value(key, value, "a whole number of worker processes: >= 1, or -1 for one per CPU core (-2: all but one)", f"{key}={rule.fix}")
+        return value
+    raise AssertionError(f"rule kind {kind!r}")
+
+
+def _allowed(rule: Rule, values: Mapping[str, Any]) -> str:
+    what = {
+        "int": "an integer",
+        "number": "a finite number",
+        "bool": "true or false",
+        "text": "a non-empty name",
+        "path": "a path to a file",
+        "dotted": "a dotted path like mypkg.module.function",
+    }.get(rule.kind, rule.kind)
+    rng = _range_text(rule, values)
+    text = f"{what} {rng}".strip()
+    if rule.note:
+        text += f" ({rule.note})"
+    if rule.null:
+        text += ", or null"
+    return text
+
+
+# Which data kind each model family trains on (a family without an entry takes any).
+FAMILY_DATA = {"decoder": "char_lm", "deep_mlp": "clusters", "char_mlp": "char_windows", "wide_mlp": "char_windows"}
+
+
+def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
+    """Check a resolved config (plain dicts); return a copy with ``data.path`` absolute against ``base``.
+
+    ``data_options`` (data kind -> the ``data=`` options of that kind) lets the family/data message
+    name the option to pick. Raises ``ConfigError`` (one line) for the first bad value.
+    """
+    if not isinstance(c, Mapping):
+        raise ConfigError(f"the config is a {type(c).__name__}, not a mapping of keys")
+    values = flat(c)
+    for key, value in values.items():
+        rule = rule_for(key)
+        if rule is None:
+            if key.startswith(PASSED_ON) or key.endswith("._target_"):
+                continue
+            raise ConfigError(f"{key} is not a key initnorm reads; check its spelling (known keys of {key.split('.')[0]}: "
+                              f"{', '.join(sorted(k.split('.', 1)[1] for k in RULES if k.startswith(key.split('.')[0] + '.'))) or 'none'}), or drop `+{key}=...`")
+        check_value(key, value, rule, values)
+    out = copy.deepcopy(dict(c))
+    check_relations(out, data_options or {})
+    data = out.get("data")
+    if isinstance(data, dict) and data.get("path"):
+        data["path"] = str(absolute(data["path"], base))
+    return out
+
+
+def absolute(path: str, base: str | Path | None) -> Path:
+    """``path`` with ``~`` expanded, made absolute against ``base`` (default: the current folder)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(base or Path.cwd()).resolve() / p
+
+
+def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) -> None:
+    """The rules that tie keys together; the model family's own check last."""
+    for key in ("steps", "lr", "batch_size", "seed", "model", "data", "init", "param", "optim", "norm_type"):
+        if key not in c:
+            raise ConfigError(f"the config has no {key}; compose it from initnorm's conf/ (python -m initnorm.train), not by hand")
+    family, kind = c["model"].get("family"), c["data"].get("kind")
+    want = FAMILY_DATA.get(family)
+    if want is not None and kind != want:
+        options = list(data_options.get(want, []))
+        fix = f"data={options[0]}" if options else f"data=<a data option of kind {want}>"
+        raise ConfigError(f"model={family} trains on data of kind {want}, and the chosen data is of kind {kind!r}"
+                          f"{' (options of kind ' + want + ': ' + ', '.join(options) + ')' if options else ''}; fix it with `{fix}` (or use the family's experiment= preset)")
+    if c.get("warmup", 0) > c["steps"]:
+        raise bad_value("warmup", c["warmup"], f"an integer from 0 to steps={c['steps']}", f"warmup={min(200, c['steps'])}")
+    family_hook(family)(c)
+    from initnorm.nn.init import resolve
+    from initnorm.nn.param import make_table
+
+    resolve(c["init"])
+    make_table(c["param"], width=c["model"]["width"])  # width below µP's base width
+
+
+def family_hook(family: str) -> Callable[[Mapping[str, Any]], None]:
+    """The model family's own check of the whole config (``initnorm.config``'s hooks)."""
+    return _FAMILY_CHECKS.get(family, lambda c: None)
+
+
+def _decoder(c: Mapping[str, Any]) -> None:
+    model = c["model"]
+    heads = model["n_heads"]
+    if model["width"] % heads:
+        raise bad_value("width", model["width"], f"a multiple of model.n_heads={heads}", f"width={heads * max(1, model['width'] // heads)}")
+    context = c["data"]["context"]
+    if context > model["max_context"]:
+        raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}", f"model.max_context={context}")
+
+
+_FAMILY_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {"decoder": _decoder}
+
+
+# ---- the text a config trains on ---------------------------------------------------------------
+
+TRAIN_FRACTION = 0.9  # corpus.load_corpus's split: the first 90% trains, the rest validates
+
+
+def text_key(c: Mapping[str, Any]) -> tuple:
+    d = c.get("data", {})
+    return (d.get("kind"), d.get("name"), d.get("path"), d.get("context"), d.get("train_chars"), d.get("val_chars"))
+
+
+def check_text(c: Mapping[str, Any]) -> None:
+    """The corpus of a character task: found, UTF-8 text, cleanable by the data option's cleaner,
+    and long enough that training and validation each get at least one window of ``data.context``."""
+    d = c.get("data", {})
+    if d.get("kind") not in ("char_lm", "char_windows"):
+        return
+    from initnorm.data.corpus import SOURCES, locate
+
+    name, path, context = d.get("name"), d.get("path"), d["context"]
+    file = locate(name, path)
+    shown = f"data.path={path!r}" if path else f"the {name} corpus file {str(file)!r}"
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{shown} cannot be read ({exc.strerror or exc}); fix the file's permissions or pick another with `data.path=/path/to/text.txt`") from None
+    if b"\x00" in raw:
+        raise ConfigError(f"{shown} is a binary file (it holds NUL bytes), not text; fix it with `data.path=/path/to/text.txt`")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it (iconv -t utf-8) or fix it with `data.path=/path/to/text.txt`") from None
+    source = SOURCES.get(name)
+    if source is not None and path:
+        try:
+            cleaned = source.normalise(text)
+        except ConfigError:
+            raise ConfigError(
+                f"data={name} cleans its text as the {name} source file is laid out, and {shown} is not that file; "
+                f"to train on your own text keep every character with `data=text data.path={path}`"
+            ) from None
+    else:
+        cleaned = source.normalise(text) if source is not None else text
+    n = int(len(cleaned) * TRAIN_FRACTION)
+    train, val = cleaned[:n], cleaned[n:]
+    train_part = train[: d.get("train_chars")] if d.get("train_chars") else train
+    val_part = val[: d.get("val_chars")] if d.get("val_chars") else val
+    need = context + 1
+    for part, chars, key in (("training", train_part, "train_chars"), ("validation", val_part, "val_chars")):
+        if len(chars) < need:
+            raise ConfigError(
+                f"{shown} gives {len(cleaned)} characters after cleaning: its {part} part ({len(chars)}) is shorter than one window "
+                f"of data.context={context} + 1; use a longer text or fix it with `data.context={max(1, len(chars) - 1)}`"
+                + (f" or a larger data.{key}" if d.get(key) else "")
+            )
+
+
+def check_launcher(launcher: Mapping[str, Any] | None) -> None:
+    """The ``hydra.launcher`` node's values (worker count, SLURM sizes) that the table knows."""
+    for key, value in (launcher or {}).items():
+        rule = LAUNCHER_RULES.get(key)
+        if rule is not None:
+            check_value(f"hydra.launcher.{key}", value, rule)
