@@ -64,15 +64,20 @@ def Text(**kw) -> Rule:
     return Rule("text", **kw)
 
 
-def _registry(module: str, name: str, *more: str) -> Callable[[], Iterable[str]]:
-    """The names of a registry (and ``more``), looked up when needed (``initnorm.optim.OPTIMIZERS``)."""
+class _registry:
+    """The names of a registry (and ``more``), looked up when needed (``initnorm.optim.OPTIMIZERS``);
+    an unknown name gets the registry's own line (it names the group override: ``init=xavier``)."""
 
-    def names() -> list[str]:
+    def __init__(self, module: str, name: str, *more: str):
+        self.module, self.name, self.more = module, name, more
+
+    def registry(self):
         import importlib
 
-        return [*getattr(importlib.import_module(module), name).names(), *more]
+        return getattr(importlib.import_module(self.module), self.name)
 
-    return names
+    def __call__(self) -> list[str]:
+        return [*self.registry().names(), *self.more]
 
 
 ACTIVATIONS = ("tanh", "relu", "gelu")
@@ -220,14 +225,19 @@ def _bound(bound, values: Mapping[str, Any]) -> float | None:
 
 
 def _range_text(rule: Rule, values: Mapping[str, Any]) -> str:
-    parts = []
-    if rule.lo is not None:
-        lo = _bound(rule.lo, values)
-        parts.append(f"{'>' if rule.lo_open else '>='} {rule.lo if isinstance(rule.lo, str) else lo}" + (f"={lo}" if isinstance(rule.lo, str) else ""))
-    if rule.hi is not None:
-        hi = _bound(rule.hi, values)
-        parts.append(f"{'<' if rule.hi_open else '<='} {rule.hi}" + (f"={hi}" if isinstance(rule.hi, str) else ""))
-    return " and ".join(parts)
+    def show(bound):
+        return f"{bound}={_bound(bound, values)}" if isinstance(bound, str) else f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+    lo, hi = rule.lo, rule.hi
+    if lo is not None and hi is not None:
+        if rule.kind == "int":
+            return f"from {show(lo)} to {show(hi)}"
+        return f"in {'(' if rule.lo_open else '['}{show(lo)}, {show(hi)}{')' if rule.hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if rule.lo_open else '>='} {show(lo)}"
+    if hi is not None:
+        return f"{'<' if rule.hi_open else '<='} {show(hi)}"
+    return ""
 
 
 def _is_number(v: Any) -> bool:
@@ -242,7 +252,7 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
         raise bad_value(key, value, f"a value is required ({_allowed(rule, values)})", _fix(key, rule))
     kind = rule.kind
     if kind in ("int", "number"):
-        noun = "an integer" if kind == "int" else "a finite number"
+        noun = "an integer"
         if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
             raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
         if kind == "int" and not isinstance(value, int):
@@ -250,7 +260,9 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
             raise bad_value(key, value, f"{noun}{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
         lo, hi = _bound(rule.lo, values), _bound(rule.hi, values)
         if (lo is not None and (value < lo or (rule.lo_open and value == lo))) or (hi is not None and (value > hi or (rule.hi_open and value == hi))):
-            raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
+            # Against another key's value (warmup <= steps), the nearest allowed value is the fix.
+            fix = f"{key}={min(max(value, lo), hi)}" if isinstance(rule.hi, str) and lo is not None and hi is not None else _fix(key, rule)
+            raise bad_value(key, value, _allowed(rule, values), fix)
         return value
     if kind == "bool":
         if not isinstance(value, bool):
@@ -260,6 +272,9 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
         names = list(rule.choices() if callable(rule.choices) else rule.choices)
         if not isinstance(value, str) or value not in names:
             import difflib
+
+            if isinstance(rule.choices, _registry):
+                rule.choices.registry().get(str(value))  # raises the registry's line
 
             best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
             raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
@@ -292,16 +307,14 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
 
 
 def _allowed(rule: Rule, values: Mapping[str, Any]) -> str:
-    what = {
-        "int": "an integer",
-        "number": "a finite number",
-        "bool": "true or false",
-        "text": "a non-empty name",
-        "path": "a path to a file",
-        "dotted": "a dotted path like mypkg.module.function",
-    }.get(rule.kind, rule.kind)
-    rng = _range_text(rule, values)
-    text = f"{what} {rng}".strip()
+    if rule.kind == "int" and rule.lo == 1 and rule.hi is None:
+        text = "a positive integer"
+    elif rule.kind == "number" and rule.lo == 0 and rule.lo_open and rule.hi is None:
+        text = "a finite positive number"
+    else:
+        what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number", "bool": "true or false", "text": "a non-empty name",
+                "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function"}.get(rule.kind, rule.kind)
+        text = f"{what} {_range_text(rule, values)}".strip()
     if rule.note:
         text += f" ({rule.note})"
     if rule.null:
@@ -356,8 +369,6 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
         fix = f"data={options[0]}" if options else f"data=<a data option of kind {want}>"
         raise ConfigError(f"model={family} trains on data of kind {want}, and the chosen data is of kind {kind!r}"
                           f"{' (options of kind ' + want + ': ' + ', '.join(options) + ')' if options else ''}; fix it with `{fix}` (or use the family's experiment= preset)")
-    if c.get("warmup", 0) > c["steps"]:
-        raise bad_value("warmup", c["warmup"], f"an integer from 0 to steps={c['steps']}", f"warmup={min(200, c['steps'])}")
     family_hook(family)(c)
     from initnorm.nn.init import resolve
     from initnorm.nn.param import make_table

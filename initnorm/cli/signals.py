@@ -35,6 +35,11 @@ def job_started() -> None:
     signals.raise_if_requested()
 
 
+def current_folder() -> dict[str, str]:
+    """``{"key": "hydra.sweep.dir", "dir": ...}`` of the latest job started in this process (empty before one)."""
+    return dict(_folder)
+
+
 def resume_command(argv: list[str], key: str, folder: str, module: str = "initnorm.train") -> str:
     """The command line again, with its output folder pinned to ``folder`` (a rerun there resumes)."""
     kept = [a for a in argv if a.partition("=")[0].lstrip("+~") not in RUN_DIR_KEYS]
