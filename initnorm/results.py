@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
 import statistics
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-
+log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 LABELS = {
     "final_val_loss": "Final validation loss",
@@ -32,17 +33,29 @@ LABELS = {
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
-    """Write to a temporary file in the same folder, then rename: a reader never sees half a file."""
+    """Write to a unique temporary file in the same folder, fsync it, then rename: a reader (or a
+    crash, or a full disk) never leaves half a file or an empty one. The file gets the mode any new
+    file gets here (0644 under the usual umask), not the temporary file's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def umask() -> int:
+    """This process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_metrics(folder: Path, metrics: dict[str, Any]) -> Path:
@@ -51,17 +64,45 @@ def write_metrics(folder: Path, metrics: dict[str, Any]) -> Path:
     return path
 
 
+def read_record(path: Path) -> dict[str, Any] | None:
+    """One ``metrics.json`` as a dict; None, with one warning line naming the file and what to do,
+    for a file that is not a JSON object (damaged, or foreign: written by something else)."""
+    try:
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log.warning("ignored %s: not readable JSON (%s); delete it or move it away (a rerun of that job trains it again)", path, type(exc).__name__)
+        return None
+    if not isinstance(rec, dict):
+        log.warning("ignored %s: a JSON %s, not a job's record; delete it or move it away (a rerun of that job trains it again)", path, type(rec).__name__)
+        return None
+    if problem := shape_problem(rec):
+        log.warning("ignored %s: %s, not a record this version of initnorm reads; delete it or move it away (a rerun of that job trains it again)", path, problem)
+        return None
+    return rec
+
+
+# The fields summaries read, and the type each must have where present (an older record may lack some).
+SHAPE = {"status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list, "choices": dict, "val_history": list}
+
+
+def shape_problem(rec: dict[str, Any]) -> str | None:
+    """What makes ``rec`` unreadable as a job's record (``overrides is a list``), or None."""
+    for key, kind in SHAPE.items():
+        if key in rec and not isinstance(rec[key], kind):
+            return f"its {key} is a JSON {type(rec[key]).__name__}"
+    return None
+
+
 def read_metrics(folder: Path) -> list[dict[str, Any]]:
-    """Every job's metrics below ``folder``, in job order (then path order)."""
+    """Every job's metrics below ``folder``, in job order (then path order); foreign files are skipped with a warning."""
     records = []
     for path in sorted(Path(folder).rglob(METRICS_FILE)):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue  # written atomically, so this is only a foreign or damaged file
+        rec = read_record(path)
+        if rec is None:
+            continue
         rec["_dir"] = str(path.parent.relative_to(folder))
         records.append(rec)
-    return sorted(records, key=lambda r: (r.get("job_num", 0), r["_dir"]))
+    return sorted(records, key=lambda r: (r.get("job_num") if isinstance(r.get("job_num"), int) else 0, r["_dir"]))
 
 
 def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
@@ -123,7 +164,8 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
         if r.get("diverged"):
             row["diverged_at"].append(f"seed {r.get('seed')} at step {r.get('diverged_step')}")
         for m in metrics:
-            row["values"][m].append(None if r.get("diverged") else r.get(m))
+            value = r.get(m)  # a record from an older version may lack it: nan, not "diverged"
+            row["values"][m].append(None if r.get("diverged") else value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan)
     return keys, metrics, list(rows.values())
 
 

@@ -104,7 +104,7 @@ RULES: dict[str, Rule] = {
     "summary.plots": Rule("names", choices=_registry("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
     "summary.tail_steps": Int(1, fix=50),
     # data (one group per corpus or task)
-    "data.kind": Choice(_registry("initnorm.tasks", "TASKS"), fix="char_lm"),
+    "data.kind": Choice(_registry("initnorm.training.tasks", "TASKS"), fix="char_lm"),
     "data.name": Text(fix="alice"),
     "data.path": Rule("path", null=True, fix="/path/to/text.txt"),
     "data.context": Int(1, fix=32),
@@ -151,7 +151,7 @@ RULES: dict[str, Rule] = {
     "param.hidden_init": Choice(("scale", "keep"), fix="scale"),
     "norm_type.name": Choice(_registry("initnorm.nn.norms", "NORMS"), fix="layernorm"),
     "norm_type.eps": Num(0, fix=1e-5),
-    "optim.name": Choice(_registry("initnorm.optim", "OPTIMIZERS"), fix="adamw"),
+    "optim.name": Choice(_registry("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
     "optim.betas": Rule("betas", fix="[0.9,0.999]"),
     "optim.eps": Num(0, lo_open=True, fix=1e-8),
     "optim.weight_decay": Num(0, fix=0.01),
@@ -322,10 +322,6 @@ def _allowed(rule: Rule, values: Mapping[str, Any]) -> str:
     return text
 
 
-# Which data kind each model family trains on (a family without an entry takes any).
-FAMILY_DATA = {"decoder": "char_lm", "deep_mlp": "clusters", "char_mlp": "char_windows", "wide_mlp": "char_windows"}
-
-
 def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
     """Check a resolved config (plain dicts); return a copy with ``data.path`` absolute against ``base``.
 
@@ -363,7 +359,9 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
         if key not in c:
             raise ConfigError(f"the config has no {key}; compose it from initnorm's conf/ (python -m initnorm.train), not by hand")
     family, kind = c["model"].get("family"), c["data"].get("kind")
-    want = FAMILY_DATA.get(family)
+    from initnorm.models.build import MODELS
+
+    want = MODELS.get(family).data_kind
     if want is not None and kind != want:
         options = list(data_options.get(want, []))
         fix = f"data={options[0]}" if options else f"data=<a data option of kind {want}>"
@@ -378,26 +376,14 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
 
 
 def family_hook(family: str) -> Callable[[Mapping[str, Any]], None]:
-    """The model family's own check of the whole config (``initnorm.config``'s hooks)."""
-    return _FAMILY_CHECKS.get(family, lambda c: None)
+    """The model family's own check of the whole config (``Family.check``, next to its registry entry)."""
+    from initnorm.models.build import MODELS
 
-
-def _decoder(c: Mapping[str, Any]) -> None:
-    model = c["model"]
-    heads = model["n_heads"]
-    if model["width"] % heads:
-        raise bad_value("width", model["width"], f"a multiple of model.n_heads={heads}", f"width={heads * max(1, model['width'] // heads)}")
-    context = c["data"]["context"]
-    if context > model["max_context"]:
-        raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}", f"model.max_context={context}")
-
-
-_FAMILY_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {"decoder": _decoder}
+    return MODELS.get(family).check
 
 
 # ---- the text a config trains on ---------------------------------------------------------------
 
-TRAIN_FRACTION = 0.9  # corpus.load_corpus's split: the first 90% trains, the rest validates
 
 
 def text_key(c: Mapping[str, Any]) -> tuple:
@@ -411,7 +397,7 @@ def check_text(c: Mapping[str, Any]) -> None:
     d = c.get("data", {})
     if d.get("kind") not in ("char_lm", "char_windows"):
         return
-    from initnorm.data.corpus import SOURCES, locate
+    from initnorm.data.corpus import SOURCES, TRAIN_FRACTION, locate
 
     name, path, context = d.get("name"), d.get("path"), d["context"]
     file = locate(name, path)

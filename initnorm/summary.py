@@ -6,10 +6,13 @@ plots the jobs name (``summary.plots``), so a crashed or resumed sweep can alway
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from initnorm.plots import PLOTS
 from initnorm.results import METRICS_FILE, group_rows, read_metrics, render_csv, render_markdown, render_runs_csv, write_atomic
+
+log = logging.getLogger(__name__)
 
 
 def summarize(folder: Path | str) -> str:
@@ -20,8 +23,12 @@ def summarize(folder: Path | str) -> str:
         raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
-    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", [])):
-        plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
+    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
+        try:
+            plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
+        except Exception as exc:  # a record from another version must not cost the table
+            log.warning("no %s plot for %s (%s: %s); the table is written without it", name, folder, type(exc).__name__, exc)
+            continue
         for file, png in plot.files.items():
             write_atomic(folder / file, png)
         table += f"\n{plot.markdown}"

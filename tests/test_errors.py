@@ -100,7 +100,7 @@ def test_cli_exit_status_one_line_no_traceback(tmp_path):
 
     sweep = run_cli("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
-    assert sweep.stderr.strip() == "error: job lr=0 seed=1: lr=0 is invalid: a positive number; fix it with `lr=<x > 0>`"
+    assert sweep.stderr.strip() == "error: job lr=0 seed=1: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`"
     assert not (tmp_path / "sweep").exists()  # checked before Hydra made any job folder
 
 
@@ -108,7 +108,7 @@ def test_full_error_gives_the_traceback(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["initnorm.train", "lr=0"])
     with pytest.raises(SystemExit) as info:
         cli()
-    assert info.value.code == 2 and capsys.readouterr().err == "error: lr=0 is invalid: a positive number; fix it with `lr=<x > 0>`\n"
+    assert info.value.code == 2 and capsys.readouterr().err == "error: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`\n"
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(ConfigError, match="lr=0 is invalid"):  # raised: Python prints the traceback
         cli()

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from initnorm.errors import ConfigError
+from initnorm.results import write_atomic
 
 # Out of space, out of quota, a read-only file system, no permission: the folder, not the job, is at fault.
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -68,30 +71,6 @@ def check_writable(folder: str | Path, fix: str) -> None:
         raise ConfigError(f"cannot write in {where} ({exc.strerror or exc}); free space, fix its permissions, or pick another folder with `{fix}`") from None
 
 
-def save_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a unique temporary file, fsynced, then renamed: a failure
-    leaves no file (and no empty one), only the error."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def hydra_saves_atomically() -> None:
     """Make Hydra write a job's ``.hydra/*.yaml`` atomically (it writes them in place, so a full
     disk leaves a 0-byte ``config.yaml``); a disk error there becomes ``DiskError``."""
@@ -103,9 +82,35 @@ def hydra_saves_atomically() -> None:
 
     def _save_config(cfg, filename: str, output_dir: Path) -> None:
         try:
-            save_atomically(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
+            write_atomic(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
         except OSError as exc:
             raise (disk_error(exc) or exc) from exc
 
     _save_config.initnorm = True
     hydra_utils._save_config = _save_config
+
+
+def report(err: DiskError, argv: list[str]) -> int:
+    """One line naming the folder, the summary of the finished jobs where it fits, the command that resumes; exit status 1."""
+    from initnorm.cli import signals as cli_signals
+
+    print(f"error: {err}; the jobs that finished are kept: free space (or fix the folder's permissions) and resume, "
+          f"or pick another folder with `hydra.sweep.dir=...` (`hydra.run.dir=...` for one run)", file=sys.stderr)
+    where = cli_signals.current_folder()
+    if where.get("key") == "hydra.sweep.dir":
+        summary = cli_signals.write_summary(where["dir"])
+        if summary:
+            print(f"summary of the finished jobs: {summary}", file=sys.stderr)
+    if where:
+        print(f"resume with: {cli_signals.resume_command(argv, where['key'], where['dir'])}", file=sys.stderr)
+    return 1
+
+
+@contextmanager
+def reported(argv: list[str]):
+    """Run a command's jobs so that a disk error ends it as ``report`` says (``SystemExit(1)``)."""
+    hydra_saves_atomically()
+    try:
+        yield
+    except DiskError as err:
+        sys.exit(report(err, argv))

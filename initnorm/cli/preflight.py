@@ -2,8 +2,9 @@
 
 ``python -m initnorm.train ...`` calls :func:`check_command_line` first. It composes the config
 the way Hydra will (with Hydra's own loader: every job of a ``-m`` sweep, preset
-``hydra.sweeper.params`` included), then for each job runs ``config.validate``, finds its corpus
-(checksum, download) and looks into its folder (finished: skipped; killed: resumed; a different
+``hydra.sweeper.params`` included), then for each job runs ``initnorm.schema`` (every key's type and
+range, the relations between keys, the family's own check, the text: found, UTF-8, long enough),
+asks for the device the job will get, and looks into its folder (finished: skipped; killed: resumed; a different
 config's work: refused). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
 Hydra composition error (``init=xavir``) becomes one line that lists the known options, not
 Hydra's page of search paths.
@@ -29,13 +30,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
-from initnorm.config import to_plain, validate
-from initnorm.data.corpus import locate
-from initnorm.cli.compose import CONF_DIR
-from initnorm.errors import ConfigError
-from initnorm.training.resume import Prior, inspect_folder
+from initnorm import schema
+from initnorm.cli import devices
+from initnorm.cli.compose import CONF_DIR, compose_train
+from initnorm.cli.disk import check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
-from initnorm.training.tasks import TASKS
+from initnorm.config import to_plain
+from initnorm.errors import ConfigError
+from initnorm.training.resume import Prior, error_line, inspect_folder
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
@@ -105,13 +107,31 @@ def job_folder(cfg: DictConfig, multirun: bool) -> Path | None:
         return None
 
 
-def check_data(c: dict[str, Any], seen: set) -> None:
-    """A data node that names a corpus (``data.name`` / ``data.path``) must find it: path, checksum, download."""
-    data = c.get("data", {})
-    key = (data.get("name"), data.get("path"))
-    if ("name" in data or data.get("path")) and key not in seen:
+def data_options() -> dict[str, list[str]]:
+    """data kind -> the ``data=`` options of that kind (for the line that names the one to pick)."""
+    out: dict[str, list[str]] = {}
+    for f in sorted(Path(CONF_DIR, "data").glob("*.yaml")):
+        kind = (OmegaConf.load(f) or {}).get("kind")
+        out.setdefault(str(kind), []).append(f.stem)
+    return out
+
+
+def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool = False) -> dict[str, Any]:
+    """``schema.check`` (paths made absolute against the launch folder), the text (once per corpus)
+    and the device the job will get; returns the checked config."""
+    c = schema.check(c, base=Path.cwd(), data_options=data_options())
+    key = schema.text_key(c)
+    if key not in seen:
         seen.add(key)
-        locate(*key)
+        schema.check_text(c)
+    trainer = c.get("trainer", {})
+    devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
+    return c
+
+
+def unexpected(exc: BaseException) -> ConfigError:
+    """An exception no check meant to raise, still as one line (and a request to report it)."""
+    return ConfigError(f"{error_line(exc)} (raised while checking the config: a bug in initnorm's checks, please report it with this line)")
 
 
 def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: set) -> Job:
@@ -120,29 +140,78 @@ def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: set) -> J
     previous = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(cfg)  # so ${hydra:...} resolves as it will in the job
     try:
-        folder = job_folder(cfg, multirun)
-        task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         try:
-            c = to_plain(task)
-            validate(c)
-            TASKS.get(c["data"]["kind"])
-            check_data(c, seen)
+            folder = job_folder(cfg, multirun)
+            task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            num = OmegaConf.select(cfg, "hydra.job.num", default=0, throw_on_missing=False)
+            c = check_config(to_plain(task), seen, num if isinstance(num, int) else 0, multirun)
             prior = inspect_folder(folder, c) if folder is not None else Prior()
         except OmegaConfBaseException as exc:
             raise ConfigError(where + str(one_line(exc))) from exc
         except ConfigError as exc:
             raise ConfigError(where + str(exc)) from exc
+        except Exception as exc:
+            raise ConfigError(where + str(unexpected(exc))) from exc
     finally:
         HydraConfig.instance().cfg = previous
     return Job(overrides, c, folder, prior)
+
+
+def output_base(node: DictConfig) -> Path:
+    """The folder a job's (or sweep's) output goes below: the named one, or the fixed start of a
+    generated one (``outputs/multirun`` for ``${initnorm.unique_dir:outputs/multirun/${now:...}}``)."""
+    raw = str(OmegaConf.to_container(node, resolve=False).get("dir"))
+    if "${" not in raw:
+        return Path(raw)
+    fixed = raw.removeprefix("${initnorm.unique_dir:").split("${")[0]
+    return Path(fixed or ".")
+
+
+def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
+    """The launcher's values and whether the output folder can be written, once per command line."""
+    try:
+        launcher = OmegaConf.to_container(primary.hydra.launcher, resolve=True) if "launcher" in primary.hydra else {}
+    except OmegaConfBaseException as exc:
+        raise one_line(exc) from exc
+    schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
+
+
+def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> list[dict[str, Any]]:
+    """For commands that train or build in one process (``probe``, ``coord_check``): compose each
+    override list as ``initnorm.train`` would and check it; one line for the first bad one."""
+    register_resolvers()
+    out, seen = [], set()
+    for i, overrides in enumerate(jobs):
+        where = f"{label(i, overrides)}: " if len(jobs) > 1 else ""
+        try:
+            out.append(check_config(to_plain(compose_train(overrides)), seen))
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise ConfigError(where + str(one_line(exc))) from exc
+        except ConfigError as exc:
+            raise ConfigError(where + str(exc)) from exc
+        except Exception as exc:
+            raise ConfigError(where + str(unexpected(exc))) from exc
+    return out
 
 
 def check_command_line(argv: list[str]) -> list[Job] | None:
     """Compose and check every job ``argv`` would run; ``ConfigError`` (one line) for the first bad one.
 
     Returns the jobs, or None for a command line that runs nothing (``--help``, ``--cfg``) or that
-    names its own config folder (Hydra composes those as usual).
+    names its own config folder (Hydra composes those as usual). No exception but ``ConfigError``
+    leaves it: any other is a bug in a check, and still one line.
     """
+    try:
+        return _check_command_line(argv)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise unexpected(exc) from exc
+
+
+def _check_command_line(argv: list[str]) -> list[Job] | None:
     args = get_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun or args.config_dir or args.config_path:
         return None
@@ -158,6 +227,7 @@ def check_command_line(argv: list[str]) -> list[Job] | None:
                 job_lists = expand(primary) if multirun else [list(args.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
+            check_launcher_and_folder(primary, multirun)
             swept = parse_sweep(sweep_overrides(primary)) if multirun else []
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
             jobs, seen = [], set()

@@ -48,15 +48,15 @@ def resume_command(argv: list[str], key: str, folder: str, module: str = "initno
 
 def write_summary(folder: str) -> str | None:
     """The sweep's summary for the jobs that finished; None (and a line on stderr) where it cannot be written."""
-    from initnorm.results import summarize
+    from initnorm.summary import summarize
 
     try:
         summarize(folder)
         return str(Path(folder) / "summary.md")
     except FileNotFoundError:
         return None  # no job finished yet
-    except (OSError, ValueError) as exc:
-        print(f"warning: no summary for {folder}: {exc}", file=sys.stderr)
+    except Exception as exc:  # a damaged record must not hide the line that says how to resume
+        print(f"warning: no summary for {folder}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
 
 

@@ -25,16 +25,19 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
-from initnorm.cli import devices, sweep
-from initnorm.config import to_plain, validate
+from initnorm import schema
+from initnorm.cli import devices, disk, sweep
+from initnorm.cli import signals as cli_signals
+from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
 from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
-from initnorm.results import write_metrics
+from initnorm.results import fmt, write_metrics
 from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
 
 HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
@@ -57,10 +60,15 @@ def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
     return hp | {k: v for k, v in overrides.items() if k not in hp}
 
 
+def launch_folder() -> Path:
+    """The folder the command started in (a job runs in its own folder)."""
+    return Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
+
+
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there)."""
-    c = to_plain(cfg)
-    validate(c)
+    c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder
+    schema.check_text(c)
     out_dir = Path(out_dir)
     prior = inspect_folder(out_dir, c)  # finished: skip; killed: resume (initnorm/resume.py)
     if prior.finished is not None:
@@ -78,13 +86,14 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
     if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
-    callbacks.append(Checkpoint(out_dir, c["checkpoint"]["every_n_steps"], c))
+    checkpoint = Checkpoint(out_dir, c["checkpoint"]["every_n_steps"], c)
+    callbacks += [checkpoint, CheckpointOnSignal(checkpoint.save, out_dir)]  # SIGTERM/SIGINT: checkpoint, then stop
     overrides, job_num, choices = job_overrides()
     device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
     trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), **device)
 
     start = time.perf_counter()
-    trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint)
+    trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint, weights_only=True)  # tensors and plain values only
     wall = time.perf_counter() - start
     steps_done = trainer.global_step
     if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
@@ -140,6 +149,7 @@ def job_failed(cfg: DictConfig, exc: Exception) -> float:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def hydra_main(cfg: DictConfig) -> float:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    cli_signals.job_started()  # a stop signal between two jobs stops here
     try:
         metrics = train(cfg, os.getcwd())
     except ConfigError as exc:
@@ -150,14 +160,20 @@ def hydra_main(cfg: DictConfig) -> float:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:  # a crash in one job of a sweep must not cost the others
-        result = job_failed(cfg, exc)
+        if err := disk.disk_error(exc):  # a full disk: the next job would fail the same way
+            raise err from exc
+        try:
+            result = job_failed(cfg, exc)
+        except OSError as write_exc:
+            raise (disk.disk_error(write_exc) or write_exc) from exc
         if multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
             return result
         raise
-    status = f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
+    loss = metrics.get("final_val_loss")  # a finished record of an older version may lack keys
+    status = f"diverged at step {metrics.get('diverged_step')}" if metrics.get("diverged") else f"final validation loss {fmt(loss, 4)}"
     done = "already finished: " if metrics.get("skipped") else ""
-    print(f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step) -> {os.getcwd()}")
-    return metrics["final_val_loss"]
+    print(f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step) -> {os.getcwd()}")
+    return loss if isinstance(loss, float) else math.nan
 
 
 def main() -> None:
@@ -173,7 +189,8 @@ def main() -> None:
     plan = describe_plan(jobs) if jobs else None
     if plan:
         print(plan)
-    hydra_main()
+    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
+        hydra_main()
     if sweep.FAILED_JOBS:
         sys.exit(1)
 

@@ -29,6 +29,7 @@ class Family:
 
     build: FamilyFn
     check: Callable[[Mapping[str, Any]], None] = lambda cfg: None
+    data_kind: str | None = None  # the data.kind it trains on (None: any); initnorm.schema names the data option that fits
 
 
 MODELS: Registry[Family] = Registry("model family", "model")
@@ -63,11 +64,11 @@ def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
     )
 
 
-MODELS.register("decoder")(Family(decoder, check_decoder))
+MODELS.register("decoder")(Family(decoder, check_decoder, "char_lm"))
 # Chapter 003's MLPs (models/mlp.py): char_mlp and wide_mlp are one class in two shapes.
-MODELS.register("deep_mlp")(Family(mlp.deep_mlp, mlp.check_deep_mlp))
-MODELS.register("char_mlp")(Family(mlp.window_mlp))
-MODELS.register("wide_mlp")(Family(mlp.window_mlp))
+MODELS.register("deep_mlp")(Family(mlp.deep_mlp, mlp.check_deep_mlp, "clusters"))
+MODELS.register("char_mlp")(Family(mlp.window_mlp, data_kind="char_windows"))
+MODELS.register("wide_mlp")(Family(mlp.window_mlp, data_kind="char_windows"))
 
 
 @dataclass

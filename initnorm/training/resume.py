@@ -24,8 +24,11 @@ restores model, optimiser, schedule and loop counters, this callback restores
 from __future__ import annotations
 
 import json
+import logging
 import os
+import pickle
 import random
+import secrets
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -37,8 +40,9 @@ import numpy as np
 import torch
 
 from initnorm.errors import ConfigError
-from initnorm.results import METRICS_FILE, write_metrics
+from initnorm.results import METRICS_FILE, read_record, write_metrics
 
+log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
 CKPT_FILE = "last.ckpt"
 STATE_KEY = "initnorm"
@@ -95,30 +99,51 @@ class Prior:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    """A job's ``metrics.json`` as a dict; None for none, or (with one warning line) a foreign or damaged one."""
+    return read_record(path) if Path(path).exists() else None
+
+
+# What a rerun reads from a finished record; one written by an older version may lack some.
+FINISHED_KEYS = ("final_val_loss", "diverged", "steps")
 
 
 def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
-    """What to do in ``folder`` for the resolved config ``c``; a different config's work raises ``ConfigError``."""
+    """What to do in ``folder`` for the resolved config ``c``; a different config's work, or a
+    checkpoint that does not load as tensors and plain values, raises ``ConfigError``."""
     folder = Path(folder)
     done = read_json(folder / METRICS_FILE)
     if done is not None and done.get("status") == "finished":
-        if diff := differences(done.get("config"), c):
+        if diff := differences(done.get("config") if isinstance(done.get("config"), dict) else None, c):
             raise _refuse(folder, "a finished run", diff)
+        if missing := [k for k in FINISHED_KEYS if k not in done]:
+            log.warning("%s is a finished record without %s (an older initnorm?): kept as that job's result; delete it to train the job again",
+                        folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
     ckpt = folder / CKPT_DIR / CKPT_FILE
     if not ckpt.is_file():
         return Prior()
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    except Exception as exc:  # written atomically, so only a foreign or damaged file
-        raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); delete it to train {folder} from the start") from None
-    if diff := differences(state.get(STATE_KEY, {}).get("config"), c):
+    state = load_checkpoint(ckpt)
+    mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
+    if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
         raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", diff)
-    return Prior(checkpoint=ckpt, step=int(state.get("global_step", 0)))
+    step = state.get("global_step", 0)
+    return Prior(checkpoint=ckpt, step=step if isinstance(step, int) else 0)
+
+
+def load_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """A checkpoint's content, read with ``weights_only=True``: tensors and plain values only, so a
+    file planted in a shared folder cannot run code when it is read. Anything else is refused in one line."""
+    refuse = f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote: it holds more than tensors and plain values, so it is not "
+                          f"loaded (loading it could run code); {refuse}") from None
+    except Exception as exc:  # written atomically, so only a foreign or damaged file
+        raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); {refuse}") from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote (it holds a {type(state).__name__}); {refuse}")
+    return state
 
 
 def rng_states() -> dict[str, Any]:
@@ -156,10 +181,13 @@ class Checkpoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        # A name no other process uses: two runs in one folder by mistake must not write one temporary file.
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         self._saving = True
         try:
             trainer.save_checkpoint(tmp, weights_only=False)  # the full state: optimiser, schedule, loops
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old checkpoint or the new one
             os.replace(tmp, self.path)  # atomic: a reader sees the old checkpoint or the new one, never half
         except BaseException:
             tmp.unlink(missing_ok=True)
