@@ -19,26 +19,35 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from pathlib import Path
 
+from initnorm.cli import signals as cli_signals
 from initnorm.cli.compose import comma_list, compose_train, split_overrides
+from initnorm.cli.disk import check_writable
+from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord import NAMES, summarize
 
 
-def run_jobs(params, widths, depths, steps: int, lr: float, seed: int, extra: list[str], out: Path) -> None:
-    """One training job per (param, depth, width), each in ``out/param=..,depth=..,width=..``."""
-    for p in params:
-        for d in depths:
-            for w in widths:
-                job = out / f"param={p},depth={d},width={w}"
-                overrides = ["experiment=coord_check", f"param={p}", f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
-                start = time.perf_counter()
-                train(compose_train(overrides), job)
-                print(f"  {NAMES.get(p, p):3s} depth {d:2d} width {w:4d}: {time.perf_counter() - start:5.1f} s", flush=True)
+def jobs(params, widths, depths, steps: int, lr: float, seed: int, extra: list[str]) -> dict[str, list[str]]:
+    """Every job's folder name (``param=..,depth=..,width=..``) and training overrides."""
+    return {
+        f"param={p},depth={d},width={w}": ["experiment=coord_check", f"param={p}", f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
+        for p in params for d in depths for w in widths
+    }
+
+
+def run_jobs(todo: dict[str, list[str]], out: Path) -> None:
+    """One training job per entry of ``todo``, each in its own folder below ``out``."""
+    for name, overrides in todo.items():
+        start = time.perf_counter()
+        train(compose_train(overrides), out / name)
+        settings = dict(part.split("=") for part in name.split(","))
+        print(f"  {NAMES.get(settings['param'], settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: {time.perf_counter() - start:5.1f} s", flush=True)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -64,11 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         if a.source:
             folder = Path(a.source)
         else:
-            if a.steps <= 0 or a.lr <= 0:
-                raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive numbers", "--steps 10 --lr 0.01")
+            if a.steps <= 0 or not (a.lr > 0 and math.isfinite(a.lr)):
+                raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive finite numbers", "--steps 10 --lr 0.01")
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+            todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seed, extra)
+            check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains
+            check_writable(folder, "--out /a/writable/folder")
             print(f"coordinate check: {a.steps} steps at lr {a.lr}, params {','.join(a.params)}, widths {a.widths}, depths {a.depths}")
-            run_jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seed, extra, folder)
+            with cli_signals.honoured(sys.argv[1:] if argv is None else argv, resume=f"rerun with `--out {folder}` to resume"):
+                run_jobs(todo, folder)
         ok, text = summarize(folder, a.bound)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from initnorm.cli.compose import comma_list, compose_train, split_overrides
-from initnorm.config import to_plain, validate
+from initnorm.cli.compose import comma_list, split_overrides
+from initnorm.cli.disk import check_writable
+from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.probe import ACTIVATIONS, CHAPTER_INITS, LABELS, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
+from initnorm.instruments.probe import ACTIVATIONS, CHAPTER_INITS, LABELS, check_prompt, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
 from initnorm.nn.init import INITS
 from initnorm.plots import probe_decoder_png, probe_mlp_png
 from initnorm.results import write_atomic
@@ -59,11 +61,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), extra
 
 
-def decoder_config(norm: str, std: float, a: argparse.Namespace, extra: list[str]) -> dict:
-    """The training config of one §7a configuration, resolved and validated."""
-    c = to_plain(compose_train([f"depth={a.depth}", f"norm={norm}", f"seed={a.seed}", *extra, f"init.std={std}"]))
-    validate(c)
-    return c
+def decoder_configs(a: argparse.Namespace, extra: list[str]) -> dict[tuple[str, float], dict]:
+    """The training config of every §7a configuration, resolved and checked (``initnorm.schema``)."""
+    keys = [(n, s) for n in a.norms for s in a.stds]
+    overrides = [[f"depth={a.depth}", f"norm={n}", f"seed={a.seed}", *extra, f"init.std={s}"] for n, s in keys]
+    return dict(zip(keys, check_overrides(overrides, lambda i, o: f"norm={keys[i][0]} std={keys[i][1]}")))
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -75,18 +77,24 @@ def check_args(a: argparse.Namespace) -> None:
             raise bad_value("--activations", act, f"one of {', '.join(ACTIVATIONS)}", "--activations tanh,relu")
     for init in a.inits or []:
         INITS.get(init)
+    if not (math.isfinite(a.std) and a.std >= 0):
+        raise bad_value("--std", a.std, "a finite number >= 0", "--std 1.0")
 
 
 def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
     """Run the probes ``a.kind`` asks for, write their files into ``out``; return the printed text."""
     from torch.utils.tensorboard import SummaryWriter
 
-    check_args(a)
+    check_args(a)  # every argument and every config before the output folder is made
+    configs = decoder_configs(a, extra) if a.kind in ("decoder", "both") else {}
+    for c in list(configs.values())[:1]:
+        check_prompt(c, a.prompt)
+    check_writable(out, "--out /a/writable/folder")
     torch.set_flush_denormal(True)  # the chapter's setting: vanishing activations are slow on a CPU otherwise
     text = io.StringIO()
     tb = SummaryWriter(str(out / "tb"))
     if a.kind in ("decoder", "both"):
-        results = {(n, s): decoder_probe(decoder_config(n, s, a, extra), a.prompt) for n in a.norms for s in a.stds}
+        results = {key: decoder_probe(c, a.prompt) for key, c in configs.items()}
         text.write(f"Decoder at initialisation: {a.depth} blocks, prompt {a.prompt!r}, seed {a.seed}\n\n{decoder_table(results, a.depth)}")
         write_atomic(out / "probe_decoder.csv", decoder_csv(results))
         write_atomic(out / "probe_decoder.png", probe_decoder_png(results))

@@ -60,7 +60,7 @@ def write_summary(folder: str) -> str | None:
         return None
 
 
-def report(stop: signals.Interrupted, argv: list[str]) -> int:
+def report(stop: signals.Interrupted, argv: list[str], resume: str | None = None) -> int:
     """Say what was saved and how to resume; return the exit status (128 + signal)."""
     name = signal_name(stop.signum)
     saved = signals.last_saved()
@@ -72,6 +72,8 @@ def report(stop: signals.Interrupted, argv: list[str]) -> int:
             print(f"summary of the finished jobs: {summary}", file=sys.stderr)
     if _folder:
         print(f"resume with: {resume_command(argv, _folder['key'], _folder['dir'])}", file=sys.stderr)
+    elif resume:
+        print(resume, file=sys.stderr)
     return stop.exit_status
 
 
@@ -82,17 +84,18 @@ def signal_name(signum: int) -> str:
 
 
 @contextmanager
-def honoured(argv: list[str], extra: Iterable[int] = ()):
-    """Run a command's jobs so that a stop signal ends it as the module docstring says (``SystemExit``)."""
+def honoured(argv: list[str], extra: Iterable[int] = (), resume: str | None = None):
+    """Run a command's jobs so that a stop signal ends it as the module docstring says (``SystemExit``);
+    ``resume`` is the last line where no Hydra job names the folder (``coord_check --out``)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     signals.install(extra)
     try:
         yield
     except signals.Interrupted as stop:
-        sys.exit(report(stop, argv))
+        sys.exit(report(stop, argv, resume))
     except SIGTERMException:  # Lightning's own handler, in the instant before ours is back in place
-        sys.exit(report(signals.Interrupted(signals.requested() or 15), argv))
+        sys.exit(report(signals.Interrupted(signals.requested() or 15), argv, resume))
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last periodic checkpoint stays
         print("\nstopped at once by a second SIGINT; the last periodic checkpoint is kept", file=sys.stderr)
         if _folder:

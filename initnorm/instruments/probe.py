@@ -37,15 +37,21 @@ LABELS = {"small": "N(0, 0.01)", "xavier": "Xavier", "he": "He", "lecun": "LeCun
 
 
 
+def check_prompt(c: dict, prompt: str):
+    """The corpus of ``c``, once ``prompt`` is known to be two or more of its characters."""
+    corpus = load_corpus(c["data"]["name"], c["data"].get("path"))
+    unknown = sorted(set(prompt) - set(corpus.symbols))
+    if unknown or len(prompt) < 2:
+        raise bad_value("--prompt", prompt, f"two or more characters of the corpus's {corpus.symbols!r}", "--prompt 'alice was'")
+    return corpus
+
+
 def decoder_probe(c: dict, prompt: str) -> dict[str, list[float]]:
     """One configuration (a resolved, validated training config ``c``): ``stream_rms`` (entering
     each block, then leaving the last; depth + 1 values) and ``grad_norm`` (each block's weight
     matrices; depth values)."""
     depth, seed = c["model"]["depth"], c["seed"]
-    corpus = load_corpus(c["data"]["name"], c["data"].get("path"))
-    unknown = sorted(set(prompt) - set(corpus.symbols))
-    if unknown or len(prompt) < 2:
-        raise bad_value("--prompt", prompt, f"two or more characters of the corpus's {corpus.symbols!r}", "--prompt 'alice was'")
+    corpus = check_prompt(c, prompt)
     torch.manual_seed(seed)
     model = build_model(c["model"], c["init"], c["param"], corpus.vocab_size).model
     ids = corpus.encode(prompt)[None]
