@@ -46,6 +46,11 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # write() and fsync() name no file: a full disk's error should
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
