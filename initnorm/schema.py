@@ -179,7 +179,6 @@ RULES: dict[str, Rule] = {
 # hydra.launcher keys (checked by the command-line preflight against the launcher the command picks)
 LAUNCHER_RULES: dict[str, Rule] = {
     "n_jobs": Rule("n_jobs", fix=-1),
-    "batch_size": Int(1, fix=1),
     "timeout_min": Int(1, fix=60),
     "cpus_per_task": Int(1, fix=1),
     "mem_gb": Num(0, lo_open=True, fix=4),

@@ -108,7 +108,7 @@ def test_a_missing_text_is_one_line(tmp_path):
 def test_launcher_values(launcher, says):
     with pytest.raises(ConfigError, match=says):
         schema.check_launcher(launcher)
-    schema.check_launcher({"n_jobs": -1, "batch_size": 1})
+    schema.check_launcher({"n_jobs": -1, "batch_size": "1", "pre_dispatch": "n_jobs"})
 
 
 def test_every_rule_names_a_fix_that_passes_its_own_rule():

@@ -35,6 +35,11 @@ def job_started() -> None:
     signals.raise_if_requested()
 
 
+def sweep_started(folder: str) -> None:
+    """In the sweep's own process (Hydra's multirun start): the folder a resume must name."""
+    _folder.update(key="hydra.sweep.dir", dir=str(Path(folder).resolve()))
+
+
 def current_folder() -> dict[str, str]:
     """``{"key": "hydra.sweep.dir", "dir": ...}`` of the latest job started in this process (empty before one)."""
     return dict(_folder)
@@ -63,8 +68,13 @@ def write_summary(folder: str) -> str | None:
 def report(stop: signals.Interrupted, argv: list[str], resume: str | None = None) -> int:
     """Say what was saved and how to resume; return the exit status (128 + signal)."""
     name = signal_name(stop.signum)
-    saved = signals.last_saved()
-    what = f"job {saved['folder']} saved a checkpoint at step {saved['step']}" if saved.get("folder") else "no job was training"
+    saved = signals.last_saved() or ({"folder": stop.folder, "step": stop.step} if stop.folder else {})  # or a worker's
+    if stop.hard:
+        what = "at once (a second one): the job in progress keeps its last periodic checkpoint"
+    elif saved.get("folder"):
+        what = f"job {saved['folder']} saved a checkpoint at step {saved['step']}"
+    else:
+        what = "no job of this process was training"
     print(f"\nstopped by {name}: {what}; no further job started.", file=sys.stderr)
     if _folder.get("key") == "hydra.sweep.dir":
         summary = write_summary(_folder["dir"])
@@ -96,8 +106,3 @@ def honoured(argv: list[str], extra: Iterable[int] = (), resume: str | None = No
         sys.exit(report(stop, argv, resume))
     except SIGTERMException:  # Lightning's own handler, in the instant before ours is back in place
         sys.exit(report(signals.Interrupted(signals.requested() or 15), argv, resume))
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last periodic checkpoint stays
-        print("\nstopped at once by a second SIGINT; the last periodic checkpoint is kept", file=sys.stderr)
-        if _folder:
-            print(f"resume with: {resume_command(argv, _folder['key'], _folder['dir'])}", file=sys.stderr)
-        sys.exit(130)

@@ -85,6 +85,9 @@ class SummaryCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         os.environ[SWEPT_ENV] = ",".join(parse_sweep(sweep_overrides(config)))
+        from initnorm.cli.signals import sweep_started
+
+        sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir

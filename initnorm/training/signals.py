@@ -34,9 +34,12 @@ class Interrupted(BaseException):
     """A stop asked for by a signal. A BaseException, so that no ``except Exception`` that records a
     failed job catches it: the job is not failed, it is to be resumed."""
 
-    def __init__(self, signum: int, folder: str | None = None, step: int | None = None):
+    def __init__(self, signum: int, folder: str | None = None, step: int | None = None, hard: bool = False):
         super().__init__(signal.Signals(signum).name)
-        self.signum, self.folder, self.step = signum, folder, step
+        self.signum, self.folder, self.step, self.hard = signum, folder, step, hard
+
+    def __reduce__(self):  # a parallel launcher's worker sends it back to the sweep's process
+        return (type(self), (self.signum, self.folder, self.step, self.hard))
 
     @property
     def exit_status(self) -> int:
@@ -58,7 +61,7 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 def _record(signum: int, frame) -> None:
     global _requested
     if _requested is not None and signum == signal.SIGINT:
-        raise KeyboardInterrupt  # a second Ctrl-C: stop now, without the checkpoint
+        raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
     if _requested is None:
         _requested = signum
 
