@@ -96,7 +96,11 @@ class SummaryCallback(Callback):
         except FileNotFoundError as exc:
             log.warning("no summary: %s", exc)
             return
-        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")
+        except Exception as exc:  # a full disk, a record nobody foresaw: the jobs' results stand; say how to rebuild it
+            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
+            table = None
+        if table is not None:
+            print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")
