@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import os
 import re
+import secrets
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,18 +90,22 @@ def _verified(path: Path, source: Source) -> Path:
 
 def _download(source: Source, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".part")
     try:
         with urllib.request.urlopen(source.url, timeout=30) as response:
-            tmp.write_bytes(response.read())
+            data = response.read()
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(
             f"no copy of {source.file} and no network ({exc.__class__.__name__}); put the file at {target} "
             f"or set INITNORM_DATA_DIR to a folder that holds it, or fix it with `data.path=/path/to/{source.file}`"
         ) from None
-    _verified(tmp, source)
-    tmp.replace(target)
+    # A name of its own: the jobs of a parallel sweep may download at the same time.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+    try:
+        tmp.write_bytes(data)
+        _verified(tmp, source)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 
