@@ -82,7 +82,6 @@ class _registry:
 
 ACTIVATIONS = ("tanh", "relu", "gelu")
 GAIN_NAMES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu", "gelu")
-ROLES = ("embedding", "positional", "attn_qkv", "attn_out", "mlp_in", "mlp_out", "input", "hidden", "readout")
 
 # One line per key a user can set. ``*`` stands for one part of a dotted key.
 RULES: dict[str, Rule] = {
@@ -194,8 +193,8 @@ def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
-            out |= flat(v, key)
+        if isinstance(v, Mapping):
+            out |= flat(v, key)  # an empty mapping (init.per_role: {}) has no key to check
         else:
             out[key] = v
     return out
@@ -335,8 +334,7 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
         if rule is None:
             if key.startswith(PASSED_ON) or key.endswith("._target_"):
                 continue
-            raise ConfigError(f"{key} is not a key initnorm reads; check its spelling (known keys of {key.split('.')[0]}: "
-                              f"{', '.join(sorted(k.split('.', 1)[1] for k in RULES if k.startswith(key.split('.')[0] + '.'))) or 'none'}), or drop `+{key}=...`")
+            raise unknown_key(key)
         check_value(key, value, rule, values)
     out = copy.deepcopy(dict(c))
     check_relations(out, data_options or {})
@@ -344,6 +342,18 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     if isinstance(data, dict) and data.get("path"):
         data["path"] = str(absolute(data["path"], base))
     return out
+
+
+def unknown_key(key: str) -> ConfigError:
+    """``lrr is not a key initnorm reads; ... the nearest: lr``: a misspelt ``+`` override."""
+    import difflib
+
+    group, _, rest = key.rpartition(".")
+    siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in RULES if k.startswith(f"{group}.")} if group else {k.split(".")[0] for k in [*RULES, *PASSED_ON]})
+    near = difflib.get_close_matches(rest, siblings, n=1)
+    where = f"the keys of {group}" if group else "the top-level keys"
+    return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); "
+                       + (f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`"))
 
 
 def absolute(path: str, base: str | Path | None) -> Path:
@@ -369,6 +379,12 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
     family_hook(family)(c)
     from initnorm.nn.init import resolve
     from initnorm.nn.param import make_table
+    from initnorm.nn.roles import FIXED_ROLES, Role
+
+    roles = sorted(r.value for r in Role if r not in FIXED_ROLES)
+    for role in c["init"].get("per_role") or {}:
+        if role not in roles:
+            raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role], f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
     resolve(c["init"])
     make_table(c["param"], width=c["model"]["width"])  # width below µP's base width
