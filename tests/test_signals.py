@@ -4,14 +4,13 @@ import json
 import os
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 
 from initnorm.training import signals
-from tests.conftest import ROOT, TINY, run_cli
+from tests.conftest import TINY, run_cli
 
 
 class SignalAt(L.Callback):
