@@ -242,20 +242,20 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}) -> Any:
-    """``value`` if ``rule`` allows it (paths come back absolute only in ``check``); else ``ConfigError``."""
+def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | None = None) -> Any:
+    """``value`` if ``rule`` allows it (``values``: the other keys, for bounds such as ``steps``); else ``ConfigError``."""
+    values = values or {}
     if value is None:
         if rule.null:
             return value
         raise bad_value(key, value, f"a value is required ({_allowed(rule, values)})", _fix(key, rule))
     kind = rule.kind
     if kind in ("int", "number"):
-        noun = "an integer"
         if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
             raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
         if kind == "int" and not isinstance(value, int):
             whole = f" (write {int(value)}, not {value})" if float(value).is_integer() else ""
-            raise bad_value(key, value, f"{noun}{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
+            raise bad_value(key, value, f"an integer{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
         lo, hi = _bound(rule.lo, values), _bound(rule.hi, values)
         if (lo is not None and (value < lo or (rule.lo_open and value == lo))) or (hi is not None and (value > hi or (rule.hi_open and value == hi))):
             # Against another key's value (warmup <= steps), the nearest allowed value is the fix.
@@ -273,7 +273,6 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
 
             if isinstance(rule.choices, _registry):
                 rule.choices.registry().get(str(value))  # raises the registry's line
-
             best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
             raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
         return value
