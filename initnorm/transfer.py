@@ -186,9 +186,12 @@ def transfer_rows(cells: Mapping[tuple, Mapping[int, Seeds]], axis: str = "width
         all_seeds = sorted({s for n in sizes for s in by_size[n]}, key=str)
         rng = random.Random(rng_seed)
         boot: dict[int, dict[str, list[float]]] = {n: {"opt": [], "shift": [], "pen": []} for n in sizes}
+        memo: dict[tuple, dict[int, Fit]] = {}  # few seeds have few distinct resamples (3 seeds: 10)
         for _ in range(n_boot if len(all_seeds) > 1 else 0):
-            draw = [rng.choice(all_seeds) for _ in all_seeds]
-            bf = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
+            draw = sorted((rng.choice(all_seeds) for _ in all_seeds), key=str)
+            bf = memo.get(tuple(draw))
+            if bf is None:
+                bf = memo[tuple(draw)] = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
             for n in sizes:
                 boot[n]["opt"].append(bf[n].log2_lr)
                 boot[n]["shift"].append(bf[n].log2_lr - bf[base].log2_lr)
@@ -206,7 +209,8 @@ def transfer_rows(cells: Mapping[tuple, Mapping[int, Seeds]], axis: str = "width
 def _penalty(fit: Fit, x: float) -> float:
     if not (_finite(x) and _finite(fit.loss)):
         return math.nan
-    return fit.at(x) - fit.loss
+    p = fit.at(x) - fit.loss
+    return 0.0 if abs(p) < 1e-12 else p  # at its own optimum: exactly none
 
 
 # ---------------------------------------------------------------- from job records
@@ -230,7 +234,7 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
     metric = metric or metric_of(records)
     if axis is None:
         return None, {}
-    keys: list[str] = []
+    keys: list[str] = ["param"] if any("param" in r.get("overrides", {}) for r in records) else []
     for r in records:
         for k in r.get("swept") or r.get("overrides", {}):
             if k not in ("lr", "seed", *AXES) and k not in keys:
