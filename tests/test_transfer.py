@@ -157,3 +157,67 @@ def test_eps_fraction_against_a_direct_count():
 def test_fans_of_linear_and_embedding():
     m = torch.nn.Sequential(torch.nn.Embedding(65, 16), torch.nn.Linear(16, 48))
     assert fans(m) == {"0.weight": (16, 65), "1.weight": (48, 16)}
+
+
+# ---------------------------------------------------------------- in training, and on a small real sweep
+
+DIAG = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false",
+        "callbacks.stats.every_n_steps=5", "callbacks.diagnostics.every_n_steps=5", "checkpoint.every_n_steps=0"]
+
+
+def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from initnorm.cli.train import train
+    from initnorm.training.optim import schedule_factor
+    from tests.conftest import compose_cfg
+
+    with_diag = train(compose_cfg(*DIAG, "lr=0.01"), tmp_path / "on")
+    without = train(compose_cfg(*DIAG, "lr=0.01", "~callbacks.diagnostics"), tmp_path / "off")
+    assert with_diag["final_val_loss"] == without["final_val_loss"]  # nothing draws from the training RNG
+    acc = EventAccumulator(str(tmp_path / "on" / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight"):
+        assert tag in tags and [e.step for e in acc.Scalars(tag)] == [0, 5, 10], tag
+    # SP: every group at the base lr times the schedule's factor at that step (cosine over 12 steps).
+    for e in acc.Scalars("eff_lr/block_01/attn.q.weight"):
+        assert e.value == pytest.approx(0.01 * schedule_factor(e.step, 12, 0), rel=1e-6)
+    # Adam's first step is ±lr in every coordinate: ΔW's top singular value is at least lr·sqrt(fan_out·fan_in)/… > 0.
+    assert all(0 < e.value for e in acc.Scalars("sigma_dw/head/weight"))
+    assert all(0 <= e.value <= 1 for e in acc.Scalars("eps_frac/block_01/params"))
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("transfer")
+    sweep = tmp / "sweep"
+    # 12 jobs: the fewest that fill every column (two widths, three rates for a parabola, two seeds for an interval)
+    proc = run_cli("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
+                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
+                   "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return sweep
+
+
+def test_transfer_table_of_a_small_real_sweep_has_every_column(small_sweep):
+    table = list(csv.DictReader((small_sweep / "transfer.csv").open()))
+    assert [(r["param"], r["axis"], r["size"]) for r in table] == [("sp", "width", "16"), ("sp", "width", "32")]
+    for row in table:
+        assert all(row[k] not in ("", "nan") for k in row if k != "note"), row
+        assert row["note"] or row["method"] == "parabola"  # a grid argmin always says why
+    md = (small_sweep / "summary.md").read_text()
+    assert "## Learning-rate transfer" in md and "- SP " in md
+
+
+def test_diagnose_command_names_layers_per_width(small_sweep):
+    from tests.conftest import run_cli
+
+    proc = run_cli(str(small_sweep), "--factor", "1.01", module="initnorm.diagnose", cwd=small_sweep)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "### SP at lr 2^" in proc.stdout and "- width 32:" in proc.stdout
+    assert (small_sweep / "diagnose.md").read_text().endswith(proc.stdout)
+    bad = run_cli(str(small_sweep), "--factor", "0.5", module="initnorm.diagnose", cwd=small_sweep)
+    assert bad.returncode == 2 and "--factor '0.5': a number above 1" in bad.stderr
