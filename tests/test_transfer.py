@@ -127,7 +127,7 @@ def test_power_iteration_within_1e_3_at_its_default_steps(shape):
     exact = torch.linalg.matrix_norm(w.double(), ord=2).item()
     sigma, v = top_singular(w)  # a cold start
     assert abs(sigma - exact) / exact < 1e-3
-    assert sigma <= exact * (1 + 1e-12)  # a Rayleigh quotient: never above the truth
+    assert sigma <= exact * (1 + 1e-6)  # a Rayleigh quotient: never above the truth (but for float32 rounding)
     w2 = w + 0.05 * torch.randn(*shape)  # one training step later: a warm start
     exact2 = torch.linalg.matrix_norm(w2.double(), ord=2).item()
     assert abs(top_singular(w2, v)[0] - exact2) / exact2 < 1e-3

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, NAMES, curves, ordered, ratio, read_rows, sweep_axis
 from initnorm.repro import reference as ref
 from initnorm.results import best_lr, fmt, group_rows, mean_sd, read_metrics
@@ -323,7 +324,16 @@ def chapter_mup(folder: Path) -> str:
     return (
         f"Seed 0 (the chapter's page; one run). Loss: the mean of the last 50 training batches after {', '.join(map(str, steps))} steps.\n\n" + _table(head, rows)
         + "\n" + three_seed_rows({k: seeds[k] for k in order}) + "\n![loss against learning rate](lr_transfer.png)\n"
+        + transfer_section(folder)
     )
+
+
+def transfer_section(folder: Path) -> str:
+    """The transfer table of an lr x width (or depth) sweep (``initnorm.transfer``): not in the documents,
+    so nothing to set beside it; empty for any other sweep."""
+    recs = _records(folder)
+    rows = transfer.transfer_table(recs)
+    return transfer.render_markdown(rows, transfer.metric_of(recs)).replace("## Learning-rate transfer", "#### Learning-rate transfer (not in the chapter)") if rows else ""
 
 
 COMPARE: dict[str, Callable[[Path], str]] = {
