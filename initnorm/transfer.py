@@ -237,7 +237,7 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
     keys: list[str] = ["param"] if any("param" in r.get("overrides", {}) for r in records) else []
     for r in records:
         for k in r.get("swept") or r.get("overrides", {}):
-            if k not in ("lr", "seed", *AXES) and k not in keys:
+            if k not in ("lr", "seed", axis) and k not in keys:
                 keys.append(k)
     varying = [k for k in keys if k == "param" or len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
     cells: dict[tuple, dict[int, dict[Any, dict[float, float]]]] = {}
@@ -304,7 +304,7 @@ def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
         worst = max(finite, key=lambda r: abs(r.shift.value))
         span = f"from {axis} {base.size} to {far.size}"
         if abs(worst.shift.value) <= SHIFT_TOL:
-            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span}"
+            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} (largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)})"
         else:
             verb = "falls" if far.shift.value < 0 else "rises"
             head = f"does not transfer: optimum {verb} {abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"

@@ -85,7 +85,8 @@ def test_within_half_an_octave_transfers_and_the_bootstrap_is_deterministic():
     rows = tr.transfer_rows(cells, n_boot=100)
     assert rows == tr.transfer_rows(cells, n_boot=100)
     (verdict,) = tr.verdicts(rows)
-    assert verdict.startswith("µP transfers: optimum within ±0.5 octave from width 64 to 1024, penalty ≤")
+    assert verdict.startswith("µP transfers: optimum within ±0.5 octave from width 64 to 1024 (largest shift +0.")
+    assert "), penalty ≤ " in verdict
 
 
 def _records(axis="width"):
@@ -221,3 +222,12 @@ def test_diagnose_command_names_layers_per_width(small_sweep):
     assert (small_sweep / "diagnose.md").read_text().endswith(proc.stdout)
     bad = run_cli(str(small_sweep), "--factor", "0.5", module="initnorm.diagnose", cwd=small_sweep)
     assert bad.returncode == 2 and "--factor '0.5': a number above 1" in bad.stderr
+
+
+def test_the_other_axis_is_part_of_the_setting():
+    recs = _records("depth")
+    for r in recs:
+        r["overrides"]["width"] = "64" if r["seed"] == 0 else "128"  # a second swept size, not the axis
+        r["swept"] = ["param", "width", "depth", "lr", "seed"]
+    axis, cells = tr.cells_from_records(recs)
+    assert axis == "width" and (("param", "sp"), ("depth", "64")) in cells
