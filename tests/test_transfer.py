@@ -222,6 +222,10 @@ def test_diagnose_command_names_layers_per_width(small_sweep):
     assert (small_sweep / "diagnose.md").read_text().endswith(proc.stdout)
     bad = run_cli(str(small_sweep), "--factor", "0.5", module="initnorm.diagnose", cwd=small_sweep)
     assert bad.returncode == 2 and "--factor '0.5': a number above 1" in bad.stderr
+    (one := small_sweep.parent / "one_job").mkdir(exist_ok=True)
+    (one / "metrics.json").write_text((next(small_sweep.rglob("metrics.json"))).read_text())  # one job: no sweep
+    empty = run_cli(str(one), module="initnorm.diagnose", cwd=small_sweep)
+    assert empty.returncode == 2 and "holds no finished sweep over lr and width (or depth)" in empty.stderr
 
 
 def test_the_other_axis_is_part_of_the_setting():

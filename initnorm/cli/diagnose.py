@@ -64,7 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if axis is None:
+        print(f"error: {str(args.sweep_dir)!r} holds no finished sweep over lr and width (or depth); give such a sweep's folder "
+              "(python -m initnorm.train -m experiment=mup_mlp_sweep)", file=sys.stderr)
+        return 2
+    if not at:
+        print(f"error: the jobs in {str(args.sweep_dir)!r} logged no per-layer statistics ({','.join(args.stats)}); "
+              "run the sweep with the default callbacks (callbacks=default), not callbacks=none", file=sys.stderr)
+        return 2
     text = render(axis, at, deps, args.factor)
     write_atomic(args.sweep_dir / "diagnose.md", f"# Diagnostics of {args.sweep_dir.name}\n\n{text}")
     print(text, end="")
-    return 0 if axis is not None else 2
+    return 0
