@@ -133,22 +133,38 @@ def _sd(xs: list[float]) -> str:
 
 @PLOTS.register("lr_transfer")
 def lr_transfer(records: list[Record]) -> Plot:
-    """Chapter 003, step 4 (and any lr x width or depth sweep): loss against learning rate per
-    width, one panel per parameterisation: the seed means (points), the fitted parabola around
-    each optimum (``initnorm.transfer``), each optimum starred with its bootstrap interval, and
-    the base (smallest) width's optimum as a vertical line. The table gives the best grid rate per
-    (param, width) from the mean over seeds, and each seed's own best (log2) as the chapter's
-    three-seed table does; ``summary.summarize`` adds the transfer table below it."""
+    """Chapter 003, step 4 (and any lr x width sweep): loss against learning rate per width, one
+    panel per parameterisation: the seed means (points), the fitted parabola around each optimum
+    (``initnorm.transfer``), each optimum starred with its bootstrap interval, and the base
+    (smallest) width's optimum as a vertical line. The table gives the best grid rate per (param,
+    width) from the mean over seeds, and each seed's own best (log2) as the chapter's three-seed
+    table does; ``summary.summarize`` adds the transfer table below it."""
+    return _lr_transfer(records, "width")
+
+
+@PLOTS.register("lr_transfer_depth")
+def lr_transfer_depth(records: list[Record]) -> Plot:
+    """The same across depth (``experiment=depth_transfer``): one panel per parameterisation."""
+    return _lr_transfer(records, "depth")
+
+
+PANEL_TITLES = {
+    "width": {"mup": "µP: lr scaled with width", "sp": "standard parameterisation"},
+    "depth": {"mup": "µP: branches not scaled with depth", "depth_mup": "depth-µP: branches x (L/L0)^-1/2", "completep": "CompleteP: branches x (L/L0)^-1"},
+}
+
+
+def _lr_transfer(records: list[Record], axis: str) -> Plot:
     metric = transfer.metric_of(records)
-    axis, cells = transfer.cells_from_records(records, metric=metric)
-    if axis is None:  # one width (or none swept): every setting's curve at that width
-        axis, cells = "width", {}
+    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric)
+    if found is None or not cells:  # one size (or none swept): every setting's curve at that size
+        cells = {}
         for r in records:
             ov = r.get("overrides", {})
             if r.get("status") == "finished" and "lr" in ov:
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
                 setting = (("param", str(ov.get("param", "sp"))),)
-                cells.setdefault(setting, {}).setdefault(int(ov.get("width", 0)), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
+                cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
@@ -176,12 +192,13 @@ def lr_transfer(records: list[Record]) -> Plot:
         base = rows.get((setting, sizes[0]))
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
-        ax.set(xscale="log", xlabel="learning rate (base)", title="µP: lr scaled with width" if name == "mup" else "standard parameterisation" if name == "sp" else name)
+        ax.set(xscale="log", xlabel="learning rate (base)", title=PANEL_TITLES.get(axis, {}).get(name, name))
         ax.set_xticks([2**x for x in grid[::2]], [f"$2^{{{_log2(x)}}}$" for x in grid[::2]])
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
-    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + "\n\n![loss against learning rate](lr_transfer.png)\n"
-    return Plot({"lr_transfer.png": _png(fig)}, text)
+    png = "lr_transfer.png" if axis == "width" else f"lr_transfer_{axis}.png"
+    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({png})\n"
+    return Plot({png: _png(fig)}, text)
 
 
 def _log2(x: float) -> str:

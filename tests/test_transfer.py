@@ -235,3 +235,17 @@ def test_the_other_axis_is_part_of_the_setting():
         r["swept"] = ["param", "width", "depth", "lr", "seed"]
     axis, cells = tr.cells_from_records(recs)
     assert axis == "width" and (("param", "sp"), ("depth", "64")) in cells
+
+
+def test_a_depth_sweep_gets_its_plot_and_the_transfer_table_in_the_summary(tmp_path):
+    from initnorm.plots import PLOTS
+    from initnorm.results import write_metrics
+    from initnorm.summary import summarize
+
+    for i, r in enumerate(_records("depth")):
+        write_metrics(tmp_path / f"job{i:03d}", {**r, "job_num": i, "summary_plots": ["lr_transfer_depth"]})
+    plot = PLOTS.get("lr_transfer_depth")(_records("depth"))
+    assert list(plot.files) == ["lr_transfer_depth.png"] and "## Best learning rate per depth" in plot.markdown
+    md = summarize(tmp_path)
+    assert "- SP does not transfer: optimum falls 1.0 octaves from depth 64 to 256" in md and "| shift from depth 64 (log2) |" in md
+    assert (tmp_path / "lr_transfer_depth.png").is_file() and (tmp_path / "transfer.csv").read_text().count("\n") == 5
