@@ -164,13 +164,15 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
             if r.get("status") == "finished" and "lr" in ov:
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
                 setting = (("param", str(ov.get("param", "sp"))),)
-                cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
+                curve = cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})
+                curve[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
     fig, axes = _figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
     lines = [f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
-             f"| loss at each lr, 2^{_log2(grid[0]) if grid else 0} ... 2^{_log2(grid[-1]) if grid else 0} (mean over seeds) |", "|---|---|---|---|---|---|---|---|"]
+             f"| loss at each lr, 2^{_log2(grid[0]) if grid else 0} ... 2^{_log2(grid[-1]) if grid else 0} (mean over seeds) |",
+             "|---|---|---|---|---|---|---|---|"]
     for ax, (setting, by_size) in zip(axes, cells.items()):
         name = ", ".join(v for _, v in setting) or "all"
         for colour, size in zip(MUP_WIDTH_COLOURS * 4, sizes):

@@ -175,7 +175,9 @@ class Row:
     penalty: Estimate  # loss at the base's optimal lr minus best loss
 
 
-def transfer_rows(cells: Mapping[tuple, Mapping[int, Seeds]], axis: str = "width", n_boot: int = N_BOOT, level: float = LEVEL, rng_seed: int = BOOT_SEED) -> list[Row]:
+def transfer_rows(
+    cells: Mapping[tuple, Mapping[int, Seeds]], axis: str = "width", n_boot: int = N_BOOT, level: float = LEVEL, rng_seed: int = BOOT_SEED
+) -> list[Row]:
     """``cells``: setting -> size -> seed -> log2 lr -> loss. Rows in setting order, then size.
     The base of each setting is its smallest size."""
     rows = []
@@ -304,7 +306,8 @@ def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
         worst = max(finite, key=lambda r: abs(r.shift.value))
         span = f"from {axis} {base.size} to {far.size}"
         if abs(worst.shift.value) <= SHIFT_TOL:
-            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} (largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)})"
+            largest = f"largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)}"
+            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} ({largest})"
         else:
             verb = "falls" if far.shift.value < 0 else "rises"
             head = f"does not transfer: optimum {verb} {abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"
@@ -330,7 +333,8 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
     axis = rows[0].axis
     unit = "nats" if "loss" in metric else metric
     pct = f"{LEVEL:.0%}"
-    head = ["setting", axis, "seeds", "optimal log2 lr", f"{pct} interval", "fit", f"best {metric}", f"shift from {axis} {rows[0].size} (log2)", f"{pct} interval", f"penalty ({unit})", f"{pct} interval"]
+    head = ["setting", axis, "seeds", "optimal log2 lr", f"{pct} interval", "fit", f"best {metric}",
+            f"shift from {axis} {rows[0].size} (log2)", f"{pct} interval", f"penalty ({unit})", f"{pct} interval"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fit = r.fit.method if r.fit.method == "parabola" else f"{r.fit.method}: {r.fit.note}"

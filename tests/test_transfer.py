@@ -45,8 +45,6 @@ def test_minimum_on_the_grid_edge_is_the_grid_argmin_with_a_note():
     assert (low.method, low.log2_lr) == ("grid argmin", -12.0) and "lowest lr" in low.note
     high = tr.fit_optimum(*tr.seed_mean(parabola_seeds(-2.0, sd=0.0)))
     assert (high.method, high.log2_lr) == ("grid argmin", -4.0) and "highest lr" in high.note
-    flat = tr.fit_optimum(GRID, [1.0 if x != -8 else 0.5 for x in GRID][:4] + [0.9] + [1.0] * 4)
-    assert flat.method in ("parabola", "grid argmin")
     diverged = tr.fit_optimum(GRID, [math.nan] * len(GRID))
     assert diverged.method == "none" and math.isnan(diverged.log2_lr)
 
@@ -97,7 +95,8 @@ def _records(axis="width"):
                 for x in GRID:
                     loss = 0.05 * (x - (-7 + drift * k)) ** 2 + 2 + rng.gauss(0, 0.005)
                     out.append({"status": "finished", "seed": seed, "swept": ["param", axis, "lr", "seed"], "summary_metrics": ["final_loss"],
-                                "overrides": {"param": param, axis: str(n), "lr": str(2**x), "seed": str(seed)}, "final_loss": loss, "diverged": x == -4 and n == 256 and param == "sp"})
+                                "overrides": {"param": param, axis: str(n), "lr": str(2**x), "seed": str(seed)}, "final_loss": loss,
+                                "diverged": x == -4 and n == 256 and param == "sp"})
     return out
 
 
@@ -179,12 +178,13 @@ def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
     acc = EventAccumulator(str(tmp_path / "on" / "tb"), size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for tag in ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight"):
+    wanted = ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight")
+    for tag in wanted:
         assert tag in tags and [e.step for e in acc.Scalars(tag)] == [0, 5, 10], tag
     # SP: every group at the base lr times the schedule's factor at that step (cosine over 12 steps).
     for e in acc.Scalars("eff_lr/block_01/attn.q.weight"):
         assert e.value == pytest.approx(0.01 * schedule_factor(e.step, 12, 0), rel=1e-6)
-    # Adam's first step is ±lr in every coordinate: ΔW's top singular value is at least lr·sqrt(fan_out·fan_in)/… > 0.
+    # Every measured step moves the weights.
     assert all(0 < e.value for e in acc.Scalars("sigma_dw/head/weight"))
     assert all(0 <= e.value <= 1 for e in acc.Scalars("eps_frac/block_01/params"))
 

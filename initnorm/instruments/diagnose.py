@@ -123,7 +123,8 @@ def _departs(b: float, v: float, factor: float) -> bool:
 def render(axis: str | None, at: dict, deps: list[Departure], factor: float = FACTOR) -> str:
     if axis is None:
         return "Not an lr x width (or depth) sweep: nothing to compare.\n"
-    lines = [f"Per-layer statistics (median over logged steps after step 0, mean over seeds) that depart from the smallest {axis}'s by more than a factor of {factor:g}.\n"]
+    lines = [f"Per-layer statistics (median over logged steps after step 0, mean over seeds) that depart from the smallest {axis}'s "
+             f"by more than a factor of {factor:g}.\n"]
     for setting, x in at.items():
         mine = [d for d in deps if d.setting == setting]
         lines.append(f"\n### {transfer.setting_label(setting)} at lr 2^{x:g}\n")
