@@ -305,12 +305,16 @@ def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
             continue
         worst = max(finite, key=lambda r: abs(r.shift.value))
         span = f"from {axis} {base.size} to {far.size}"
-        if abs(worst.shift.value) <= SHIFT_TOL:
+        edge = [str(r.size) for r in rs if "grid's" in r.fit.note]  # an optimum on the grid's edge may lie beyond it
+        if abs(worst.shift.value) <= SHIFT_TOL and edge:
+            head = f"undetermined: the optimum is on the lr grid's edge at {axis} {', '.join(edge)} (widen the grid); shifts so far within ±{SHIFT_TOL:g} octave {span}"
+        elif abs(worst.shift.value) <= SHIFT_TOL:
             largest = f"largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)}"
             head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} ({largest})"
         else:
             verb = "falls" if far.shift.value < 0 else "rises"
-            head = f"does not transfer: optimum {verb} {abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"
+            bound = "at least " if str(far.size) in edge else ""
+            head = f"does not transfer: optimum {verb} {bound}{abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"
         pens = [r.penalty.value for r in rs[1:] if not math.isnan(r.penalty.value)]
         worst_pen = max(pens) if pens else math.nan
         pen = "penalty —" if not pens else "the base optimum diverges at a larger size" if math.isinf(worst_pen) else f"penalty ≤ {_ceil(worst_pen)} {unit}"

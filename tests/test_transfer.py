@@ -49,6 +49,15 @@ def test_minimum_on_the_grid_edge_is_the_grid_argmin_with_a_note():
     assert diverged.method == "none" and math.isnan(diverged.log2_lr)
 
 
+def test_verdict_with_an_optimum_on_the_grid_edge_claims_no_transfer():
+    same = {(("param", "mup"),): {2: parabola_seeds(-2.0, sd=0.0, n_seeds=2), 4: parabola_seeds(-2.5, sd=0.0, n_seeds=2)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(same, "depth", n_boot=20))
+    assert verdict.startswith("µP undetermined: the optimum is on the lr grid's edge at depth 2, 4 (widen the grid)")
+    falls = {(): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=2), 1024: parabola_seeds(-13.0, sd=0.0, n_seeds=2)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(falls, n_boot=20))
+    assert "does not transfer: optimum falls at least 5.0 octaves from width 64 to 1024" in verdict
+
+
 def test_neighbour_diverged_falls_back_to_the_argmin():
     ys = [3.0, 2.8, 2.6, 2.5, 2.4, math.nan, math.nan, math.nan, math.nan]
     fit = tr.fit_optimum(GRID, ys)
