@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from initnorm import transfer
 from initnorm.registry import Registry
 from initnorm.results import best_lr, settings
 
@@ -132,52 +133,93 @@ def _sd(xs: list[float]) -> str:
 
 @PLOTS.register("lr_transfer")
 def lr_transfer(records: list[Record]) -> Plot:
-    """Chapter 003, step 4: loss against learning rate per width, one panel per parameterisation,
-    each width's optimum starred; the table gives the best rate per (param, width), from the
-    mean over seeds, and each seed's own best (log2) as the chapter's three-seed table does."""
-    metric = (records[0].get("summary_metrics") or ["final_loss"])[0] if records else "final_loss"
-    # (param, width) -> lr -> seed -> loss
-    grid: dict[tuple[str, int], dict[float, dict[Any, float]]] = {}
-    for r in records:
-        ov = r.get("overrides", {})
-        if r.get("status") != "finished" or "lr" not in ov:
-            continue
-        value = math.nan if r.get("diverged") else r.get(metric, math.nan)
-        grid.setdefault((ov.get("param", "sp"), int(ov.get("width", 0))), {}).setdefault(float(ov["lr"]), {})[r.get("seed")] = value
-    params = list(dict.fromkeys(p for p, _ in grid))
-    widths = sorted({w for _, w in grid})
-    lrs = sorted({lr for curve in grid.values() for lr in curve})
-    fig, axes = _figure(5 * max(1, len(params)), 3.8, ncols=max(1, len(params)), sharey=True)
-    rows = ["| param | width | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, 2^{:d} ... 2^{:d} (mean over seeds) |".format(
-        round(math.log2(lrs[0])) if lrs else 0, round(math.log2(lrs[-1])) if lrs else 0), "|---|---|---|---|---|---|---|---|"]
-    for ax, param in zip(axes, params):
-        for colour, width in zip(MUP_WIDTH_COLOURS * 4, widths):
-            curve = grid.get((param, width))
-            if not curve:
+    """Chapter 003, step 4 (and any lr x width sweep): loss against learning rate per width, one
+    panel per parameterisation: the seed means (points), the fitted parabola around each optimum
+    (``initnorm.transfer``), each optimum starred with its bootstrap interval, and the base
+    (smallest) width's optimum as a vertical line. The table gives the best grid rate per (param,
+    width) from the mean over seeds, and each seed's own best (log2) as the chapter's three-seed
+    table does; ``summary.summarize`` adds the transfer table below it."""
+    return _lr_transfer(records, "width")
+
+
+@PLOTS.register("lr_transfer_depth")
+def lr_transfer_depth(records: list[Record]) -> Plot:
+    """The same across depth (``experiment=depth_transfer``): one panel per parameterisation."""
+    return _lr_transfer(records, "depth")
+
+
+PANEL_TITLES = {
+    "width": {"mup": "µP: lr scaled with width", "sp": "standard parameterisation"},
+    "depth": {"mup": "µP: branches not scaled with depth", "depth_mup": "depth-µP: branches x (L/L0)^-1/2", "completep": "CompleteP: branches x (L/L0)^-1"},
+}
+
+
+def _lr_transfer(records: list[Record], axis: str) -> Plot:
+    metric = transfer.metric_of(records)
+    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric)
+    if found is None or not cells:  # one size (or none swept): every setting's curve at that size
+        cells = {}
+        for r in records:
+            ov = r.get("overrides", {})
+            if r.get("status") == "finished" and "lr" in ov:
+                loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
+                setting = (("param", str(ov.get("param", "sp"))),)
+                curve = cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})
+                curve[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
+    rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
+    sizes = sorted({n for by in cells.values() for n in by})
+    grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
+    fig, axes = _figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
+    lines = [f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
+             f"| loss at each lr, 2^{_log2(grid[0]) if grid else 0} ... 2^{_log2(grid[-1]) if grid else 0} (mean over seeds) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for ax, (setting, by_size) in zip(axes, cells.items()):
+        name = ", ".join(v for _, v in setting) or "all"
+        for colour, size in zip(MUP_WIDTH_COLOURS * 4, sizes):
+            seeds = by_size.get(size)
+            if not seeds:
                 continue
-            xs = sorted(curve)
-            means = [statistics.fmean(v) if (v := [x for x in curve[lr].values() if _finite(x)]) else math.nan for lr in xs]
-            ax.plot(xs, means, marker="o", ms=3, color=colour, label=f"width {width}")
-            lr_best = best_lr(dict(zip(xs, means)))
-            best = None if lr_best is None else xs.index(lr_best)
-            seeds = sorted({s for lr in xs for s in curve[lr]}, key=str)
-            per_seed = [(lr, curve[lr][s]) for s in seeds if (lr := best_lr({x: curve[x].get(s, math.nan) for x in xs})) is not None]
-            if best is not None:
-                ax.plot(xs[best], means[best], marker="*", ms=12, color=colour)
-                at_best = [v for v in curve[xs[best]].values() if _finite(v)]
-                rows.append(
-                    f"| {param} | {width} | {xs[best]:.6g} | {round(math.log2(xs[best]))} | {statistics.fmean(at_best):.3f} ± {_sd(at_best)} "
-                    f"| {' / '.join(str(round(math.log2(lr))) for lr, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
-                    f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
-                )
-            else:
-                rows.append(f"| {param} | {width} | none finite | | | | | |")
-        ax.set(xscale="log", xlabel="learning rate (base)", title="µP: lr scaled with width" if param == "mup" else "standard parameterisation" if param == "sp" else param)
-        ax.set_xticks(lrs[::2], [f"$2^{{{round(math.log2(lr))}}}$" for lr in lrs[::2]])
-        ax.legend(frameon=False, fontsize=9)
+            row = rows[(setting, size)]
+            xs, means = transfer.seed_mean(seeds)
+            ax.plot([2**x for x in xs], means, marker="o", ms=3, lw=0.6, alpha=0.6, color=colour)
+            if row.fit.coef is not None:
+                lo, hi = row.fit.window
+                dense = [lo + (hi - lo) * i / 40 for i in range(41)]
+                ax.plot([2**x for x in dense], [row.fit.at(x) for x in dense], lw=2, color=colour)
+            if _finite(row.optimum.value):
+                x0, lo, hi = row.optimum.value, row.optimum.lo, row.optimum.hi
+                ax.errorbar([2**x0], [row.fit.loss], xerr=[[2**x0 - 2**lo], [2**hi - 2**x0]], marker="*", ms=11, capsize=3, color=colour,
+                            label=f"{axis} {size}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
+            lines.append(_best_row(name, size, seeds, xs, means))
+        base = rows.get((setting, sizes[0]))
+        if base is not None and _finite(base.optimum.value):
+            ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
+        ax.set(xscale="log", xlabel="learning rate (base)", title=PANEL_TITLES.get(axis, {}).get(name, name))
+        ax.set_xticks([2**x for x in grid[::2]], [f"$2^{{{_log2(x)}}}$" for x in grid[::2]])
+        ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
-    text = "\n## Best learning rate per width\n\n" + "\n".join(rows) + "\n\n![loss against learning rate](lr_transfer.png)\n"
-    return Plot({"lr_transfer.png": _png(fig)}, text)
+    png = "lr_transfer.png" if axis == "width" else f"lr_transfer_{axis}.png"
+    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({png})\n"
+    return Plot({png: _png(fig)}, text)
+
+
+def _log2(x: float) -> str:
+    """A log2 learning rate for a table: -7, or -7.5 off the powers of two."""
+    return str(round(x)) if abs(x - round(x)) < 1e-9 else f"{x:g}"
+
+
+def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: tuple[float, ...]) -> str:
+    """The best grid rate of the seed mean, the loss there, and each seed's own best."""
+    best = best_lr(dict(zip(xs, means)))
+    if best is None:
+        return f"| {name} | {size} | none finite | | | | | |"
+    per_seed = [(x, seeds[s][x]) for s in sorted(seeds, key=str) if (x := best_lr({x: seeds[s].get(x, math.nan) for x in xs})) is not None]
+    at_best = [c[best] for c in seeds.values() if _finite(c.get(best))]
+    return (
+        f"| {name} | {size} | {2**best:.6g} | {_log2(best)} | {statistics.fmean(at_best):.3f} ± {_sd(at_best)} "
+        f"| {' / '.join(_log2(x) for x, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
+        f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
+    )
 
 
 def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:

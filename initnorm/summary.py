@@ -2,6 +2,8 @@
 ``metrics.json`` below it and writes ``summary.md``, ``summary.csv`` (one row per setting: mean ± sd
 over seeds and the per-seed values, as the deck's §7b table), ``runs.csv`` (one row per job) and the
 plots the jobs name (``summary.plots``), so a crashed or resumed sweep can always be summarised again.
+A sweep over lr x width (or depth) also gets the transfer table (``initnorm.transfer``): its
+markdown at the end of summary.md and ``transfer.csv``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from initnorm import transfer
 from initnorm.plots import PLOTS
 from initnorm.results import METRICS_FILE, group_rows, read_metrics, render_csv, render_markdown, render_runs_csv, write_atomic
 
@@ -32,6 +35,10 @@ def summarize(folder: Path | str) -> str:
         for file, png in plot.files.items():
             write_atomic(folder / file, png)
         table += f"\n{plot.markdown}"
+    moved = transfer.transfer_table(records)
+    if moved:
+        table += transfer.render_markdown(moved, transfer.metric_of(records))
+        write_atomic(folder / "transfer.csv", transfer.render_csv(moved))
     write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
     write_atomic(folder / "runs.csv", render_runs_csv(records))

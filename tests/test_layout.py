@@ -8,7 +8,7 @@ import ast
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "initnorm"
-SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench"}  # `python -m initnorm.X`
+SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench", "diagnose"}  # `python -m initnorm.X`
 
 
 def module_name(path) -> str:

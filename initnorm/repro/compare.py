@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, NAMES, curves, ordered, ratio, read_rows, sweep_axis
 from initnorm.repro import reference as ref
 from initnorm.results import best_lr, fmt, group_rows, mean_sd, read_metrics
@@ -47,7 +48,8 @@ def _spread_verdict(mu: float, sd: float, n: int, t_mu: float, t_sd: float) -> s
 
 
 def seed_table(folder: Path, keys: tuple[str, ...], reference: dict, metric: str = "final_val_loss", label: str = "Deck") -> str:
-    """Our mean ± sd and per-seed values beside the document's, one row per configuration."""
+    """Our mean ± sd and per-seed values beside the document's, one row per configuration; for an
+    lr x width sweep (deck §7e), the transfer table after it."""
     _, _, rows = group_rows(read_metrics(folder))
     ours = {tuple(str(r.get(k, "")) for k in keys): r for r in rows}
     out = []
@@ -61,7 +63,7 @@ def seed_table(folder: Path, keys: tuple[str, ...], reference: dict, metric: str
             t_mu, t_sd, _ = mean_sd(theirs)
             t_seeds = ", ".join(f"{v:.3f}" for v in theirs)
         out.append([*key, f"{_fmt(mu)} ± {_fmt(sd)}", per_seed, f"{t_mu:.3f} ± {t_sd:.3f}", t_seeds, _spread_verdict(mu, sd, n, t_mu, t_sd)])
-    return _table([*keys, "ours (mean ± sd)", "ours per seed", f"{label} (mean ± sd)", f"{label} per seed", "agreement"], out)
+    return _table([*keys, "ours (mean ± sd)", "ours per seed", f"{label} (mean ± sd)", f"{label} per seed", "agreement"], out) + transfer_section(folder)
 
 
 # ---------------------------------------------------------------- job records of the chapter's presets
@@ -323,7 +325,16 @@ def chapter_mup(folder: Path) -> str:
     return (
         f"Seed 0 (the chapter's page; one run). Loss: the mean of the last 50 training batches after {', '.join(map(str, steps))} steps.\n\n" + _table(head, rows)
         + "\n" + three_seed_rows({k: seeds[k] for k in order}) + "\n![loss against learning rate](lr_transfer.png)\n"
+        + transfer_section(folder)
     )
+
+
+def transfer_section(folder: Path) -> str:
+    """The transfer table of an lr x width (or depth) sweep (``initnorm.transfer``): not in the documents,
+    so nothing to set beside it; empty for any other sweep."""
+    recs = _records(folder)
+    rows = transfer.transfer_table(recs)
+    return transfer.render_markdown(rows, transfer.metric_of(recs)).replace("## Learning-rate transfer", "#### Learning-rate transfer (not in the documents)") if rows else ""
 
 
 COMPARE: dict[str, Callable[[Path], str]] = {

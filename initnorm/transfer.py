@@ -1,0 +1,371 @@
+"""Does the learning rate transfer? The optimum, its uncertainty and the cost of transferring it.
+
+For a sweep over lr x (width or depth) x setting (the parameterisation, ...) x seed, per
+(setting, width):
+
+- the optimal log2 lr: a parabola in log2 lr through the seed-mean losses at the grid's argmin
+  and its neighbours (``HALF_WIDTH`` each side), its vertex; the grid argmin itself where the fit
+  is ill-posed (the minimum on the grid's edge, too few finite points, no upward curvature), said
+  in the note;
+- its interval: a percentile bootstrap over seeds (``LEVEL``), with a fixed RNG seed so the
+  report is the same on every run. Seeds are resampled once per replicate for every width
+  (the same seed numbers everywhere), so the shift and the penalty get paired intervals;
+- the transfer error: the optimum's shift from the base (smallest) width's, in log2 units
+  (octaves); negative = the optimum falls as the model grows;
+- the transfer penalty: the loss at this width when trained at the base width's optimal lr,
+  read on this width's fitted curve (the parabola inside its window, straight lines between the
+  seed means outside it), minus this width's best fitted loss. Infinite where that lr diverged.
+
+Everything here is a pure function of the job records (their metrics.json), as the plots are.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the parabola through them)
+LEVEL = 0.95  # bootstrap interval
+N_BOOT = 1000
+BOOT_SEED = 0
+SHIFT_TOL = 0.5  # octaves: "within ±0.5 octave"
+AXES = ("width", "depth")
+
+Curve = Mapping[float, float]  # log2 lr -> loss (nan: diverged or missing)
+Seeds = Mapping[Any, Curve]  # seed -> curve
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The optimum of one loss-against-log2-lr curve."""
+
+    log2_lr: float  # nan when no point is finite
+    loss: float
+    method: str  # "parabola" | "grid argmin" | "none"
+    note: str  # why the grid argmin (empty for a parabola)
+    xs: tuple[float, ...]  # the curve fitted (log2 lr, seed-mean loss)
+    ys: tuple[float, ...]
+    coef: tuple[float, float, float] | None = None  # a, b, c of a x^2 + b x + c
+    window: tuple[float, float] | None = None  # the x range the parabola was fitted on
+
+    def at(self, x: float) -> float:
+        """The fitted loss at log2 lr ``x``: the parabola inside its window, straight lines between
+        the grid's means outside it; inf next to a diverged point, nan off the grid."""
+        if self.coef is not None and self.window[0] <= x <= self.window[1]:
+            a, b, c = self.coef
+            return a * x * x + b * x + c
+        return interpolate(self.xs, self.ys, x)
+
+
+def interpolate(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    if not xs or x < xs[0] - 1e-9 or x > xs[-1] + 1e-9:
+        return math.nan
+    for i in range(len(xs)):
+        if abs(xs[i] - x) <= 1e-9:
+            return ys[i] if math.isfinite(ys[i]) else math.inf
+        if i + 1 < len(xs) and xs[i] < x < xs[i + 1]:
+            y0, y1 = ys[i], ys[i + 1]
+            if not (math.isfinite(y0) and math.isfinite(y1)):
+                return math.inf
+            t = (x - xs[i]) / (xs[i + 1] - xs[i])
+            return y0 + t * (y1 - y0)
+    return math.nan
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _polyfit2(xs: list[float], ys: list[float]) -> tuple[float, float, float] | None:
+    """Least-squares a x^2 + b x + c (exact through three points); None when singular."""
+    n, xm = len(xs), statistics.fmean(xs)
+    us = [x - xm for x in xs]  # centred, for a well-conditioned system
+    s = [sum(u**k for u in us) for k in range(5)]
+    t = [sum(y * u**k for u, y in zip(us, ys)) for k in range(3)]
+    m = [[s[4], s[3], s[2], t[2]], [s[3], s[2], s[1], t[1]], [s[2], s[1], float(n), t[0]]]
+    for col in range(3):  # Gaussian elimination with partial pivoting
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col])]
+    a, b, c = m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]
+    return a, b - 2 * a * xm, a * xm * xm - b * xm + c
+
+
+def fit_optimum(xs: Iterable[float], ys: Iterable[float], half_width: int = HALF_WIDTH) -> Fit:
+    """The optimum of the curve ``ys`` over the sorted grid ``xs`` (log2 lr; nan = diverged)."""
+    xs, ys = tuple(xs), tuple(ys)
+    finite = [i for i, y in enumerate(ys) if _finite(y)]
+    if not finite:
+        return Fit(math.nan, math.nan, "none", "no finite loss at any lr", xs, ys)
+    i = min(finite, key=lambda j: ys[j])
+    argmin = dict(log2_lr=xs[i], loss=ys[i], method="grid argmin", xs=xs, ys=ys)
+    if i == 0 or i == len(xs) - 1:
+        return Fit(**argmin, note=f"minimum at the grid's {'lowest' if i == 0 else 'highest'} lr (2^{xs[i]:g})")
+    if not (_finite(ys[i - 1]) and _finite(ys[i + 1])):
+        return Fit(**argmin, note="a neighbour of the minimum diverged")
+    lo, hi = i, i  # the contiguous finite points around the argmin, up to half_width each side
+    while lo > 0 and i - lo < half_width and _finite(ys[lo - 1]):
+        lo -= 1
+    while hi < len(xs) - 1 and hi - i < half_width and _finite(ys[hi + 1]):
+        hi += 1
+    wx, wy = list(xs[lo : hi + 1]), list(ys[lo : hi + 1])
+    coef = _polyfit2(wx, wy)
+    if coef is None or coef[0] <= 0:
+        return Fit(**argmin, note="no upward curvature around the minimum")
+    a, b, c = coef
+    x0 = -b / (2 * a)
+    if not wx[0] <= x0 <= wx[-1]:
+        return Fit(**argmin, note="the parabola's vertex falls outside the points fitted")
+    return Fit(x0, c - b * b / (4 * a), "parabola", "", xs, ys, coef, (wx[0], wx[-1]))
+
+
+def seed_mean(seeds: Seeds, draw: Iterable[Any] | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The grid and the mean over the seeds ``draw`` (default: all; a seed drawn twice counts
+    twice) of the finite losses at each lr; nan where none is finite."""
+    xs = tuple(sorted({x for c in seeds.values() for x in c}))
+    draw = list(seeds) if draw is None else [s for s in draw if s in seeds]
+    ys = []
+    for x in xs:
+        v = [seeds[s].get(x, math.nan) for s in draw]
+        v = [y for y in v if _finite(y)]
+        ys.append(statistics.fmean(v) if v else math.nan)
+    return xs, tuple(ys)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of the non-nan values; an infinite neighbour wins."""
+    v = sorted(x for x in values if not math.isnan(x))
+    if not v:
+        return math.nan
+    pos = q * (len(v) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi or not (math.isfinite(v[lo]) and math.isfinite(v[hi])):
+        return v[lo] if pos - lo < 0.5 or not math.isfinite(v[lo]) else v[hi]
+    return v[lo] + (pos - lo) * (v[hi] - v[lo])
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (setting, width) of the transfer table."""
+
+    setting: tuple[tuple[str, str], ...]  # e.g. (("param", "sp"),)
+    axis: str  # width | depth
+    size: int
+    seeds: int
+    fit: Fit
+    optimum: Estimate  # log2 lr
+    shift: Estimate  # log2 units from the base size's optimum
+    penalty: Estimate  # loss at the base's optimal lr minus best loss
+
+
+def transfer_rows(
+    cells: Mapping[tuple, Mapping[int, Seeds]], axis: str = "width", n_boot: int = N_BOOT, level: float = LEVEL, rng_seed: int = BOOT_SEED
+) -> list[Row]:
+    """``cells``: setting -> size -> seed -> log2 lr -> loss. Rows in setting order, then size.
+    The base of each setting is its smallest size."""
+    rows = []
+    for setting, by_size in cells.items():
+        sizes = sorted(by_size)
+        base = sizes[0]
+        fits = {n: fit_optimum(*seed_mean(by_size[n])) for n in sizes}
+        all_seeds = sorted({s for n in sizes for s in by_size[n]}, key=str)
+        rng = random.Random(rng_seed)
+        boot: dict[int, dict[str, list[float]]] = {n: {"opt": [], "shift": [], "pen": []} for n in sizes}
+        memo: dict[tuple, dict[int, Fit]] = {}  # few seeds have few distinct resamples (3 seeds: 10)
+        for _ in range(n_boot if len(all_seeds) > 1 else 0):
+            draw = sorted((rng.choice(all_seeds) for _ in all_seeds), key=str)
+            bf = memo.get(tuple(draw))
+            if bf is None:
+                bf = memo[tuple(draw)] = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
+            for n in sizes:
+                boot[n]["opt"].append(bf[n].log2_lr)
+                boot[n]["shift"].append(bf[n].log2_lr - bf[base].log2_lr)
+                boot[n]["pen"].append(_penalty(bf[n], bf[base].log2_lr))
+        a = (1 - level) / 2
+        for n in sizes:
+            f = fits[n]
+            point = {"opt": f.log2_lr, "shift": f.log2_lr - fits[base].log2_lr, "pen": _penalty(f, fits[base].log2_lr)}
+            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, v, v) for k, v in point.items()}
+            n_seeds = len(by_size[n])
+            rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"]))
+    return rows
+
+
+def _penalty(fit: Fit, x: float) -> float:
+    if not (_finite(x) and _finite(fit.loss)):
+        return math.nan
+    p = fit.at(x) - fit.loss
+    return 0.0 if abs(p) < 1e-12 else p  # at its own optimum: exactly none
+
+
+# ---------------------------------------------------------------- from job records
+
+
+def sweep_axis(records: list[dict]) -> str | None:
+    """``width`` or ``depth``: the one of them that takes more than one value among jobs that set lr."""
+    jobs = [r.get("overrides", {}) for r in records if "lr" in r.get("overrides", {})]
+    varying = [a for a in AXES if len({str(ov.get(a)) for ov in jobs if a in ov}) > 1]
+    return varying[0] if varying else None
+
+
+def metric_of(records: list[dict]) -> str:
+    return (records[0].get("summary_metrics") or ["final_loss"])[0] if records else "final_loss"
+
+
+def cells_from_records(records: list[dict], axis: str | None = None, metric: str | None = None) -> tuple[str | None, dict]:
+    """(axis, setting -> size -> seed -> log2 lr -> loss) from finished jobs; a diverged job is nan.
+    The setting is every other swept key (``param``, ...) than lr, the axis and the seed."""
+    axis = axis or sweep_axis(records)
+    metric = metric or metric_of(records)
+    if axis is None:
+        return None, {}
+    keys: list[str] = ["param"] if any("param" in r.get("overrides", {}) for r in records) else []
+    for r in records:
+        for k in r.get("swept") or r.get("overrides", {}):
+            if k not in ("lr", "seed", axis) and k not in keys:
+                keys.append(k)
+    varying = [k for k in keys if k == "param" or len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
+    cells: dict[tuple, dict[int, dict[Any, dict[float, float]]]] = {}
+    for r in records:
+        ov = r.get("overrides", {})
+        if r.get("status") != "finished" or "lr" not in ov or axis not in ov:
+            continue
+        setting = tuple((k, str(ov.get(k, "sp" if k == "param" else ""))) for k in varying)
+        loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
+        loss = loss if _finite(loss) else math.nan
+        cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
+    return axis, cells
+
+
+def transfer_table(records: list[dict], **kw) -> list[Row]:
+    """The transfer rows of a sweep's records; empty when it is not an lr x width/depth sweep."""
+    axis, cells = cells_from_records(records)
+    if axis is None or not cells:
+        return []
+    if len({x for by in cells.values() for s in by.values() for c in s.values() for x in c}) < 2:
+        return []
+    return transfer_rows(cells, axis, **kw)
+
+
+# ---------------------------------------------------------------- rendering
+
+NAMES = {"sp": "SP", "mup": "µP"}
+
+
+def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
+    if not setting:
+        return "all"
+    return ", ".join(NAMES.get(v, v) if k == "param" else f"{k}={v}" for k, v in setting)
+
+
+def _g(x: float, digits: int = 2) -> str:
+    if math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return "diverges" if x > 0 else "-∞"
+    return f"{x:+.{digits}f}" if digits else f"{x:.0f}"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "—" if math.isnan(x) else "∞" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def _interval(e: Estimate, digits: int = 2, signed: bool = True) -> str:
+    f = (lambda x: _g(x, digits)) if signed else (lambda x: _num(x, digits))  # noqa: E731
+    return f"[{f(e.lo)}, {f(e.hi)}]"
+
+
+def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
+    """One line per setting: does the optimum stay within ±SHIFT_TOL octave, and what it costs."""
+    out = []
+    for setting in dict.fromkeys(r.setting for r in rows):
+        rs = [r for r in rows if r.setting == setting]
+        base, far = rs[0], rs[-1]
+        axis = base.axis
+        finite = [r for r in rs[1:] if _finite(r.shift.value)]
+        if not finite:
+            out.append(f"{setting_label(setting)}: no optimum to compare across {axis}s")
+            continue
+        worst = max(finite, key=lambda r: abs(r.shift.value))
+        span = f"from {axis} {base.size} to {far.size}"
+        edge = [str(r.size) for r in rs if "grid's" in r.fit.note]  # an optimum on the grid's edge may lie beyond it
+        if abs(worst.shift.value) <= SHIFT_TOL and edge:
+            head = f"undetermined: the optimum is on the lr grid's edge at {axis} {', '.join(edge)} (widen the grid); shifts so far within ±{SHIFT_TOL:g} octave {span}"
+        elif abs(worst.shift.value) <= SHIFT_TOL:
+            largest = f"largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)}"
+            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} ({largest})"
+        else:
+            verb = "falls" if far.shift.value < 0 else "rises"
+            bound = "at least " if str(far.size) in edge else ""
+            head = f"does not transfer: optimum {verb} {bound}{abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"
+        pens = [r.penalty.value for r in rs[1:] if not math.isnan(r.penalty.value)]
+        worst_pen = max(pens) if pens else math.nan
+        pen = "penalty —" if not pens else "the base optimum diverges at a larger size" if math.isinf(worst_pen) else f"penalty ≤ {_ceil(worst_pen)} {unit}"
+        notes = [f"{axis} {r.size}: {r.fit.note}" for r in rs if r.fit.method != "parabola"]
+        out.append(f"{setting_label(setting)} {head}, {pen}" + (f" (grid argmin at {'; '.join(notes)})" if notes else ""))
+    return out
+
+
+def _ceil(x: float) -> str:
+    """A bound for a verdict: rounded up at two significant digits (0.0123 -> 0.013)."""
+    if x <= 0:
+        return "0"
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10**e - 1e-9) * 10**e:.{max(0, -e)}f}"
+
+
+def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
+    if not rows:
+        return ""
+    axis = rows[0].axis
+    unit = "nats" if "loss" in metric else metric
+    pct = f"{LEVEL:.0%}"
+    head = ["setting", axis, "seeds", "optimal log2 lr", f"{pct} interval", "fit", f"best {metric}",
+            f"shift from {axis} {rows[0].size} (log2)", f"{pct} interval", f"penalty ({unit})", f"{pct} interval"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        fit = r.fit.method if r.fit.method == "parabola" else f"{r.fit.method}: {r.fit.note}"
+        lines.append("| " + " | ".join([
+            setting_label(r.setting), str(r.size), str(r.seeds), f"{r.optimum.value:.2f}" if _finite(r.optimum.value) else "—",
+            _interval(r.optimum), fit, _num(r.fit.loss), _g(r.shift.value), _interval(r.shift), _num(r.penalty.value), _interval(r.penalty, 3, signed=False),
+        ]) + " |")
+    text = "\n".join(lines)
+    notes = (
+        f"Optimal log2 lr: the vertex of a parabola through the seed-mean loss at the grid's best lr and its {HALF_WIDTH} neighbour(s) each side "
+        f"(the grid argmin where that is ill-posed, as the fit column says). Intervals: {pct} percentile bootstrap over seeds "
+        f"({N_BOOT} resamples, RNG seed {BOOT_SEED}; the same seeds drawn for every {axis}). Shift: the optimum minus the {axis}-{rows[0].size} optimum "
+        f"(negative: the optimum falls). Penalty: this {axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss."
+    )
+    return "\n## Learning-rate transfer\n\n" + "\n".join(f"- {v}" for v in verdicts(rows, unit)) + "\n\n" + text + "\n\n" + notes + "\n"
+
+
+def render_csv(rows: list[Row]) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    setting_keys = list(dict.fromkeys(k for r in rows for k, _ in r.setting))
+    w.writerow(setting_keys + ["axis", "size", "seeds", "log2_lr", "log2_lr_lo", "log2_lr_hi", "lr", "method", "note", "best_loss",
+                               "shift", "shift_lo", "shift_hi", "penalty", "penalty_lo", "penalty_hi"])
+    for r in rows:
+        s = dict(r.setting)
+        w.writerow([s.get(k, "") for k in setting_keys] + [
+            r.axis, r.size, r.seeds, r.optimum.value, r.optimum.lo, r.optimum.hi, 2**r.optimum.value if _finite(r.optimum.value) else math.nan,
+            r.fit.method, r.fit.note, r.fit.loss, r.shift.value, r.shift.lo, r.shift.hi, r.penalty.value, r.penalty.lo, r.penalty.hi,
+        ])
+    return out.getvalue()

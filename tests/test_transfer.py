@@ -1,0 +1,260 @@
+import csv
+import io
+import math
+import random
+
+import pytest
+import torch
+
+from initnorm import transfer as tr
+from initnorm.callbacks.diagnostics import eps_fraction, fans, top_singular
+
+GRID = [float(x) for x in range(-12, -3)]  # log2 lr: 2^-12 ... 2^-4, the chapter's grid
+
+
+def parabola_seeds(x0, a=0.05, c=2.0, sd=0.01, n_seeds=6, rng=None, grid=GRID):
+    rng = rng or random.Random(1)
+    return {s: {x: a * (x - x0) ** 2 + c + rng.gauss(0, sd) for x in grid} for s in range(n_seeds)}
+
+
+def test_fit_recovers_a_known_optimum_between_grid_points():
+    for x0 in (-9.3, -7.0, -5.6):
+        fit = tr.fit_optimum(*tr.seed_mean(parabola_seeds(x0, sd=0.0)))
+        assert fit.method == "parabola" and fit.note == ""
+        assert fit.log2_lr == pytest.approx(x0, abs=1e-9)
+        assert fit.loss == pytest.approx(2.0, abs=1e-9)
+
+
+def test_bootstrap_interval_matches_the_spread_of_repeated_sweeps_and_covers_the_optimum():
+    x0, rng = -7.3, random.Random(7)
+    # The estimator's true spread: the optimum of many independent sweeps.
+    repeats = [tr.fit_optimum(*tr.seed_mean(parabola_seeds(x0, rng=rng))).log2_lr for _ in range(400)]
+    true_width = tr.quantile(repeats, 0.975) - tr.quantile(repeats, 0.025)
+    covered, widths = 0, []
+    for _ in range(60):
+        (row,) = tr.transfer_rows({(): {64: parabola_seeds(x0, rng=rng)}}, n_boot=200)
+        covered += row.optimum.lo <= x0 <= row.optimum.hi
+        widths.append(row.optimum.hi - row.optimum.lo)
+        assert row.optimum.lo <= row.optimum.value <= row.optimum.hi
+    assert covered >= 48  # a 95% interval from 6 seeds: most sweeps cover the truth
+    assert 0.4 * true_width < sorted(widths)[len(widths) // 2] < 1.6 * true_width
+
+
+def test_minimum_on_the_grid_edge_is_the_grid_argmin_with_a_note():
+    low = tr.fit_optimum(*tr.seed_mean(parabola_seeds(-14.0, sd=0.0)))
+    assert (low.method, low.log2_lr) == ("grid argmin", -12.0) and "lowest lr" in low.note
+    high = tr.fit_optimum(*tr.seed_mean(parabola_seeds(-2.0, sd=0.0)))
+    assert (high.method, high.log2_lr) == ("grid argmin", -4.0) and "highest lr" in high.note
+    diverged = tr.fit_optimum(GRID, [math.nan] * len(GRID))
+    assert diverged.method == "none" and math.isnan(diverged.log2_lr)
+
+
+def test_verdict_with_an_optimum_on_the_grid_edge_claims_no_transfer():
+    same = {(("param", "mup"),): {2: parabola_seeds(-2.0, sd=0.0, n_seeds=2), 4: parabola_seeds(-2.5, sd=0.0, n_seeds=2)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(same, "depth", n_boot=20))
+    assert verdict.startswith("µP undetermined: the optimum is on the lr grid's edge at depth 2, 4 (widen the grid)")
+    falls = {(): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=2), 1024: parabola_seeds(-13.0, sd=0.0, n_seeds=2)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(falls, n_boot=20))
+    assert "does not transfer: optimum falls at least 5.0 octaves from width 64 to 1024" in verdict
+
+
+def test_neighbour_diverged_falls_back_to_the_argmin():
+    ys = [3.0, 2.8, 2.6, 2.5, 2.4, math.nan, math.nan, math.nan, math.nan]
+    fit = tr.fit_optimum(GRID, ys)
+    assert fit.method == "grid argmin" and fit.log2_lr == -8.0 and "diverged" in fit.note
+
+
+def test_shift_and_penalty_of_a_known_drift():
+    # Width 64 has its optimum at 2^-7, width 1024 at 2^-9: shift -2 octaves, and at 2^-7 the
+    # wider model loses a (2)^2 = 0.2 nats against its best.
+    cells = {(("param", "sp"),): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=3), 1024: parabola_seeds(-9.0, sd=0.0, n_seeds=3)}}
+    base, wide = tr.transfer_rows(cells, n_boot=50)
+    assert base.shift.value == 0 and base.penalty.value == pytest.approx(0, abs=1e-12)
+    assert wide.shift.value == pytest.approx(-2.0) and wide.shift.lo == pytest.approx(-2.0) and wide.shift.hi == pytest.approx(-2.0)
+    assert wide.penalty.value == pytest.approx(0.2)
+    (verdict,) = tr.verdicts([base, wide])
+    assert verdict.startswith("SP does not transfer: optimum falls 2.0 octaves from width 64 to 1024") and "penalty ≤ 0.20 nats" in verdict
+
+
+def test_penalty_is_infinite_where_the_base_lr_diverges():
+    wide = parabola_seeds(-10.0, sd=0.0, n_seeds=2)
+    for s in wide:
+        for x in (-7.0, -6.0, -5.0, -4.0):
+            wide[s][x] = math.nan
+    base, row = tr.transfer_rows({(): {16: parabola_seeds(-6.5, sd=0.0, n_seeds=2), 64: wide}}, n_boot=20)
+    assert math.isinf(row.penalty.value)
+    assert "diverges" in tr.render_markdown([base, row])
+
+
+def test_within_half_an_octave_transfers_and_the_bootstrap_is_deterministic():
+    rng = random.Random(3)
+    cells = {(("param", "mup"),): {n: parabola_seeds(-7.2 + 0.1 * i, rng=rng, n_seeds=3) for i, n in enumerate((64, 256, 1024))}}
+    rows = tr.transfer_rows(cells, n_boot=100)
+    assert rows == tr.transfer_rows(cells, n_boot=100)
+    (verdict,) = tr.verdicts(rows)
+    assert verdict.startswith("µP transfers: optimum within ±0.5 octave from width 64 to 1024 (largest shift +0.")
+    assert "), penalty ≤ " in verdict
+
+
+def _records(axis="width"):
+    rng, out = random.Random(0), []
+    for param, drift in (("sp", -1.0), ("mup", 0.0)):
+        for k, n in enumerate((64, 256)):
+            for seed in (0, 1):
+                for x in GRID:
+                    loss = 0.05 * (x - (-7 + drift * k)) ** 2 + 2 + rng.gauss(0, 0.005)
+                    out.append({"status": "finished", "seed": seed, "swept": ["param", axis, "lr", "seed"], "summary_metrics": ["final_loss"],
+                                "overrides": {"param": param, axis: str(n), "lr": str(2**x), "seed": str(seed)}, "final_loss": loss,
+                                "diverged": x == -4 and n == 256 and param == "sp"})
+    return out
+
+
+@pytest.mark.parametrize("axis", ["width", "depth"])
+def test_table_from_records_fills_every_column(axis):
+    rows = tr.transfer_table(_records(axis), n_boot=50)
+    assert [(dict(r.setting)["param"], r.size) for r in rows] == [("sp", 64), ("sp", 256), ("mup", 64), ("mup", 256)]
+    assert all(r.axis == axis for r in rows)
+    table = list(csv.DictReader(io.StringIO(tr.render_csv(rows))))
+    assert len(table) == 4 and all(v not in ("", "nan") for row in table for k, v in row.items() if k != "note")
+    md = tr.render_markdown(rows)
+    assert f"| SP | 256 | 2 |" in md and "—" not in md.split("| setting")[1]
+    assert "- SP does not transfer: optimum falls 1.0 octaves" in md and "- µP transfers" in md
+
+
+def test_records_without_an_lr_axis_give_no_table():
+    recs = [r for r in _records() if r["overrides"]["width"] == "64"]
+    assert tr.transfer_table(recs) == []
+
+
+# ---------------------------------------------------------------- diagnostics against exact computations
+
+
+@pytest.mark.parametrize("shape", [(8, 4), (32, 32), (64, 32), (16, 64), (256, 128)])
+def test_power_iteration_within_1e_3_at_its_default_steps(shape):
+    torch.manual_seed(0)
+    w = torch.randn(*shape)
+    exact = torch.linalg.matrix_norm(w.double(), ord=2).item()
+    sigma, v = top_singular(w)  # a cold start
+    assert abs(sigma - exact) / exact < 1e-3
+    assert sigma <= exact * (1 + 1e-6)  # a Rayleigh quotient: never above the truth (but for float32 rounding)
+    w2 = w + 0.05 * torch.randn(*shape)  # one training step later: a warm start
+    exact2 = torch.linalg.matrix_norm(w2.double(), ord=2).item()
+    assert abs(top_singular(w2, v)[0] - exact2) / exact2 < 1e-3
+
+
+def test_power_iteration_leaves_the_global_rng_alone_and_handles_zero():
+    state = torch.get_rng_state()
+    top_singular(torch.ones(5, 3))
+    assert torch.equal(state, torch.get_rng_state())
+    assert top_singular(torch.zeros(4, 3))[0] == 0.0
+
+
+def test_eps_fraction_against_a_direct_count():
+    torch.manual_seed(0)
+    step, beta2, eps = 7, 0.999, 1e-8
+    v = torch.rand(50, 20) * 2 * eps**2 * (1 - beta2**step)  # about half the coordinates below eps
+    exact = ((v / (1 - beta2**step)).sqrt() < eps).float().mean().item()
+    assert 0.05 < exact < 0.95
+    assert eps_fraction(v, step, beta2, eps) == pytest.approx(exact)
+    opt = torch.optim.Adam([p := torch.nn.Parameter(torch.randn(6, 3))], lr=1e-3, eps=1e-3)
+    p.grad = torch.cat([torch.full((3, 3), 1e-6), torch.ones(3, 3)])
+    opt.step()
+    state = opt.state[p]
+    assert eps_fraction(state["exp_avg_sq"], state["step"].item(), 0.999, 1e-3) == pytest.approx(0.5)
+
+
+def test_fans_of_linear_and_embedding():
+    m = torch.nn.Sequential(torch.nn.Embedding(65, 16), torch.nn.Linear(16, 48))
+    assert fans(m) == {"0.weight": (16, 65), "1.weight": (48, 16)}
+
+
+# ---------------------------------------------------------------- in training, and on a small real sweep
+
+DIAG = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false",
+        "callbacks.stats.every_n_steps=5", "callbacks.diagnostics.every_n_steps=5", "checkpoint.every_n_steps=0"]
+
+
+def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from initnorm.cli.train import train
+    from initnorm.training.optim import schedule_factor
+    from tests.conftest import compose_cfg
+
+    with_diag = train(compose_cfg(*DIAG, "lr=0.01"), tmp_path / "on")
+    without = train(compose_cfg(*DIAG, "lr=0.01", "~callbacks.diagnostics"), tmp_path / "off")
+    assert with_diag["final_val_loss"] == without["final_val_loss"]  # nothing draws from the training RNG
+    acc = EventAccumulator(str(tmp_path / "on" / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    wanted = ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight")
+    for tag in wanted:
+        assert tag in tags and [e.step for e in acc.Scalars(tag)] == [0, 5, 10], tag
+    # SP: every group at the base lr times the schedule's factor at that step (cosine over 12 steps).
+    for e in acc.Scalars("eff_lr/block_01/attn.q.weight"):
+        assert e.value == pytest.approx(0.01 * schedule_factor(e.step, 12, 0), rel=1e-6)
+    # Every measured step moves the weights.
+    assert all(0 < e.value for e in acc.Scalars("sigma_dw/head/weight"))
+    assert all(0 <= e.value <= 1 for e in acc.Scalars("eps_frac/block_01/params"))
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("transfer")
+    sweep = tmp / "sweep"
+    # 12 jobs: the fewest that fill every column (two widths, three rates for a parabola, two seeds for an interval)
+    proc = run_cli("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
+                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
+                   "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return sweep
+
+
+def test_transfer_table_of_a_small_real_sweep_has_every_column(small_sweep):
+    table = list(csv.DictReader((small_sweep / "transfer.csv").open()))
+    assert [(r["param"], r["axis"], r["size"]) for r in table] == [("sp", "width", "16"), ("sp", "width", "32")]
+    for row in table:
+        assert all(row[k] not in ("", "nan") for k in row if k != "note"), row
+        assert row["note"] or row["method"] == "parabola"  # a grid argmin always says why
+    md = (small_sweep / "summary.md").read_text()
+    assert "## Learning-rate transfer" in md and "- SP " in md
+
+
+def test_diagnose_command_names_layers_per_width(small_sweep):
+    from tests.conftest import run_cli
+
+    proc = run_cli(str(small_sweep), "--factor", "1.01", module="initnorm.diagnose", cwd=small_sweep)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "### SP at lr 2^" in proc.stdout and "- width 32:" in proc.stdout
+    assert (small_sweep / "diagnose.md").read_text().endswith(proc.stdout)
+    bad = run_cli(str(small_sweep), "--factor", "0.5", module="initnorm.diagnose", cwd=small_sweep)
+    assert bad.returncode == 2 and "--factor '0.5': a number above 1" in bad.stderr
+    (one := small_sweep.parent / "one_job").mkdir(exist_ok=True)
+    (one / "metrics.json").write_text((next(small_sweep.rglob("metrics.json"))).read_text())  # one job: no sweep
+    empty = run_cli(str(one), module="initnorm.diagnose", cwd=small_sweep)
+    assert empty.returncode == 2 and "holds no finished sweep over lr and width (or depth)" in empty.stderr
+
+
+def test_the_other_axis_is_part_of_the_setting():
+    recs = _records("depth")
+    for r in recs:
+        r["overrides"]["width"] = "64" if r["seed"] == 0 else "128"  # a second swept size, not the axis
+        r["swept"] = ["param", "width", "depth", "lr", "seed"]
+    axis, cells = tr.cells_from_records(recs)
+    assert axis == "width" and (("param", "sp"), ("depth", "64")) in cells
+
+
+def test_a_depth_sweep_gets_its_plot_and_the_transfer_table_in_the_summary(tmp_path):
+    from initnorm.plots import PLOTS
+    from initnorm.results import write_metrics
+    from initnorm.summary import summarize
+
+    for i, r in enumerate(_records("depth")):
+        write_metrics(tmp_path / f"job{i:03d}", {**r, "job_num": i, "summary_plots": ["lr_transfer_depth"]})
+    plot = PLOTS.get("lr_transfer_depth")(_records("depth"))
+    assert list(plot.files) == ["lr_transfer_depth.png"] and "## Best learning rate per depth" in plot.markdown
+    md = summarize(tmp_path)
+    assert "- SP does not transfer: optimum falls 1.0 octaves from depth 64 to 256" in md and "| shift from depth 64 (log2) |" in md
+    assert (tmp_path / "lr_transfer_depth.png").is_file() and (tmp_path / "transfer.csv").read_text().count("\n") == 5
