@@ -21,4 +21,4 @@ trap 'exit 143' TERM
 scripts/slurm/cluster.sh up
 eval "$(scripts/slurm/cluster.sh env)"
 echo "[slurm] cluster up after $(( $(date +%s) - begin )) s"
-INITNORM_SLURM=1 "$PY" -m pytest -p no:warnings -p no:cacheprovider -v tests/slurm "$@"
+INITNORM_SLURM=1 "$PY" -m pytest -p no:warnings -p no:cacheprovider -v --durations=0 tests/slurm "$@"
