@@ -82,7 +82,6 @@ class _registry:
 
 ACTIVATIONS = ("tanh", "relu", "gelu")
 GAIN_NAMES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu", "gelu")
-ROLES = ("embedding", "positional", "attn_qkv", "attn_out", "mlp_in", "mlp_out", "input", "hidden", "readout")
 
 # One line per key a user can set. ``*`` stands for one part of a dotted key.
 RULES: dict[str, Rule] = {
@@ -194,8 +193,8 @@ def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
-            out |= flat(v, key)
+        if isinstance(v, Mapping):
+            out |= flat(v, key)  # an empty mapping (init.per_role: {}) has no key to check
         else:
             out[key] = v
     return out
@@ -243,20 +242,20 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}) -> Any:
-    """``value`` if ``rule`` allows it (paths come back absolute only in ``check``); else ``ConfigError``."""
+def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | None = None) -> Any:
+    """``value`` if ``rule`` allows it (``values``: the other keys, for bounds such as ``steps``); else ``ConfigError``."""
+    values = values or {}
     if value is None:
         if rule.null:
             return value
         raise bad_value(key, value, f"a value is required ({_allowed(rule, values)})", _fix(key, rule))
     kind = rule.kind
     if kind in ("int", "number"):
-        noun = "an integer"
         if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
             raise bad_value(key, value, _allowed(rule, values), _fix(key, rule))
         if kind == "int" and not isinstance(value, int):
             whole = f" (write {int(value)}, not {value})" if float(value).is_integer() else ""
-            raise bad_value(key, value, f"{noun}{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
+            raise bad_value(key, value, f"an integer{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
         lo, hi = _bound(rule.lo, values), _bound(rule.hi, values)
         if (lo is not None and (value < lo or (rule.lo_open and value == lo))) or (hi is not None and (value > hi or (rule.hi_open and value == hi))):
             # Against another key's value (warmup <= steps), the nearest allowed value is the fix.
@@ -274,7 +273,6 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] = {}
 
             if isinstance(rule.choices, _registry):
                 rule.choices.registry().get(str(value))  # raises the registry's line
-
             best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
             raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
         return value
@@ -335,8 +333,7 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
         if rule is None:
             if key.startswith(PASSED_ON) or key.endswith("._target_"):
                 continue
-            raise ConfigError(f"{key} is not a key initnorm reads; check its spelling (known keys of {key.split('.')[0]}: "
-                              f"{', '.join(sorted(k.split('.', 1)[1] for k in RULES if k.startswith(key.split('.')[0] + '.'))) or 'none'}), or drop `+{key}=...`")
+            raise unknown_key(key)
         check_value(key, value, rule, values)
     out = copy.deepcopy(dict(c))
     check_relations(out, data_options or {})
@@ -344,6 +341,18 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     if isinstance(data, dict) and data.get("path"):
         data["path"] = str(absolute(data["path"], base))
     return out
+
+
+def unknown_key(key: str) -> ConfigError:
+    """``lrr is not a key initnorm reads; ... the nearest: lr``: a misspelt ``+`` override."""
+    import difflib
+
+    group, _, rest = key.rpartition(".")
+    siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in RULES if k.startswith(f"{group}.")} if group else {k.split(".")[0] for k in [*RULES, *PASSED_ON]})
+    near = difflib.get_close_matches(rest, siblings, n=1)
+    where = f"the keys of {group}" if group else "the top-level keys"
+    return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); "
+                       + (f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`"))
 
 
 def absolute(path: str, base: str | Path | None) -> Path:
@@ -369,6 +378,12 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
     family_hook(family)(c)
     from initnorm.nn.init import resolve
     from initnorm.nn.param import make_table
+    from initnorm.nn.roles import FIXED_ROLES, Role
+
+    roles = sorted(r.value for r in Role if r not in FIXED_ROLES)
+    for role in c["init"].get("per_role") or {}:
+        if role not in roles:
+            raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role], f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
     resolve(c["init"])
     make_table(c["param"], width=c["model"]["width"])  # width below µP's base width

@@ -4,14 +4,13 @@ import json
 import os
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 
 from initnorm.training import signals
-from tests.conftest import ROOT, TINY, run_cli
+from tests.conftest import TINY, run_cli
 
 
 class SignalAt(L.Callback):
@@ -73,3 +72,15 @@ def test_resume_command_pins_the_folder_and_quotes():
 
     line = resume_command(["-m", "seed=1,2", "hydra.sweep.dir=old", "data.path=my file.txt"], "hydra.sweep.dir", "/abs/sweep")
     assert shlex.split(line) == ["python", "-m", "initnorm.train", "-m", "seed=1,2", "data.path=my file.txt", "hydra.sweep.dir=/abs/sweep"]
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    signals.clear()
+    try:
+        signals._record(signal.SIGINT, None)  # the first: recorded, the job checkpoints at its next step
+        assert signals.requested() == signal.SIGINT
+        with pytest.raises(signals.Interrupted) as info:
+            signals._record(signal.SIGINT, None)  # the second: no waiting for the step
+        assert info.value.hard and info.value.exit_status == 130
+    finally:
+        signals.clear()

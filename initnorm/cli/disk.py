@@ -22,8 +22,10 @@ from pathlib import Path
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
 
-# Out of space, out of quota, a read-only file system, no permission: the folder, not the job, is at fault.
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+# Out of space, out of quota, a read-only file system, a file too large: the disk, not the job, is at fault.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# No permission: the folder's fault when the file is in it (a user's init reading a file it may not read is the job's).
+PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM}
 
 
 class DiskError(BaseException):
@@ -34,18 +36,25 @@ class DiskError(BaseException):
         super().__init__(f"cannot write {path}: {reason}")
         self.path, self.reason = path, reason
 
+    def __reduce__(self):  # a parallel launcher's worker sends it back to the sweep's process
+        return (type(self), (self.path, self.reason))
+
     @property
     def folder(self) -> str:
         return str(Path(self.path).parent) if self.path else "the output folder"
 
 
-def disk_error(exc: BaseException) -> DiskError | None:
-    """``exc`` (or what caused it) as a ``DiskError`` when it is a full disk or an unwritable folder; else None."""
+def disk_error(exc: BaseException | None, within: str | Path | None = None) -> DiskError | None:
+    """``exc`` (or what caused it) as a ``DiskError`` when it is a full disk, or a permission refused
+    on a file below ``within`` (default: the current folder, a job's own); else None."""
     while exc is not None:
         if isinstance(exc, DiskError):
             return exc
         if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
             return DiskError(exc.filename, os.strerror(exc.errno))
+        if isinstance(exc, OSError) and exc.errno in PERMISSION_ERRNOS and exc.filename:
+            if Path(os.fspath(exc.filename)).absolute().is_relative_to(Path(within or os.getcwd()).absolute()):
+                return DiskError(exc.filename, os.strerror(exc.errno))
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -84,7 +93,7 @@ def hydra_saves_atomically() -> None:
         try:
             write_atomic(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
         except OSError as exc:
-            raise (disk_error(exc) or exc) from exc
+            raise (disk_error(exc, within=output_dir) or exc) from exc
 
     _save_config.initnorm = True
     hydra_utils._save_config = _save_config

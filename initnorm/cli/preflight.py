@@ -13,6 +13,7 @@ Hydra's page of search paths.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ def job_folder(cfg: DictConfig, multirun: bool) -> Path | None:
         return None
 
 
+@functools.cache
 def data_options() -> dict[str, list[str]]:
     """data kind -> the ``data=`` options of that kind (for the line that names the one to pick)."""
     out: dict[str, list[str]] = {}

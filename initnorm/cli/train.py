@@ -133,6 +133,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
 
 
 register_resolvers()
+disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launcher's workers import this module, not main()
 # Lightning's advertising tip and a deprecation inside Lightning itself are noise in every job's output.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "Tip:" not in record.getMessage())
 warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
