@@ -2,7 +2,7 @@
 #   make train   install into .venv, then train the default Decoder on Alice (1,500 steps, CPU)
 #   make test    install into .venv (with test tools), then run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
-#   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, ~10 min; docs/slurm.md)
+#   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
