@@ -7,11 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 # A fresh folder each time: configs, logs, the accounting database, the daemons' PIDs.
+fresh=${INITNORM_SLURM_DIR:-}
 export INITNORM_SLURM_DIR=${INITNORM_SLURM_DIR:-$(mktemp -d /tmp/initnorm-slurm.XXXXXX)}
 begin=$(date +%s)
 finish() {
     local rc=$?
     scripts/slurm/cluster.sh down || true
+    # Keep the logs; the database (about 170 MB) and the spool go with a folder this script made.
+    [ -z "$fresh" ] && rm -rf "$INITNORM_SLURM_DIR/mysql" "$INITNORM_SLURM_DIR/spool"
     echo "[slurm] $(( $(date +%s) - begin )) s in all (load: $(cut -d' ' -f1-3 /proc/loadavg)); logs in $INITNORM_SLURM_DIR/log"
     exit $rc
 }
