@@ -2,13 +2,14 @@
 #   make train   install into .venv, then train the default Decoder on Alice (1,500 steps, CPU)
 #   make test    install into .venv (with test tools), then run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
+#   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test sweep bench reproduce clean
+.PHONY: install train test test-slurm sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,10 @@ reproduce: install
 
 test: install
 	$(PY) -m pytest -p no:warnings
+
+# Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
+test-slurm: install
+	PY=$(PY) scripts/slurm/test.sh
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

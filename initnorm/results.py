@@ -161,8 +161,8 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
         ov = r.get("overrides", {})
         key = tuple(str(ov.get(k, "")) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "diverged_at": [], "failed": []})
-        if r.get("status") == "failed":
-            row["failed"].append(f"seed {r.get('seed')}: {r.get('error', '?')}")
+        if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
+            row["failed"].append(f"seed {r.get('seed')}: {r.get('error', r.get('status'))}")
             continue
         row["seeds"].append(r.get("seed"))
         row["diverged"] += bool(r.get("diverged"))

@@ -1,10 +1,10 @@
 """Sweeps at scale: the parallel launcher matches the sequential one, the SLURM launcher submits
 what its config says (on a fake cluster), and sweeps started in the same second never share a folder."""
 
+import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 from hydra.core.global_hydra import GlobalHydra
@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from initnorm.cli.sweep import register_resolvers, unique_dir
 from tests.conftest import CONF, ROOT, TINY
+from tests.fake_slurm import install
 
 SWEEP = ["-m", "norm=pre,post", "seed=1,2", *TINY]
 
@@ -65,54 +66,84 @@ def test_default_sweep_folder_has_time_and_suffix(tmp_path, monkeypatch):
     assert all((tmp_path / d).is_dir() for d in dirs)
 
 
-FAKE_SBATCH = """\
-    #!{python}
-    # A one-machine SLURM: keeps the script, starts each array task in the background, as sbatch does.
-    import os, re, subprocess, sys
-    script = open(sys.argv[1]).read()
-    open(os.path.join(os.path.dirname(__file__), "submitted.sh"), "w").write(script)
-    first, last = map(int, re.search(r"^#SBATCH --array=(\\d+)-(\\d+)", script, re.M).groups())
-    for task in range(first, last + 1):
-        env = dict(os.environ, SLURM_JOB_ID=str(5000 + task), SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID=str(task),
-                   SLURM_NTASKS="1", SLURM_JOB_NUM_NODES="1", SLURM_NODEID="0", SLURM_JOB_NODELIST="localhost",
-                   SLURM_PROCID="0", SLURM_LOCALID="0")
-        subprocess.Popen(["bash", sys.argv[1]], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    print("Submitted batch job 4242")
-"""
-FAKE_SRUN = """\
-    #!{python}
-    # srun --unbuffered --output OUT --error ERR command...: run the command with its output in OUT/ERR.
-    import os, subprocess, sys
-    args, files = sys.argv[1:], {{}}
-    while args[0].startswith("--"):
-        flag = args.pop(0)
-        if flag in ("--output", "--error"):
-            path = args.pop(0)
-            for k, v in (("%A", os.environ["SLURM_ARRAY_JOB_ID"]), ("%a", os.environ["SLURM_ARRAY_TASK_ID"]), ("%j", os.environ["SLURM_JOB_ID"]), ("%t", "0")):
-                path = path.replace(k, v)
-            files[flag] = open(path, "a")
-    sys.exit(subprocess.call(args, stdout=files.get("--output"), stderr=files.get("--error")))
-"""
+def slurm_env(tmp_path) -> dict:
+    """PATH with the stand-in SLURM (tests/fake_slurm.py) first."""
+    install(tmp_path / "bin")
+    return {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
 
 
-def fake_slurm(bin_dir):
-    bin_dir.mkdir()
-    for name, text in (("sbatch", FAKE_SBATCH), ("srun", FAKE_SRUN), ("sacct", "#!/bin/sh\necho 'JobID|State|NodeList'\n")):
-        path = bin_dir / name
-        path.write_text(textwrap.dedent(text).format(python=sys.executable))
-        path.chmod(0o755)
+def wait_for(path, proc: subprocess.Popen) -> None:
+    """Until ``path`` exists (a job's checkpoint); fail with the command's output if it ends first."""
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"ended before {path} existed:\n{proc.stdout.read()[-3000:]}")
+        time.sleep(0.2)
+
+
+def checkpoint_step(folder) -> int:
+    import torch
+
+    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"])
 
 
 def test_slurm_launcher_submits_what_its_config_says(tmp_path):
-    fake_slurm(tmp_path / "bin")
+    env = slurm_env(tmp_path)
     sweep = tmp_path / "sweep"
     args = ["-m", "norm=pre,post", "seed=1", *TINY, f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm", "hydra.launcher.partition=tiny_gpu",
             "hydra.launcher.timeout_min=20", "hydra.launcher.mem_gb=3", "hydra.launcher.gpus_per_node=1", "threads=2"]
-    finish(start(*args, cwd=tmp_path, env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}))
+    finish(start(*args, cwd=tmp_path, env=env))
     script = (tmp_path / "bin" / "submitted.sh").read_text()
     for line in ["--partition=tiny_gpu", "--time=20", "--mem=3GB", "--gpus-per-node=1", "--cpus-per-task=2", "--ntasks-per-node=1", "--array=0-1%2"]:
         assert f"#SBATCH {line}\n" in script, script
+    # What a job needs from this machine reaches it also where sbatch exports nothing (--export=NONE).
+    assert "export SLURM_EXPORT_ENV=ALL" in script and "export INITNORM_SWEPT_KEYS=norm\n" in script, script
+    assert "#SBATCH --signal=USR2@120\n" in script  # checkpoint and requeue this long before the time limit
     # The jobs ran through submitit's own entry point, in the sweep's folder, named by the swept key.
     assert "-m submitit.core._submit" in script
     assert (sweep / "norm=pre" / "seed=1" / "metrics.json").is_file() and (sweep / "norm=post" / "seed=1" / "metrics.json").is_file()
     assert "| pre |" in table(sweep) and "| post |" in table(sweep)
+
+
+def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(tmp_path):
+    # scancel: SLURM marks the job CANCELLED and sends SIGTERM. The job checkpoints at the next step
+    # and records `cancelled`; the command writes the summary of what finished, names the job and
+    # the command that resumes it, exits 1 without a traceback; that command resumes the job.
+    env, sweep = slurm_env(tmp_path), tmp_path / "sweep"
+    args = ["-m", *TINY, "steps=30,400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm"]
+    proc = start(*args, cwd=tmp_path, env=env)
+    long = sweep / "steps=400" / "seed=1"
+    wait_for(long / "checkpoints" / "last.ckpt", proc)
+    subprocess.run([tmp_path / "bin" / "scancel", "4242_1"], check=True)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    assert "| 30 |" in table(sweep)
+    cut = json.loads((long / "metrics.json").read_text())
+    assert cut["status"] == "cancelled" and checkpoint_step(long) == cut["steps"] > 0, cut
+    assert any("steps=400/seed=1 did not finish: cancelled" in line for line in out.splitlines()), out[-3000:]
+    assert f"hydra.sweep.dir={sweep}" in out, out[-3000:]
+    again = finish(start(*args, cwd=tmp_path, env=env))
+    done = json.loads((long / "metrics.json").read_text())
+    assert done["status"] == "finished" and done["resumed_from_step"] == cut["steps"], again[-3000:]
+
+
+def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
+    # A one-job sweep is a plain job (no --array). SLURM's USR2 (before a time limit or a preemption):
+    # checkpoint at the next step, submitit requeues (`scontrol requeue`), the requeued run resumes.
+    env, sweep = slurm_env(tmp_path), tmp_path / "sweep"
+    proc = start("-m", *TINY, "seed=1", "steps=400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm", cwd=tmp_path, env=env)
+    folder = sweep / "default" / "seed=1"
+    wait_for(folder / "checkpoints" / "last.ckpt", proc)
+    subprocess.run([tmp_path / "bin" / "scancel", "--signal=USR2", "4242"], check=True)
+    finish(proc)
+    assert "--array" not in (tmp_path / "bin" / "submitted.sh").read_text()
+    done = json.loads((folder / "metrics.json").read_text())
+    assert done["status"] == "finished" and done["steps"] == 400 and done["resumed_from_step"] > 0, done
+
+
+def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():
+    from initnorm.cli.slurm import forwarded_environment, status_of
+
+    lines = forwarded_environment({"INITNORM_DATA_DIR": "/data/my corpora", "INITNORM_SWEPT_KEYS": "", "PYTHONPATH": "/src", "HOME": "/root"})
+    assert lines[0].startswith("export SLURM_EXPORT_ENV=ALL ")  # srun passes the script's environment (submitit's variable) on
+    assert lines[1:] == ["export INITNORM_DATA_DIR='/data/my corpora'", "export INITNORM_SWEPT_KEYS=''", "export PYTHONPATH=/src"]
+    assert [status_of(s) for s in ("CANCELLED by 0", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "")] == ["cancelled", "timeout", "out_of_memory", "preempted", "unknown"]

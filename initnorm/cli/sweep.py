@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shlex
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -17,8 +19,15 @@ log = logging.getLogger(__name__)
 
 
 FAILED_JOBS: list[str] = []  # folders of failed jobs, filled at the end of a multirun; train.cli exits 1 then
+STOPPED_JOBS: list[str] = []  # folders of jobs a cluster stopped before they finished (cancelled, timeout ...): exit 1 too
 SWEPT_ENV = "INITNORM_SWEPT_KEYS"  # set by SummaryCallback.on_multirun_start, read by every job
 NOT_IN_NAME = {"seed", "experiment", "hydra.sweep.dir"}
+
+
+def resume_command(folder: str) -> str:
+    """This command again with its sweep folder pinned: a rerun skips the finished jobs and resumes the others."""
+    kept = [a for a in sys.argv[1:] if a.partition("=")[0].lstrip("+~") != "hydra.sweep.dir"]
+    return shlex.join(["python", "-m", "initnorm.train", *kept, f"hydra.sweep.dir={Path(folder).absolute()}"])
 
 
 def swept_keys() -> list[str] | None:
@@ -104,3 +113,9 @@ class SummaryCallback(Callback):
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")
+        stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
+        STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
+        for r in stopped:
+            print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error', '')}")
+        if stopped:
+            print(f"{len(stopped)} job(s) did not finish; this resumes them from their checkpoints: {resume_command(folder)}")

@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import devices, disk, sweep
+from initnorm.cli import devices, disk, slurm, sweep
 from initnorm.cli import signals as cli_signals
 from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
@@ -179,7 +179,8 @@ def hydra_main(cfg: DictConfig) -> float:
 
 def main() -> None:
     """``python -m initnorm.train``: check every job of the command line first (initnorm/preflight.py),
-    then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed."""
+    then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed, or a
+    cluster stopped it before it finished (the summary lists it and the command that resumes it)."""
     try:
         jobs = check_command_line(sys.argv[1:])
     except ConfigError as exc:
@@ -190,9 +191,10 @@ def main() -> None:
     plan = describe_plan(jobs) if jobs else None
     if plan:
         print(plan)
+    slurm.register_launcher()  # hydra/launcher=slurm, also from an editable install
     with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
         hydra_main()
-    if sweep.FAILED_JOBS:
+    if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:
         sys.exit(1)
 
 
