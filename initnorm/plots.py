@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from initnorm.registry import Registry
-from initnorm.results import best_lr, settings
+from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, settings
 
 Record = dict[str, Any]
 
@@ -80,6 +80,84 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+# Plain-language names for swept values in legends (``norm=post`` -> ``post-LN``).
+VALUE_NAMES = {
+    ("norm", "pre"): "pre-LN", ("norm", "post"): "post-LN",
+    ("norm_type", "layernorm"): "LayerNorm", ("norm_type", "rmsnorm"): "RMSNorm", ("norm_type", "none"): "no norm",
+    ("param", "sp"): "standard parameterisation (SP)", ("param", "mup"): "µP",
+}
+FAMILY_NAMES = {"decoder": "Decoder", "deep_mlp": "deep MLP", "char_mlp": "char MLP", "wide_mlp": "wide MLP"}
+CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
+OPTIM_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def plain(setting: str) -> str:
+    """``norm=post`` -> ``post-LN``; ``warmup=0`` -> ``no warmup``; ``width=64`` -> ``width 64``."""
+    key, _, value = setting.partition("=")
+    if (key, value) in VALUE_NAMES:
+        return VALUE_NAMES[(key, value)]
+    if key == "warmup":
+        return "no warmup" if value in ("0", "0.0") else f"warmup {value} steps"
+    return f"{key.rsplit('.', 1)[-1].replace('_', ' ')} {value}"
+
+
+def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
+    """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01,
+    3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
+    if not records:
+        return ""
+    c = records[0].get("config") or {}
+    swept = set(records[0].get("swept") or records[0].get("overrides", {})) | set(leave_out)
+    model, data, optim = c.get("model") or {}, c.get("data") or {}, c.get("optim") or {}
+    family = model.get("family", "")
+    parts = [FAMILY_NAMES.get(family, family.replace("_", " "))] if family else []
+    if "width" not in swept and c.get("width") is not None:
+        parts.append(f"width {c['width']}")
+    if "depth" not in swept and c.get("depth") is not None and family == "decoder":
+        parts.append(f"{c['depth']} blocks")
+    if data.get("name"):
+        parts.append(CORPUS_NAMES.get(data["name"], data["name"]))
+    if "steps" not in swept and c.get("steps"):
+        parts.append(f"{c['steps']:,} steps")
+    if optim.get("name"):
+        parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + ("" if "lr" in swept or c.get("lr") is None else f" peak lr {c['lr']:g}"))
+    seeds = {r.get("seed") for r in records if r.get("status") == "finished"}
+    parts.append(f"{len(seeds)} seed{'s' * (len(seeds) != 1)}")
+    return ", ".join(p for p in parts if p)
+
+
+def _png_svg(fig, stem: str) -> dict[str, bytes]:
+    """The figure as PNG (pages, summary.md) and SVG (print, papers)."""
+    svg = io.BytesIO()
+    fig.savefig(svg, format="svg", bbox_inches="tight")
+    return {f"{stem}.png": _png(fig), f"{stem}.svg": svg.getvalue()}
+
+
+@PLOTS.register("val_curves")
+def val_curves(records: list[Record]) -> Plot:
+    """Validation loss against step, one line per setting (the mean over seeds) and a band from the
+    lowest to the highest seed: the canonical sweep and deck §7b (pre/post-LN x warmup)."""
+    fig, (ax,) = _figure(7.0, 4.2)
+    groups = settings(records)
+    for i, (key, runs) in enumerate(groups.items()):
+        by_step: dict[int, list[float]] = {}
+        for r in runs:
+            for step, loss, *_ in r.get("val_history", []):
+                if _finite(loss):
+                    by_step.setdefault(int(step), []).append(loss)
+        steps = sorted(by_step)
+        if not steps:
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], color=colour, lw=1.6, ls="-" if i < len(PALETTE) else "--", label=", ".join(map(plain, key)) or "run")
+        if len(runs) > 1:
+            ax.fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps], color=colour, alpha=0.15, lw=0)
+    ax.set(xlabel="training step", ylabel="validation loss (nats per character)")
+    ax.set_title(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}")
+    ax.legend()
+    return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
+
+
 def _mean_curve(runs: list[Record], name: str) -> tuple[list[int], list[float]]:
     """Mean over seeds of one evaluation set's loss at each evaluated step."""
     by_step: dict[int, list[float]] = {}
@@ -126,10 +204,6 @@ def train_curves(records: list[Record]) -> Plot:
     return Plot({"train_curves.png": _png(fig)}, "![training loss per setting](train_curves.png)\n")
 
 
-def _sd(xs: list[float]) -> str:
-    return f"{statistics.stdev(xs):.3g}" if len(xs) > 1 else "0"
-
-
 @PLOTS.register("lr_transfer")
 def lr_transfer(records: list[Record]) -> Plot:
     """Chapter 003, step 4: loss against learning rate per width, one panel per parameterisation,
@@ -148,8 +222,10 @@ def lr_transfer(records: list[Record]) -> Plot:
     widths = sorted({w for _, w in grid})
     lrs = sorted({lr for curve in grid.values() for lr in curve})
     fig, axes = _figure(5 * max(1, len(params)), 3.8, ncols=max(1, len(params)), sharey=True)
-    rows = ["| param | width | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, 2^{:d} ... 2^{:d} (mean over seeds) |".format(
-        round(math.log2(lrs[0])) if lrs else 0, round(math.log2(lrs[-1])) if lrs else 0), "|---|---|---|---|---|---|---|---|"]
+    powers_of_two = all(math.log2(lr).is_integer() for lr in lrs)
+    tick = (lambda lr: f"$2^{{{round(math.log2(lr))}}}$") if powers_of_two else (lambda lr: f"{lr:g}")  # noqa: E731
+    span = (f"2^{round(math.log2(lrs[0]))} ... 2^{round(math.log2(lrs[-1]))}" if powers_of_two else f"{lrs[0]:g} ... {lrs[-1]:g}") if lrs else ""
+    rows = [f"| param | width | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, {span} (mean over seeds) |", "|---|---|---|---|---|---|---|---|"]
     for ax, param in zip(axes, params):
         for colour, width in zip(MUP_WIDTH_COLOURS * 4, widths):
             curve = grid.get((param, width))
@@ -158,6 +234,9 @@ def lr_transfer(records: list[Record]) -> Plot:
             xs = sorted(curve)
             means = [statistics.fmean(v) if (v := [x for x in curve[lr].values() if _finite(x)]) else math.nan for lr in xs]
             ax.plot(xs, means, marker="o", ms=3, color=colour, label=f"width {width}")
+            spread = [[x for x in curve[lr].values() if _finite(x)] for lr in xs]
+            if any(len(v) > 1 for v in spread):  # the seed spread: lowest to highest seed at each rate
+                ax.fill_between(xs, [min(v) if v else math.nan for v in spread], [max(v) if v else math.nan for v in spread], color=colour, alpha=0.15, lw=0)
             lr_best = best_lr(dict(zip(xs, means)))
             best = None if lr_best is None else xs.index(lr_best)
             seeds = sorted({s for lr in xs for s in curve[lr]}, key=str)
@@ -166,18 +245,21 @@ def lr_transfer(records: list[Record]) -> Plot:
                 ax.plot(xs[best], means[best], marker="*", ms=12, color=colour)
                 at_best = [v for v in curve[xs[best]].values() if _finite(v)]
                 rows.append(
-                    f"| {param} | {width} | {xs[best]:.6g} | {round(math.log2(xs[best]))} | {statistics.fmean(at_best):.3f} ± {_sd(at_best)} "
+                    f"| {param} | {width} | {xs[best]:.6g} | {round(math.log2(xs[best]))} | {fmt_mean_sd(*mean_sd(at_best))} "
                     f"| {' / '.join(str(round(math.log2(lr))) for lr, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
                     f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
                 )
             else:
                 rows.append(f"| {param} | {width} | none finite | | | | | |")
-        ax.set(xscale="log", xlabel="learning rate (base)", title="µP: lr scaled with width" if param == "mup" else "standard parameterisation" if param == "sp" else param)
-        ax.set_xticks(lrs[::2], [f"$2^{{{round(math.log2(lr))}}}$" for lr in lrs[::2]])
+        ax.set(xscale="log", xlabel="peak learning rate (µP: at the base width)" if param == "mup" else "peak learning rate", title="µP: learning rates scaled with width" if param == "mup" else plain(f"param={param}"))
+        shown = lrs[::2] if len(lrs) > 5 else lrs
+        ax.set_xticks(shown, [tick(lr) for lr in shown])
+        ax.minorticks_off()
         ax.legend(frameon=False, fontsize=9)
-    axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
+    axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
+    fig.suptitle(f"Loss against learning rate per width, band from the lowest to the highest seed\n{setup_title(records, ('lr', 'width', 'param'))}", fontsize=10, y=1.1)
     text = "\n## Best learning rate per width\n\n" + "\n".join(rows) + "\n\n![loss against learning rate](lr_transfer.png)\n"
-    return Plot({"lr_transfer.png": _png(fig)}, text)
+    return Plot(_png_svg(fig, "lr_transfer"), text)
 
 
 def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:
