@@ -52,3 +52,27 @@ def test_loss_and_learning_rate_tags_sort_before_the_instruments():
     # TensorBoard orders card groups by the tag's first path component, capitals before lower case.
     groups = sorted({t.split("/")[0] for t in (tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "act_rms/block_01/attn_out", "grad_norm/x", "hp/final_val_loss", "update_ratio/x")})
     assert groups[:2] == ["Loss", "Schedule"]
+
+
+def test_a_run_writes_its_hparams_row_and_curves_as_tensorboard_shows_them(tmp_path):
+    from initnorm.cli.train import train
+    from tests.conftest import TINY, compose_cfg
+
+    m = train(compose_cfg(*TINY), tmp_path)
+    acc = read_events(tmp_path)  # the events lie in the job folder: TensorBoard names the run by the folder
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert start.group_name == "seed=1" and start.hparams["norm"].string_value == "pre"
+    scalars = set(acc.Tags()["scalars"])
+    assert {tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "hp/final_val_loss"} <= scalars
+    assert "hp/diverged_step" not in scalars  # no NaN for a run that did not diverge
+    assert [p.step for p in acc.Scalars("hp/final_val_loss")] == [m["steps"]]  # at the last step, not step 0
+    assert acc.Scalars(tb.VAL_LOSS)[0].step == 0 and m["val_history"][0][0] == 0  # validated before the first step
+    machine = m["provenance"]["machine"]  # what moves the last digits between machines (docs/numerics.md)
+    assert {"cpu", "cpu_capability", "threads", "blas", "onednn"} <= set(machine) and machine["threads"] == 1
+
+
+def test_validation_interval_gives_short_runs_a_curve():
+    from initnorm.training.module import validation_interval
+
+    assert validation_interval(1500, None) == 150 and validation_interval(200, None) == 20 and validation_interval(5000, None) == 250
+    assert validation_interval(200, 50) == 50  # a value that is set wins

@@ -27,6 +27,7 @@ QUIET_WARNINGS = (
     r".*does not have many workers.*",
     r".*The number of training batches.*",
     r".*`isinstance\(treespec, LeafSpec\)`.*",
+    r".*The `srun` command is available on your system.*",
 )
 
 
@@ -38,6 +39,8 @@ def quiet() -> None:
         warnings.filterwarnings("ignore", message=pattern)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
+    # Lightning's hints (``srun`` is on PATH, few dataloader workers ...) come as warnings from its own modules.
+    warnings.filterwarnings("ignore", module=r"(lightning|pytorch_lightning|lightning_fabric|torch)(\.|$)")
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")  # processes this one starts
 
 
@@ -71,20 +74,54 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
     return f"{done}/{total} done{left}"
 
 
+def in_sweep() -> bool:
+    """True inside a job of a Hydra multirun (whichever launcher runs it)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def check_flags(argv: list[str]) -> None:
+    """Flag combinations Hydra refuses with a traceback, as one line that says what to do."""
+    from hydra._internal.utils import get_args_parser
+
+    from initnorm.errors import ConfigError
+
+    args = get_args_parser().parse_args(argv)
+    if args.multirun and args.cfg:
+        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in args.overrides]
+        raise ConfigError(
+            f"--cfg {args.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
+            f"e.g. `initnorm-train {' '.join(first)} --cfg {args.cfg}`".replace("  ", " ")
+        )
+
+
 def job_started(label: str, job_num: int) -> None:
     total = os.environ.get(TOTAL_ENV)
-    of = f" (job {job_num + 1} of {total})" if total else ""
+    of = f" (job {job_num + 1} of {total})" if total else f" (job {job_num + 1})"
     print(f"start {label}{of}", flush=True)
 
 
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
-    """``done norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.9 ms/step) [5/12 done, about 1m20s left]``."""
+    """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
+    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
     if metrics.get("diverged"):
         status = f"diverged at step {metrics['diverged_step']}"
     else:
         status = f"final validation loss {metrics['final_val_loss']:.4f}"
-    done = "already finished, " if metrics.get("skipped") else ""
-    progress = sweep_progress(sweep_dir) if sweep_dir else ""
-    where = "" if sweep_dir else f" -> {folder}"
-    tail = f" [{progress}]" if progress else ""
-    print(f"done  {label}: {done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step){where}{tail}", flush=True, file=sys.stdout)
+    done = "already finished: " if metrics.get("skipped") else ""
+    line = f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step)"
+    if sweep_dir is None:
+        print(f"{line} -> {folder}", flush=True)
+        return
+    progress = sweep_progress(sweep_dir)
+    print(f"done  {label}: {line}" + (f" [{progress}]" if progress else ""), flush=True)
+
+
+def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``."""
+    total = os.environ.get(TOTAL_ENV)
+    name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
+    how = {"basic": "one job after another", "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
+import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from initnorm.cli import console
 from initnorm.results import read_metrics
 from initnorm.summary import summarize
 
@@ -57,6 +60,17 @@ def job_dir(task_overrides, seed) -> str:
     return f"{','.join(parts) or 'default'}/seed={seed}"
 
 
+def run_name(task_overrides) -> str:
+    """A single run's folder name: what its command line set (``norm=post,lr=0.02``), or ``default``;
+    TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart."""
+    parts = []
+    for o in task_overrides:
+        key = str(o).partition("=")[0].lstrip("+~")
+        if not key.startswith("hydra."):
+            parts.append(re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(o).lstrip("+~")))
+    return ",".join(parts)[:120] or "default"
+
+
 def unique_dir(base: str) -> str:
     """``base`` plus a short random suffix (``2026-11-29_08-20-07_3f9a``), reserved by creating the
     folder: ``mkdir`` fails if it exists, so two sweeps started in the same second (or on two
@@ -75,6 +89,8 @@ def unique_dir(base: str) -> str:
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("initnorm.job_dir"):
         OmegaConf.register_new_resolver("initnorm.job_dir", job_dir)
+    if not OmegaConf.has_resolver("initnorm.run_name"):
+        OmegaConf.register_new_resolver("initnorm.run_name", run_name)
     if not OmegaConf.has_resolver("initnorm.unique_dir"):
         OmegaConf.register_new_resolver("initnorm.unique_dir", unique_dir, use_cache=True)
 
@@ -85,6 +101,8 @@ class SummaryCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         os.environ[SWEPT_ENV] = ",".join(parse_sweep(sweep_overrides(config)))
+        os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
+        print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")), config.hydra.launcher.get("n_jobs")), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir
@@ -93,7 +111,11 @@ class SummaryCallback(Callback):
         except FileNotFoundError as exc:
             log.warning("no summary: %s", exc)
             return
-        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")
+        table, _, figures = table.partition("\n![")  # the figures' markdown is for summary.md; the terminal gets their paths
+        pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
+        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table.rstrip()}\n")
+        if pictures:
+            print("Figures: " + ", ".join(pictures) + " (and .svg)")
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")
