@@ -26,6 +26,10 @@ def test_tab_completion_installs_in_bash(tmp_path):
     assert "hydra_bash_completion" in script and script.rstrip().endswith("initnorm-train")
     installed = subprocess.run(["bash", "-c", f'{script}\ncomplete -p initnorm-train'], capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0 and "-F hydra_bash_completion initnorm-train" in installed.stdout
+    query = "import sys; sys.argv = ['initnorm-train', '-sc', 'query=bash']; from initnorm.cli.train import main; main()"
+    env |= {"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"}
+    answer = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120).stdout
+    assert "norm_type=" in answer.split()  # what <TAB> offers
 
 
 def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
