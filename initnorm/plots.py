@@ -85,6 +85,11 @@ VALUE_NAMES = {
     ("norm", "pre"): "pre-LN", ("norm", "post"): "post-LN",
     ("norm_type", "layernorm"): "LayerNorm", ("norm_type", "rmsnorm"): "RMSNorm", ("norm_type", "none"): "no norm",
     ("param", "sp"): "standard parameterisation (SP)", ("param", "mup"): "µP",
+    ("init", "unit_normal"): "N(0, 1)", ("init", "small"): "N(0, 0.01)", ("init", "xavier"): "Xavier", ("init", "he"): "He",
+    ("init", "lecun"): "LeCun", ("init", "orthogonal"): "orthogonal", ("init", "normal"): "normal",
+    ("model.activation", "tanh"): "tanh", ("model.activation", "relu"): "ReLU", ("model.activation", "gelu"): "GELU",
+    ("regularizer", "none"): "no regularisation", ("regularizer", "dropout_0.2"): "dropout 0.2", ("regularizer", "dropout_0.5"): "dropout 0.5",
+    ("regularizer", "weight_decay_1.0"): "weight decay 1.0",
 }
 FAMILY_NAMES = {"decoder": "Decoder", "deep_mlp": "deep MLP", "char_mlp": "char MLP", "wide_mlp": "wide MLP"}
 CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
@@ -113,14 +118,17 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
     parts = [FAMILY_NAMES.get(family, family.replace("_", " "))] if family else []
     if "width" not in swept and c.get("width") is not None:
         parts.append(f"width {c['width']}")
-    if "depth" not in swept and c.get("depth") is not None and family == "decoder":
-        parts.append(f"{c['depth']} blocks")
+    if "depth" not in swept and c.get("depth") is not None:
+        parts.append(f"{c['depth']} {'blocks' if family == 'decoder' else 'layers'}")
     if data.get("name"):
         parts.append(CORPUS_NAMES.get(data["name"], data["name"]))
+    elif data.get("kind") == "clusters":
+        parts.append("Gaussian clusters")
     if "steps" not in swept and c.get("steps"):
         parts.append(f"{c['steps']:,} steps")
     if optim.get("name"):
-        parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + ("" if "lr" in swept or c.get("lr") is None else f" peak lr {c['lr']:g}"))
+        rate = "" if "lr" in swept or c.get("lr") is None else f" {'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
+        parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + rate)
     seeds = {r.get("seed") for r in records if r.get("status") == "finished"}
     parts.append(f"{len(seeds)} seed{'s' * (len(seeds) != 1)}")
     return ", ".join(p for p in parts if p)
@@ -175,12 +183,13 @@ def train_val_curves(records: list[Record]) -> Plot:
     loss (solid) against step, one colour per setting, mean over seeds."""
     fig, (ax,) = _figure(7.5, 4.2)
     for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
-        label = ", ".join(key) or "run"
+        label = ", ".join(map(plain, key)) or "run"
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
-    ax.set(xlabel="training step", ylabel="loss (nats per character)", ylim=(0, 4.5), title="Training (dashed) and validation (solid) loss")
+    ax.set(xlabel="training step", ylabel="loss (nats per character), mean over seeds", ylim=(0, 4.5))
+    ax.set_title(f"Training (dashed) and validation (solid) loss\n{setup_title(records)}")
     ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    return Plot({"train_val_curves.png": _png(fig)}, "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
+    return Plot(_png_svg(fig, "train_val_curves"), "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
 
 
 @PLOTS.register("train_curves")
@@ -189,7 +198,7 @@ def train_curves(records: list[Record]) -> Plot:
     first swept key (the activation), one line per setting of the others, mean over seeds."""
     panels: dict[str, dict[str, list[Record]]] = {}
     for key, runs in settings(records).items():
-        panels.setdefault(key[0] if key else "", {})[", ".join(key[1:]) or "run"] = runs
+        panels.setdefault(plain(key[0]) if key else "", {})[", ".join(map(plain, key[1:])) or "run"] = runs
     fig, axes = _figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
     for ax, (panel, lines) in zip(axes, panels.items()):
         for colour, (label, runs) in zip(PALETTE * 4, lines.items()):
@@ -200,8 +209,9 @@ def train_curves(records: list[Record]) -> Plot:
             ax.plot(mean, color=colour, lw=1.2, label=f"{label} (val acc {statistics.fmean(acc):.0%})" if acc else f"{label} (diverged)")
         ax.set(title=panel, xlabel="training step", ylim=(0, 3))
         ax.legend(frameon=False, fontsize=8)
-    axes[0].set_ylabel("training loss (clipped at 3)")
-    return Plot({"train_curves.png": _png(fig)}, "![training loss per setting](train_curves.png)\n")
+    axes[0].set_ylabel("training loss, mean over seeds (clipped at 3)")
+    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10, y=1.1)
+    return Plot(_png_svg(fig, "train_curves"), "![training loss per setting](train_curves.png)\n")
 
 
 @PLOTS.register("lr_transfer")
