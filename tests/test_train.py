@@ -47,7 +47,8 @@ def test_multirun_writes_summary_rows(tmp_path):
     csv_lines = (sweep / "summary.csv").read_text().splitlines()
     assert csv_lines[0].startswith("norm,final_val_loss_mean") and len(csv_lines) == 3
     again = run_cli(str(sweep), module="initnorm.summarize", cwd=tmp_path)
-    assert again.returncode == 0 and again.stdout.strip() == md.split("\n\n", 2)[-1].strip()
+    table = md.split("\n\n", 2)[-1].partition("\n![")[0].strip()
+    assert again.returncode == 0 and again.stdout.startswith(table) and f"Figures: {sweep / 'val_curves.png'}" in again.stdout
     # The terminal: one line per job as it starts and as it ends (final loss, progress), the summary; no library noise.
     out = proc.stdout + proc.stderr
     assert "start norm=post seed=2 (job 4 of 4)" in out and "done  norm=post seed=2: final validation loss" in out and "[4/4 done]" in out

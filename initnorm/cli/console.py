@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -117,6 +116,13 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
         return
     progress = sweep_progress(sweep_dir)
     print(f"done  {label}: {line}" + (f" [{progress}]" if progress else ""), flush=True)
+
+
+def summary_text(folder: Path | str, table: str) -> str:
+    """A summary for the terminal: the table (the figures' markdown is for summary.md), then the figures' paths."""
+    table = table.partition("\n![")[0].rstrip()
+    pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
+    return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 
 
 def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:

@@ -111,11 +111,7 @@ class SummaryCallback(Callback):
         except FileNotFoundError as exc:
             log.warning("no summary: %s", exc)
             return
-        table, _, figures = table.partition("\n![")  # the figures' markdown is for summary.md; the terminal gets their paths
-        pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
-        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table.rstrip()}\n")
-        if pictures:
-            print("Figures: " + ", ".join(pictures) + " (and .svg)")
+        print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{console.summary_text(folder, table)}", end="")
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")
