@@ -47,3 +47,11 @@ def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch
         (tmp_path / str(i) / "metrics.json").write_text(json.dumps({"status": status}))
     assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 1m00s left"
     assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
+
+
+def test_single_runs_are_named_by_what_sets_them_apart():
+    from initnorm.cli.sweep import run_name, what_sets_apart
+
+    overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
+    assert what_sets_apart(overrides) == ["norm", "data.path"]
+    assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"

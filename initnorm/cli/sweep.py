@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from initnorm.cli import console
 from initnorm.results import read_metrics
+from initnorm.training.resume import IGNORED
 from initnorm.summary import summarize
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,18 @@ def job_dir(task_overrides, seed) -> str:
     return f"{','.join(parts) or 'default'}/seed={seed}"
 
 
+def what_sets_apart(overrides) -> list[str]:
+    """The overridden keys that change the experiment: not ``hydra.*``, not how a run is watched or
+    where it runs (``trainer.enable_progress_bar``, ``threads`` ...: training.resume.IGNORED)."""
+    keys = [str(o).partition("=")[0].lstrip("+~") for o in overrides]
+    return [k for k in keys if not k.startswith("hydra.") and k not in IGNORED and k.split(".")[0] not in IGNORED]
+
+
 def run_name(task_overrides) -> str:
     """A single run's folder name: what its command line set (``norm=post,lr=0.02``), or ``default``;
     TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart."""
-    parts = []
-    for o in task_overrides:
-        key = str(o).partition("=")[0].lstrip("+~")
-        if not key.startswith("hydra."):
-            parts.append(re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(o).lstrip("+~")))
+    keep = set(what_sets_apart(task_overrides))
+    parts = [re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(o).lstrip("+~")) for o in task_overrides if str(o).partition("=")[0].lstrip("+~") in keep]
     return ",".join(parts)[:120] or "default"
 
 

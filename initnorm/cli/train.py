@@ -122,13 +122,18 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": module.diverged_step}
     hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     # HPARAMS: what varies first (the swept keys; a single run's overrides), the trial named by it, the metrics at the last step.
-    varying = [k for k in (metrics["swept"] if metrics["swept"] is not None else overrides) if not k.startswith("hydra.")]
-    tb.write_hparams(logger.experiment, hparams_of(c, overrides), hp_metrics, varying, tb.run_label(overrides, metrics["swept"], c["seed"]), steps_done)
+    varying = [k for k in (metrics["swept"] if metrics["swept"] is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
+    tb.write_hparams(logger.experiment, hparams_of(c, overrides), hp_metrics, varying, run_label(overrides, metrics["swept"], c["seed"]), steps_done)
     logger.finalize("success")
     return metrics
 
 
 register_resolvers()
+
+
+def run_label(overrides: dict[str, str], swept: list[str] | None, seed) -> str:
+    """``norm=post warmup=200 seed=3``: a sweep's swept values, or what a single run's command line set (watch-only keys left out)."""
+    return tb.run_label(overrides if swept is not None else {k: v for k, v in overrides.items() if k in sweep.what_sets_apart(overrides)}, swept, seed)
 
 
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
@@ -144,7 +149,7 @@ def hydra_main(cfg: DictConfig) -> float:
     console.quiet()  # here, not at import: a joblib worker or a SLURM job runs this function, not this module's top level
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     overrides, num, _ = job_overrides()
-    label = tb.run_label(overrides, swept_keys(), cfg.get("seed"))
+    label = run_label(overrides, swept_keys(), cfg.get("seed"))
     if multirun:
         console.job_started(label, num)
     try:
