@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from initnorm import transfer
 from initnorm.registry import Registry
-from initnorm.results import best_lr, settings
+from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, settings
 
 Record = dict[str, Any]
 
@@ -81,6 +81,92 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+# Plain-language names for swept values in legends (``norm=post`` -> ``post-LN``).
+VALUE_NAMES = {
+    ("norm", "pre"): "pre-LN", ("norm", "post"): "post-LN",
+    ("norm_type", "layernorm"): "LayerNorm", ("norm_type", "rmsnorm"): "RMSNorm", ("norm_type", "none"): "no norm",
+    ("param", "sp"): "standard parameterisation (SP)", ("param", "mup"): "µP",
+    ("init", "unit_normal"): "N(0, 1)", ("init", "small"): "N(0, 0.01)", ("init", "xavier"): "Xavier", ("init", "he"): "He",
+    ("init", "lecun"): "LeCun", ("init", "orthogonal"): "orthogonal", ("init", "normal"): "normal",
+    ("model.activation", "tanh"): "tanh", ("model.activation", "relu"): "ReLU", ("model.activation", "gelu"): "GELU",
+    ("regularizer", "none"): "no regularisation", ("regularizer", "dropout_0.2"): "dropout 0.2", ("regularizer", "dropout_0.5"): "dropout 0.5",
+    ("regularizer", "weight_decay_1.0"): "weight decay 1.0",
+}
+FAMILY_NAMES = {"decoder": "Decoder", "deep_mlp": "deep MLP", "char_mlp": "char MLP", "wide_mlp": "wide MLP"}
+CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
+OPTIM_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def plain(setting: str) -> str:
+    """``norm=post`` -> ``post-LN``; ``warmup=0`` -> ``no warmup``; ``width=64`` -> ``width 64``."""
+    key, _, value = setting.partition("=")
+    if (key, value) in VALUE_NAMES:
+        return VALUE_NAMES[(key, value)]
+    if key == "warmup":
+        return "no warmup" if value in ("0", "0.0") else f"warmup {value} steps"
+    return f"{key.rsplit('.', 1)[-1].replace('_', ' ')} {value}"
+
+
+def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
+    """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01,
+    3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
+    if not records:
+        return ""
+    c = records[0].get("config") or {}
+    swept = set(records[0].get("swept") or records[0].get("overrides", {})) | set(leave_out)
+    model, data, optim = c.get("model") or {}, c.get("data") or {}, c.get("optim") or {}
+    family = model.get("family", "")
+    parts = [FAMILY_NAMES.get(family, family.replace("_", " "))] if family else []
+    if "width" not in swept and c.get("width") is not None:
+        parts.append(f"width {c['width']}")
+    if "depth" not in swept and c.get("depth") is not None:
+        parts.append(f"{c['depth']} {'blocks' if family == 'decoder' else 'layers'}")
+    if data.get("name"):
+        parts.append(CORPUS_NAMES.get(data["name"], data["name"]))
+    elif data.get("kind") == "clusters":
+        parts.append("Gaussian clusters")
+    if "steps" not in swept and c.get("steps"):
+        parts.append(f"{c['steps']:,} steps")
+    if optim.get("name"):
+        rate = "" if "lr" in swept or c.get("lr") is None else f" {'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
+        parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + rate)
+    seeds = {r.get("seed") for r in records if r.get("status") == "finished"}
+    parts.append(f"{len(seeds)} seed{'s' * (len(seeds) != 1)}")
+    return ", ".join(p for p in parts if p)
+
+
+def _png_svg(fig, stem: str) -> dict[str, bytes]:
+    """The figure as PNG (pages, summary.md) and SVG (print, papers)."""
+    svg = io.BytesIO()
+    fig.savefig(svg, format="svg", bbox_inches="tight")
+    return {f"{stem}.png": _png(fig), f"{stem}.svg": svg.getvalue()}
+
+
+@PLOTS.register("val_curves")
+def val_curves(records: list[Record]) -> Plot:
+    """Validation loss against step, one line per setting (the mean over seeds) and a band from the
+    lowest to the highest seed: the canonical sweep and deck §7b (pre/post-LN x warmup)."""
+    fig, (ax,) = _figure(7.0, 4.2)
+    groups = settings(records)
+    for i, (key, runs) in enumerate(groups.items()):
+        by_step: dict[int, list[float]] = {}
+        for r in runs:
+            for step, loss, *_ in r.get("val_history", []):
+                if _finite(loss):
+                    by_step.setdefault(int(step), []).append(loss)
+        steps = sorted(by_step)
+        if not steps:
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], color=colour, lw=1.6, ls="-" if i < len(PALETTE) else "--", label=", ".join(map(plain, key)) or "run")
+        if len(runs) > 1:
+            ax.fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps], color=colour, alpha=0.15, lw=0)
+    ax.set(xlabel="training step", ylabel="validation loss (nats per character)")
+    ax.set_title(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}")
+    ax.legend()
+    return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
+
+
 def _mean_curve(runs: list[Record], name: str) -> tuple[list[int], list[float]]:
     """Mean over seeds of one evaluation set's loss at each evaluated step."""
     by_step: dict[int, list[float]] = {}
@@ -98,12 +184,13 @@ def train_val_curves(records: list[Record]) -> Plot:
     loss (solid) against step, one colour per setting, mean over seeds."""
     fig, (ax,) = _figure(7.5, 4.2)
     for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
-        label = ", ".join(key) or "run"
+        label = ", ".join(map(plain, key)) or "run"
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
-    ax.set(xlabel="training step", ylabel="loss (nats per character)", ylim=(0, 4.5), title="Training (dashed) and validation (solid) loss")
+    ax.set(xlabel="training step", ylabel="loss (nats per character), mean over seeds", ylim=(0, 4.5))
+    ax.set_title(f"Training (dashed) and validation (solid) loss\n{setup_title(records)}")
     ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    return Plot({"train_val_curves.png": _png(fig)}, "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
+    return Plot(_png_svg(fig, "train_val_curves"), "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
 
 
 @PLOTS.register("train_curves")
@@ -112,7 +199,7 @@ def train_curves(records: list[Record]) -> Plot:
     first swept key (the activation), one line per setting of the others, mean over seeds."""
     panels: dict[str, dict[str, list[Record]]] = {}
     for key, runs in settings(records).items():
-        panels.setdefault(key[0] if key else "", {})[", ".join(key[1:]) or "run"] = runs
+        panels.setdefault(plain(key[0]) if key else "", {})[", ".join(map(plain, key[1:])) or "run"] = runs
     fig, axes = _figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
     for ax, (panel, lines) in zip(axes, panels.items()):
         for colour, (label, runs) in zip(PALETTE * 4, lines.items()):
@@ -123,12 +210,9 @@ def train_curves(records: list[Record]) -> Plot:
             ax.plot(mean, color=colour, lw=1.2, label=f"{label} (val acc {statistics.fmean(acc):.0%})" if acc else f"{label} (diverged)")
         ax.set(title=panel, xlabel="training step", ylim=(0, 3))
         ax.legend(frameon=False, fontsize=8)
-    axes[0].set_ylabel("training loss (clipped at 3)")
-    return Plot({"train_curves.png": _png(fig)}, "![training loss per setting](train_curves.png)\n")
-
-
-def _sd(xs: list[float]) -> str:
-    return f"{statistics.stdev(xs):.3g}" if len(xs) > 1 else "0"
+    axes[0].set_ylabel("training loss, mean over seeds (clipped at 3)")
+    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10, y=1.1)
+    return Plot(_png_svg(fig, "train_curves"), "![training loss per setting](train_curves.png)\n")
 
 
 @PLOTS.register("lr_transfer")
@@ -182,6 +266,9 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
             row = rows[(setting, size)]
             xs, means = transfer.seed_mean(seeds)
             ax.plot([2**x for x in xs], means, marker="o", ms=3, lw=0.6, alpha=0.6, color=colour)
+            spread = [[c[x] for c in seeds.values() if _finite(c.get(x))] for x in xs]
+            if any(len(v) > 1 for v in spread):  # the seed spread: lowest to highest seed at each rate
+                ax.fill_between([2**x for x in xs], [min(v) if v else math.nan for v in spread], [max(v) if v else math.nan for v in spread], color=colour, alpha=0.15, lw=0)
             if row.fit.coef is not None:
                 lo, hi = row.fit.window
                 dense = [lo + (hi - lo) * i / 40 for i in range(41)]
@@ -194,13 +281,18 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         base = rows.get((setting, sizes[0]))
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
-        ax.set(xscale="log", xlabel="learning rate (base)", title=PANEL_TITLES.get(axis, {}).get(name, name))
-        ax.set_xticks([2**x for x in grid[::2]], [f"$2^{{{_log2(x)}}}$" for x in grid[::2]])
+        base_lr = "peak learning rate (at the base width)" if axis == "width" else "peak learning rate (at the base depth)"
+        ax.set(xscale="log", xlabel=base_lr if name != "sp" else "peak learning rate", title=PANEL_TITLES.get(axis, {}).get(name, plain(f"param={name}")))
+        shown = grid[::2] if len(grid) > 5 else grid
+        ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" for x in shown])
+        ax.minorticks_off()
         ax.legend(frameon=False, fontsize=8)
-    axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
-    png = "lr_transfer.png" if axis == "width" else f"lr_transfer_{axis}.png"
-    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({png})\n"
-    return Plot({png: _png(fig)}, text)
+    axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
+    fig.suptitle(f"Loss against learning rate per {axis}: fitted optimum with its bootstrap interval, band from the lowest to the highest seed\n"
+                 f"{setup_title(records, ('lr', axis, 'param'))}", fontsize=10, y=1.1)
+    stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis}"
+    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({stem}.png)\n"
+    return Plot(_png_svg(fig, stem), text)
 
 
 def _log2(x: float) -> str:
@@ -216,7 +308,7 @@ def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: t
     per_seed = [(x, seeds[s][x]) for s in sorted(seeds, key=str) if (x := best_lr({x: seeds[s].get(x, math.nan) for x in xs})) is not None]
     at_best = [c[best] for c in seeds.values() if _finite(c.get(best))]
     return (
-        f"| {name} | {size} | {2**best:.6g} | {_log2(best)} | {statistics.fmean(at_best):.3f} ± {_sd(at_best)} "
+        f"| {name} | {size} | {2**best:.6g} | {_log2(best)} | {fmt_mean_sd(*mean_sd(at_best))} "
         f"| {' / '.join(_log2(x) for x, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
         f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
     )

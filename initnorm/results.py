@@ -118,6 +118,19 @@ def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
     return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
 
+def fmt_mean_sd(mean: float | None, sd: float | None, n: int, missing: str = "nan") -> str:
+    """Mean ± sd, both with the same decimals: enough for the sd's first significant digit, at least
+    3 and at most 6 (``2.233 ± 0.004``, ``2.8560 ± 0.0007``); one value alone without ±."""
+    if not n or mean is None or not math.isfinite(mean):
+        return missing
+    if n == 1:
+        return fmt(mean)
+    if not 1e-2 <= abs(mean) < 1e4:  # significant digits where fixed point would hide the value (a first loss of 1e27)
+        return f"{mean:.3g} ± {sd:.2g}"
+    decimals = 3 if not sd or sd >= 1e-3 else min(6, -math.floor(math.log10(sd)))
+    return f"{mean:.{decimals}f} ± {sd:.{decimals}f}"
+
+
 def setting_keys(records: list[dict[str, Any]]) -> list[str]:
     """The keys that tell a table's rows apart: the swept keys other than the seed, in sweep order
     (outside a multirun, the overridden keys whose values differ between the records)."""
@@ -183,12 +196,17 @@ def mean_sd(values: Iterable[float | None]) -> tuple[float, float, int]:
 
 
 def render_markdown(keys, metrics, rows) -> str:
-    # One seed list for the header when every row ran the same seeds; otherwise each cell names its seed.
+    # One seed per row: the value alone. Several: mean ± sd (one format, results.fmt_mean_sd) and each seed's value,
+    # under one seed list when every row ran the same seeds, else each cell names its seed.
+    single = all(len(r["seeds"]) <= 1 for r in rows)
     same_seeds = len({tuple(r["seeds"]) for r in rows}) <= 1
     seeds_label = "Seeds " + ", ".join(str(s) for s in rows[0]["seeds"]) if rows and same_seeds else "Per seed (seed: value)"
     head = list(keys)
     for m in metrics:
-        head += [f"{LABELS.get(m, m)} (mean ± sd)", f"{seeds_label}" if len(metrics) == 1 else f"{LABELS.get(m, m)}: per seed"]
+        if single:
+            head.append(f"{LABELS.get(m, m)}" + (f" (seed {rows[0]['seeds'][0]})" if rows and same_seeds and rows[0]["seeds"] else ""))
+        else:
+            head += [f"{LABELS.get(m, m)} (mean ± sd)", f"{seeds_label}" if len(metrics) == 1 else f"{LABELS.get(m, m)}: per seed"]
     show_div = any(r["diverged"] for r in rows)
     show_fail = any(r["failed"] for r in rows)
     head += ["Diverged"] * show_div + ["Failed"] * show_fail
@@ -199,10 +217,13 @@ def render_markdown(keys, metrics, rows) -> str:
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
+            if single:
+                cells.append(fmt_mean_sd(mu, sd, n, missing=empty))
+                continue
             per_seed = ["diverged" if v is None else fmt(v) for v in r["values"][m]]
             if not same_seeds:
                 per_seed = [f"{s}: {v}" for s, v in zip(r["seeds"], per_seed)]
-            cells += [f"{fmt(mu)} ± {fmt(sd)}" if n else empty, ", ".join(per_seed)]
+            cells += [fmt_mean_sd(mu, sd, n, missing=empty), ", ".join(per_seed)]
         if show_div:
             cells.append(f"{r['diverged']}/{len(r['seeds'])}" + (f" ({', '.join(r['diverged_at'])})" if r["diverged_at"] else ""))
         if show_fail:

@@ -38,3 +38,14 @@ def test_bad_activation_is_one_line(tmp_path, capsys):
     assert main(["mlp", "--activations", "sigmoid", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --activations='sigmoid' is invalid") and "\n" not in err
+
+
+def test_mlp_probe_takes_the_trainers_init_options(tmp_path, capsys):
+    # The chapter's "He" for tanh is ReLU's gain, sqrt(2) (the trainer's init.nonlinearity=relu), not tanh's 5/3.
+    tanh_gain, _ = signal_per_layer("tanh", "he", depth=3, width=64, batch=64)
+    relu_gain, _ = signal_per_layer("tanh", "he", depth=3, width=64, batch=64, options={"nonlinearity": "relu"})
+    assert relu_gain[0] != tanh_gain[0]
+    assert main(["mlp", "--activations", "tanh", "--inits", "he", "--mlp-depth", "3", "--mlp-width", "64", "--batch", "64", "--out", str(tmp_path), "--", "init.nonlinearity=relu"]) == 0
+    assert "He (nonlinearity=relu)" in capsys.readouterr().out
+    assert main(["mlp", "--out", str(tmp_path), "--", "width=32"]) == 2
+    assert "init.<key>=<value>" in capsys.readouterr().err

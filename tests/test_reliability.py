@@ -37,7 +37,7 @@ def test_divergence_stops_at_once_and_is_recorded(tmp_path):
     assert on_disk["status"] == "finished" and on_disk["diverged"] is True
     assert on_disk["diverged_step"] == m["diverged_step"] is not None and m["steps"] < 10  # stopped at once, not after 50 steps
     assert math.isnan(on_disk["final_val_loss"])
-    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     assert acc.Scalars("hp/diverged")[-1].value == 1.0 and acc.Scalars("hp/diverged_step")[-1].value == m["diverged_step"]
 
@@ -51,7 +51,7 @@ def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
     table = summarize(tmp_path)
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith(("| pre", "| post"))}
     assert "2.100 ± 0.141" in rows["pre"] and "0/2" in rows["pre"]
-    assert "2.100 ± 0.000" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2 (seed 2 at step 7)" in rows["post"]
+    assert "| post | 2.100 | 2.100, diverged |" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2 (seed 2 at step 7)" in rows["post"]
     csv_rows = (tmp_path / "summary.csv").read_text().splitlines()
     post = next(r for r in csv_rows if r.startswith("post,"))
     assert post.startswith("post,2.1,0.0,1,") and post.split(",")[-2] == "1"

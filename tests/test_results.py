@@ -1,6 +1,6 @@
 """The summary table as a pure function of the job records."""
 
-from initnorm.results import group_rows, render_markdown
+from initnorm.results import fmt_mean_sd, group_rows, render_markdown
 
 
 def record(norm, seed, loss, **extra):
@@ -17,10 +17,23 @@ def test_rows_average_over_seeds_with_sample_sd():
 def test_rows_with_different_seeds_name_each_seed():
     recs = [record("pre", 1, 2.0), record("pre", 2, 2.1), record("post", 2, 2.5), {**record("post", 1, None), "status": "failed", "error": "boom"}]
     md = render_markdown(*group_rows(recs))
-    assert "Per seed (seed: value)" in md and "| post | 2.500 ± 0.000 | 2: 2.500 |" in md and "boom" in md
+    assert "Per seed (seed: value)" in md and "| post | 2.500 | 2: 2.500 |" in md and "boom" in md
 
 
 def test_diverged_runs_are_counted_not_averaged():
     recs = [record("pre", 1, 2.0), record("pre", 2, float("nan"), diverged=True, diverged_step=7)]
     md = render_markdown(*group_rows(recs))
-    assert "2.000 ± 0.000" in md and "1/2" in md and "nan ±" not in md
+    assert "| pre | 2.000 | 2.000, diverged |" in md and "1/2" in md and "nan ±" not in md
+
+
+def test_one_number_format_for_mean_and_sd():
+    # The same decimals for mean and sd, enough for the sd's first digit; one value alone has no ±.
+    assert fmt_mean_sd(2.233, 0.00446, 3) == "2.233 ± 0.004"
+    assert fmt_mean_sd(2.856, 0.000687, 3) == "2.8560 ± 0.0007"
+    assert fmt_mean_sd(2.291, 0.014, 3) == "2.291 ± 0.014"
+    assert fmt_mean_sd(1.8, 0.0, 1) == "1.800" and fmt_mean_sd(float("nan"), 0.0, 0, missing="—") == "—"
+
+
+def test_one_seed_per_row_has_no_spread_and_no_seeds_column():
+    md = render_markdown(*group_rows([record("pre", 1, 2.302), record("post", 1, 2.5)]))
+    assert "| pre | 2.302 |" in md and "±" not in md and "Seeds" not in md and "(seed 1)" in md

@@ -16,7 +16,7 @@ STATS = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks
 
 def test_tags_in_the_event_files_on_logging_steps_only(tmp_path):
     train(compose_cfg(*STATS), tmp_path)
-    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     wanted = {f"act_rms/block_{b:02d}/{r}" for b in (1, 2) for r in ("stream_in", "attn_out", "mlp_out", "stream_out")}

@@ -26,10 +26,10 @@ def test_same_seed_same_numbers(tmp_path, tiny):
 
 def test_hparams_metric_is_the_real_final_loss(tmp_path, tiny):
     m = train(compose_cfg(*tiny), tmp_path)
-    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = acc.Tags()["scalars"]
-    assert {"train/loss", "train/lr", "val/loss", "hp/final_val_loss"} <= set(tags)
+    assert {"Loss/train", "Schedule/learning_rate", "Loss/validation", "hp/final_val_loss"} <= set(tags)
     assert abs(acc.Scalars("hp/final_val_loss")[-1].value - m["final_val_loss"]) < 1e-6
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
@@ -47,4 +47,11 @@ def test_multirun_writes_summary_rows(tmp_path):
     csv_lines = (sweep / "summary.csv").read_text().splitlines()
     assert csv_lines[0].startswith("norm,final_val_loss_mean") and len(csv_lines) == 3
     again = run_cli(str(sweep), module="initnorm.summarize", cwd=tmp_path)
-    assert again.returncode == 0 and again.stdout.strip() == md.split("\n\n", 2)[-1].strip()
+    table = md.split("\n\n", 2)[-1].partition("\n![")[0].strip()
+    assert again.returncode == 0 and again.stdout.startswith(table) and f"Figures: {sweep / 'val_curves.png'}" in again.stdout
+    # The terminal: one line per job as it starts and as it ends (final loss, progress), the summary; no library noise.
+    out = proc.stdout + proc.stderr
+    assert "start norm=post seed=2 (job 4 of 4)" in out and "done  norm=post seed=2: final validation loss" in out and "[4/4 done]" in out
+    assert (sweep / "val_curves.png").is_file() and (sweep / "val_curves.svg").is_file()
+    for noise in ("GPU available", "TPU available", "Tip:", "Warning", "warn", "Trainer.fit", "LeafSpec"):
+        assert noise not in out, noise

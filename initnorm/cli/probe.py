@@ -14,7 +14,9 @@ the same draws as ``torch.nn.init`` (one ``normal_`` per matrix with the same st
 printed numbers are the chapter's. It is not the MLP family (``models/mlp.py``): biases, an input
 layer and a readout would change the order of the draws.
 
-Anything after ``--`` is a training-config override for the Decoder (``-- norm_type=rmsnorm width=32``).
+Anything after ``--`` is a training-config override for the Decoder (``-- norm_type=rmsnorm width=32``);
+``init.<key>=<value>`` there also reaches the MLP probe's init schemes, as the trainer's ``init`` node
+does (``mlp -- init.nonlinearity=relu``: the chapter's "He" for tanh, with ReLU's gain).
 Writes CSV, PNG, the printed tables and TensorBoard events (``tb/``) into ``--out``.
 """
 
@@ -26,6 +28,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,6 +71,20 @@ def decoder_configs(a: argparse.Namespace, extra: list[str]) -> dict[tuple[str, 
     return dict(zip(keys, check_overrides(overrides, lambda i, o: f"norm={keys[i][0]} std={keys[i][1]}")))
 
 
+def init_options(extra: list[str], kind: str) -> dict[str, Any]:
+    """The ``init.<key>=<value>`` overrides among ``extra``, as the init schemes read them (``ctx.opt``)."""
+    import yaml
+
+    options: dict[str, Any] = {}
+    for o in extra:
+        key, eq, value = o.lstrip("+").partition("=")
+        if key.startswith("init.") and eq:
+            options[key.removeprefix("init.")] = yaml.safe_load(value)
+        elif kind == "mlp":
+            raise bad_value("override after --", o, "init.<key>=<value> for the MLP probe (other keys are the Decoder's)", "-- init.nonlinearity=relu")
+    return options
+
+
 def check_args(a: argparse.Namespace) -> None:
     for key in ("depth", "mlp_depth", "mlp_width", "batch"):
         if getattr(a, key) <= 0:
@@ -106,7 +123,9 @@ def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
         mlp = {}
         for act in a.activations:
             names = a.inits or CHAPTER_INITS.get(act, list(LABELS))
-            mlp[act] = {init_label(i, a.std): signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std) for i in names}
+            options = init_options(extra, a.kind)
+            suffix = f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
+            mlp[act] = {init_label(i, a.std) + suffix: signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std, options) for i in names}
             text.write(f"{a.mlp_depth}-layer {act} MLP of width {a.mlp_width} at initialisation (batch {a.batch}, seed {a.mlp_seed})\n")
             text.write(mlp_table(act, mlp[act]) + "\n")
             for name, (fwd, bwd) in mlp[act].items():

@@ -2,6 +2,7 @@
 
 import sys
 
+from initnorm.cli.console import summary_text
 from initnorm.summary import summarize
 
 
@@ -11,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m initnorm.summarize SWEEP_FOLDER", file=sys.stderr)
         return 2
     try:
-        print(summarize(args[0]), end="")
+        print(summary_text(args[0], summarize(args[0])), end="")
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

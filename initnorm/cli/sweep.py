@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from initnorm.cli import console
 from initnorm.results import read_metrics
+from initnorm.training.resume import IGNORED
 from initnorm.summary import summarize
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,21 @@ def job_dir(task_overrides, seed) -> str:
     return f"{','.join(parts) or 'default'}/seed={seed}"
 
 
+def what_sets_apart(overrides) -> list[str]:
+    """The overridden keys that change the experiment: not ``hydra.*``, not how a run is watched or
+    where it runs (``trainer.enable_progress_bar``, ``threads`` ...: training.resume.IGNORED)."""
+    keys = [str(o).partition("=")[0].lstrip("+~") for o in overrides]
+    return [k for k in keys if not k.startswith("hydra.") and k not in IGNORED and k.split(".")[0] not in IGNORED]
+
+
+def run_name(task_overrides) -> str:
+    """A single run's folder name: what its command line set (``norm=post,lr=0.02``), or ``default``;
+    TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart."""
+    keep = set(what_sets_apart(task_overrides))
+    parts = [re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(o).lstrip("+~")) for o in task_overrides if str(o).partition("=")[0].lstrip("+~") in keep]
+    return ",".join(parts)[:120] or "default"
+
+
 def unique_dir(base: str) -> str:
     """``base`` plus a short random suffix (``2026-11-29_08-20-07_3f9a``), reserved by creating the
     folder: ``mkdir`` fails if it exists, so two sweeps started in the same second (or on two
@@ -84,6 +103,8 @@ def unique_dir(base: str) -> str:
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("initnorm.job_dir"):
         OmegaConf.register_new_resolver("initnorm.job_dir", job_dir)
+    if not OmegaConf.has_resolver("initnorm.run_name"):
+        OmegaConf.register_new_resolver("initnorm.run_name", run_name)
     if not OmegaConf.has_resolver("initnorm.unique_dir"):
         OmegaConf.register_new_resolver("initnorm.unique_dir", unique_dir, use_cache=True)
 
@@ -97,6 +118,8 @@ class SummaryCallback(Callback):
         from initnorm.cli.signals import sweep_started
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
+        os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
+        print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")), config.hydra.launcher.get("n_jobs")), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir
@@ -109,7 +132,7 @@ class SummaryCallback(Callback):
             log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
             table = None
         if table is not None:
-            print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{table}")
+            print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{console.summary_text(folder, table)}", end="")
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")

@@ -7,12 +7,10 @@ Trainer (TensorBoard logger) -> metrics.json + HPARAMS in the job folder.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
-from initnorm import schema
-from initnorm.cli import devices, disk, slurm, sweep
+from initnorm import schema, tb
+from initnorm.cli import console, devices, disk, slurm, sweep
 from initnorm.cli import signals as cli_signals
 from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
@@ -37,6 +35,7 @@ from initnorm.provenance import describe
 from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
 from initnorm.results import fmt, write_metrics
 from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.training.module import validation_interval
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
 
@@ -84,13 +83,16 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"])
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
-    if not cfg.trainer.get("enable_progress_bar", True):  # Lightning refuses a bar callback then
+    overrides, job_num, choices = job_overrides()
+    bar = bool(cfg.trainer.get("enable_progress_bar", True)) and not console.in_sweep()  # a sweep prints one line per job instead
+    if not bar:  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
     checkpoint = Checkpoint(out_dir, c["checkpoint"]["every_n_steps"], c)
     callbacks += [checkpoint, CheckpointOnSignal(checkpoint.save, out_dir)]  # SIGTERM/SIGINT: checkpoint, then stop
-    overrides, job_num, choices = job_overrides()
     device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), **device)
+    every = validation_interval(c["steps"], c["trainer"].get("val_check_interval"))
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), enable_progress_bar=bar, val_check_interval=every, **device)
+    tb.write_layout(logger.experiment)
 
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint, weights_only=True)  # tensors and plain values only
@@ -125,18 +127,22 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
     metrics |= extra
     write_metrics(out_dir, metrics)
-    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": float(module.diverged_step) if diverged else math.nan}
+    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": module.diverged_step}
     hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    logger.log_hyperparams(hparams_of(c, overrides), hp_metrics)
+    # HPARAMS: what varies first (the swept keys; a single run's overrides), the trial named by it, the metrics at the last step.
+    varying = [k for k in (metrics["swept"] if metrics["swept"] is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
+    tb.write_hparams(logger.experiment, hparams_of(c, overrides), hp_metrics, varying, run_label(overrides, metrics["swept"], c["seed"]), steps_done)
     logger.finalize("success")
     return metrics
 
 
 register_resolvers()
 disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launcher's workers import this module, not main()
-# Lightning's advertising tip and a deprecation inside Lightning itself are noise in every job's output.
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda record: "Tip:" not in record.getMessage())
-warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
+
+
+def run_label(overrides: dict[str, str], swept: list[str] | None, seed) -> str:
+    """``norm=post warmup=200 seed=3``: a sweep's swept values, or what a single run's command line set (watch-only keys left out)."""
+    return tb.run_label(overrides if swept is not None else {k: v for k, v in overrides.items() if k in sweep.what_sets_apart(overrides)}, swept, seed)
 
 
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
@@ -149,8 +155,13 @@ def job_failed(cfg: DictConfig, exc: Exception) -> float:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def hydra_main(cfg: DictConfig) -> float:
+    console.quiet()  # here, not at import: a joblib worker or a SLURM job runs this function, not this module's top level
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     cli_signals.job_started()  # a stop signal between two jobs stops here
+    overrides, num, _ = job_overrides()
+    label = run_label(overrides, swept_keys(), cfg.get("seed"))
+    if multirun:
+        console.job_started(label, num)
     try:
         metrics = train(cfg, os.getcwd())
     except ConfigError as exc:
@@ -170,10 +181,8 @@ def hydra_main(cfg: DictConfig) -> float:
         if multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
             return result
         raise
+    console.job_finished(label, metrics, os.getcwd(), HydraConfig.get().sweep.dir if multirun else None)
     loss = metrics.get("final_val_loss")  # a finished record of an older version may lack keys
-    status = f"diverged at step {metrics.get('diverged_step')}" if metrics.get("diverged") else f"final validation loss {fmt(loss, 4)}"
-    done = "already finished: " if metrics.get("skipped") else ""
-    print(f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step) -> {os.getcwd()}")
     return loss if isinstance(loss, float) else math.nan
 
 
@@ -181,7 +190,9 @@ def main() -> None:
     """``python -m initnorm.train``: check every job of the command line first (initnorm/preflight.py),
     then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed, or a
     cluster stopped it before it finished (the summary lists it and the command that resumes it)."""
+    console.quiet()
     try:
+        console.check_flags(sys.argv[1:])
         jobs = check_command_line(sys.argv[1:])
     except ConfigError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -191,6 +202,8 @@ def main() -> None:
     plan = describe_plan(jobs) if jobs else None
     if plan:
         print(plan)
+    if jobs and len(jobs) > 1:
+        os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
     slurm.register_launcher()  # hydra/launcher=slurm, also from an editable install
     with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
         hydra_main()

@@ -17,6 +17,8 @@ would change the order of the draws.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import csv
 import io
 
@@ -87,12 +89,13 @@ def decoder_csv(results) -> str:
     return out.getvalue()
 
 
-def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 256, batch: int = 512, seed: int = 0, std: float = 1.0) -> tuple[list[float], list[float]]:
+def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 256, batch: int = 512, seed: int = 0, std: float = 1.0, options: Mapping[str, Any] | None = None) -> tuple[list[float], list[float]]:
     """The chapter's protocol: per layer, the std of the activations (forward) and of the
-    gradient at the pre-activations (backward), with a random std-1 gradient arriving at the top."""
+    gradient at the pre-activations (backward), with a random std-1 gradient arriving at the top.
+    ``options``: the trainer's ``init.*`` keys (``{"nonlinearity": "relu"}``: the chapter's He for tanh, ReLU's gain)."""
     act = ACTIVATIONS[activation]
     # init.std is normal's option only: "small" keeps its own 0.01
-    ctx = InitContext(depth=depth, width=width, nonlinearity=activation, options={"std": std} if init == "normal" else {})
+    ctx = InitContext(depth=depth, width=width, nonlinearity=activation, options={**({"std": std} if init == "normal" else {}), **(options or {})})
     torch.manual_seed(seed)
     weights = []
     for _ in range(depth):  # drawn in order, as the chapter's list comprehension does

@@ -45,6 +45,7 @@ from initnorm.cli.compose import compose_train
 from initnorm.config import to_plain
 from initnorm.data.corpus import load_corpus
 from initnorm.models.build import build_model
+from initnorm.training.module import validation_interval
 from initnorm.training.optim import make_optimizer, schedule_factor
 
 SWEEP = ["norm=pre,post", "warmup=0,200", "seed=1,2,3"]
@@ -65,7 +66,8 @@ def plain_run(c: dict[str, Any]) -> dict[str, Any]:
     model = built.model
     opt = make_optimizer(model, built.roles, built.table, c["lr"], c["optim"])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule_factor(s, c["steps"], c["warmup"], c["schedule"]))
-    context, batch, every = c["data"]["context"], c["batch_size"], c["trainer"]["val_check_interval"]
+    context, batch = c["data"]["context"], c["batch_size"]
+    every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
     windows = corpus.train.unfold(0, context + 1, 1)
     n_val = (len(corpus.val) - 1) // context
     val_x, val_y = corpus.val[: n_val * context].view(n_val, context), corpus.val[1 : n_val * context + 1].view(n_val, context)
@@ -82,7 +84,7 @@ def plain_run(c: dict[str, Any]) -> dict[str, Any]:
         model.train()
         return total / val_y.numel()
 
-    history = []
+    history = [(0, validate())]  # as train(): validated before the first step
     for step in range(c["steps"]):
         # The data module's stream: batch s is drawn by a generator seeded from (seed, s).
         w = windows[torch.randint(len(windows), (batch,), generator=torch.Generator().manual_seed(c["seed"] * 1_000_003 + step))]

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, NAMES, curves, ordered, ratio, read_rows, sweep_axis
 from initnorm.repro import reference as ref
-from initnorm.results import best_lr, fmt, group_rows, mean_sd, read_metrics
+from initnorm.results import best_lr, fmt, fmt_mean_sd, group_rows, mean_sd, read_metrics
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -62,8 +62,19 @@ def seed_table(folder: Path, keys: tuple[str, ...], reference: dict, metric: str
         else:
             t_mu, t_sd, _ = mean_sd(theirs)
             t_seeds = ", ".join(f"{v:.3f}" for v in theirs)
-        out.append([*key, f"{_fmt(mu)} ± {_fmt(sd)}", per_seed, f"{t_mu:.3f} ± {t_sd:.3f}", t_seeds, _spread_verdict(mu, sd, n, t_mu, t_sd)])
+        out.append([*key, fmt_mean_sd(mu, sd, n, missing="—"), per_seed, f"{t_mu:.3f} ± {t_sd:.3f}", t_seeds, _spread_verdict(mu, sd, n, t_mu, t_sd)])
     return _table([*keys, "ours (mean ± sd)", "ours per seed", f"{label} (mean ± sd)", f"{label} per seed", "agreement"], out) + transfer_section(folder)
+
+
+SWEEP_FIGURES = {  # the figures a sweep's summary draws (initnorm/plots.py), as the report shows them
+    "val_curves.png": "validation loss against step per setting: mean over seeds, band from the lowest to the highest seed",
+    "lr_transfer.png": "final validation loss against learning rate per width, SP beside µP, band over seeds",
+}
+
+
+def sweep_figures(folder: Path) -> str:
+    """Markdown for the summary figures that the sweep in ``folder`` drew (none: empty)."""
+    return "".join(f"\n![{alt}]({name})\n" for name, alt in SWEEP_FIGURES.items() if (Path(folder) / name).is_file())
 
 
 # ---------------------------------------------------------------- job records of the chapter's presets
@@ -93,7 +104,7 @@ def three_seed_rows(seeds: dict[str, dict[int, float | None]], digits: int = 3) 
         fmt = (lambda v: "—" if v is None else f"{v:.3g}") if "log2" in label else (lambda v: _fmt(v, digits))  # noqa: E731
         per_seed = " / ".join("diverged" if v is None else fmt(v) for v in values.values()) or "not run"
         rows.append([
-            label, fmt(page), f"{fmt(mu)} ± {fmt(sd)}" if n else "—", per_seed,
+            label, fmt(page), fmt_mean_sd(mu, sd, n, missing="—") if "log2" not in label else (f"{fmt(mu)} ± {fmt(sd)}" if n else "—"), per_seed,
             fmt(t_page), f"{fmt(t_mu)} ± {fmt(t_sd)}", " / ".join(fmt(v) for v in t_seeds), _spread_verdict(mu, sd, n, t_mu, t_sd),
         ])
     head = ["run", "ours seed 0", "ours mean ± sd", "ours per seed", "chapter seed 0", "chapter mean ± sd", "chapter seeds 0 / 1 / 2", "agreement"]

@@ -35,7 +35,7 @@ class Experiment:
     args: list[str]
     ci_args: list[str]
     compare: Callable[[Path], str]
-    artifacts: tuple[str, ...] = ("summary.md", "summary.csv", "*.png", "*.csv")
+    artifacts: tuple[str, ...] = ("summary.md", "summary.csv", "*.png", "*.svg", "*.csv")
     notes: str = ""
     folder_arg: str = "hydra.sweep.dir={}"
     # Exit statuses that are results, not breakage, and what they mean (the report says so).
@@ -68,7 +68,7 @@ EXPERIMENTS: list[Experiment] = [
         "initnorm.train",
         ["-m", "experiment=norm_warmup", "norm=pre,post", "warmup=0,200", "seed=1,2,3", "callbacks=none", PARALLEL],
         ["steps=20", "warmup=0,10", "seed=1", "trainer.val_check_interval=10", SEQUENTIAL],
-        lambda f: seed_table(f, ref.DECK_7B_KEYS, ref.DECK_7B),
+        lambda f: seed_table(f, ref.DECK_7B_KEYS, ref.DECK_7B) + compare.sweep_figures(f),
     ),
     Experiment(
         "deck_7c",
@@ -76,7 +76,7 @@ EXPERIMENTS: list[Experiment] = [
         "initnorm.train",
         ["-m", "experiment=norm_type", "norm_type=layernorm,rmsnorm", "seed=1,2,3", "callbacks=none", PARALLEL],
         ["steps=20", "seed=1", "trainer.val_check_interval=10", SEQUENTIAL],
-        lambda f: seed_table(f, ref.DECK_7C_KEYS, ref.DECK_7C),
+        lambda f: seed_table(f, ref.DECK_7C_KEYS, ref.DECK_7C) + compare.sweep_figures(f),
     ),
     Experiment(
         "deck_7d",
@@ -107,7 +107,7 @@ EXPERIMENTS: list[Experiment] = [
         "initnorm.train",
         ["-m", "experiment=mup_sweep", "width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3", "callbacks=none", PARALLEL],
         ["steps=20", "trainer.val_check_interval=10", "lr=0.01", "seed=1", SEQUENTIAL],
-        lambda f: seed_table(f, ref.DECK_7E_KEYS, ref.DECK_7E),
+        lambda f: seed_table(f, ref.DECK_7E_KEYS, ref.DECK_7E) + compare.sweep_figures(f),
     ),
     Experiment(
         "chapter_probe",

@@ -19,6 +19,9 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from initnorm.training.module import Trainable
 
+# Evaluation sets as TensorBoard tags name them: Loss/<label>, Accuracy/<label> (capitalised groups sort first).
+EVAL_LABELS = {"val": "validation", "train": "train sample"}
+
 
 class Classifier(Trainable):
     """Cross-entropy on (x, y) with one class per example; see the module docstring for the records."""
@@ -58,8 +61,9 @@ class Classifier(Trainable):
             if self.trainer.sanity_checking:
                 continue
             self.evals.setdefault(name, []).append((step, loss, acc))
-            self.write_scalar(f"{name}/loss", loss, step)
-            self.write_scalar(f"{name}/accuracy", acc, step)
+            label = EVAL_LABELS.get(name, name)  # Loss/validation beside the trainer's Loss/train (the batches)
+            self.write_scalar(f"Loss/{label}", loss, step)
+            self.write_scalar(f"Accuracy/{label}", acc, step)
             if name == "val":
                 self.val_history.append((step, loss))
         self._sums.clear()

@@ -14,7 +14,16 @@ import torch
 import torch.nn.functional as F
 
 from initnorm.nn.param import Table
+from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.optim import make_optimizer, schedule_factor
+
+
+def validation_interval(steps: int, configured: int | None) -> int:
+    """Steps between validations: ``trainer.val_check_interval`` when set, else 250 or a tenth of
+    the run when that is shorter, so a 200-step run has a curve too (step 0 and the last step are always validated)."""
+    if configured:
+        return int(configured)
+    return max(1, min(250, math.ceil(steps / 10)))
 
 
 class Trainable(L.LightningModule):
@@ -58,8 +67,8 @@ class Trainable(L.LightningModule):
         self.lr_schedulers().step()
         if step % self.log_every == 0:
             value = loss.item()
-            self.write_scalar("train/loss", value, step)
-            self.write_scalar("train/lr", self.lr * schedule_factor(step, self.steps, self.warmup, self.schedule), step)
+            self.write_scalar(TRAIN_LOSS, value, step)
+            self.write_scalar(LEARNING_RATE, self.lr * schedule_factor(step, self.steps, self.warmup, self.schedule), step)
             self.log("loss", value, prog_bar=True, logger=False)
         return loss
 
@@ -74,7 +83,7 @@ class Trainable(L.LightningModule):
         if self.trainer.sanity_checking:
             return
         self.val_history.append((self.global_step, value))
-        self.write_scalar("val/loss", value, self.global_step)
+        self.write_scalar(VAL_LOSS, value, self.global_step)
         self.log("val_loss", value, prog_bar=True, logger=False)
 
     def configure_optimizers(self):
@@ -95,6 +104,24 @@ class Trainable(L.LightningModule):
 
 class LanguageModel(Trainable):
     """Next-token cross-entropy at every position of a window."""
+
+    def on_train_start(self):
+        """Validation at step 0 of a fresh run, so every curve starts where training starts. The
+        RNG state is restored afterwards: the run's numbers are those of a run without it."""
+        if self.global_step != 0 or self.val_history or self.trainer.datamodule is None:
+            return
+        was_training = self.model.training
+        self.model.eval()
+        total = count = 0.0
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            for batch in self.trainer.datamodule.val_dataloader():
+                x, y = (t.to(self.device) for t in batch)
+                total += self.loss((x, y), reduction="sum").item()
+                count += y.numel()
+        self.model.train(was_training)
+        value = total / max(1.0, count)
+        self.val_history.append((0, value))
+        self.write_scalar(VAL_LOSS, value, 0)
 
     def loss(self, batch, reduction: str = "mean"):
         x, y = batch

@@ -1,0 +1,133 @@
+"""What a job and a sweep print: one line as a job starts, one as it ends (with its final loss and
+the sweep's progress), nothing from the libraries.
+
+Each job calls :func:`quiet` itself (in a joblib worker or a SLURM job the filters of the parent
+process are not there), then :func:`job_started` and :func:`job_finished`. The progress of a sweep
+is read from its folder (finished ``metrics.json`` files), so it is right whichever process or
+machine ran the other jobs; the total and the start time come from the parent through the
+environment (set in ``sweep.SummaryCallback.on_multirun_start``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
+START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
+# Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
+QUIET_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
+QUIET_WARNINGS = (
+    r".*LeafSpec.*is deprecated",
+    r".*does not have many workers.*",
+    r".*The number of training batches.*",
+    r".*`isinstance\(treespec, LeafSpec\)`.*",
+    r".*The `srun` command is available on your system.*",
+)
+
+
+def quiet() -> None:
+    """No warnings or advertisements from libraries in this process (idempotent; every job calls it)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    # Lightning's hints (``srun`` is on PATH, few dataloader workers ...) come as warnings from its own modules.
+    warnings.filterwarnings("ignore", module=r"(lightning|pytorch_lightning|lightning_fabric|torch)(\.|$)")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")  # processes this one starts
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``1h02m``."""
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
+    """``5/12 done, about 1m20s left`` from the finished jobs in the sweep folder ('' outside a sweep)."""
+    total = int(os.environ.get(TOTAL_ENV, "0") or 0)
+    if not total:
+        return ""
+    import json
+
+    done = 0
+    for path in Path(sweep_dir).rglob("metrics.json"):
+        try:
+            done += json.loads(path.read_text(encoding="utf-8")).get("status") in ("finished", "failed")
+        except (OSError, ValueError):
+            continue
+    done = min(done, total)
+    start = float(os.environ.get(START_ENV, "0") or 0)
+    elapsed = (now or time.time()) - start if start else 0.0
+    left = f", about {duration(elapsed / done * (total - done))} left" if start and done and done < total else ""
+    return f"{done}/{total} done{left}"
+
+
+def in_sweep() -> bool:
+    """True inside a job of a Hydra multirun (whichever launcher runs it)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def check_flags(argv: list[str]) -> None:
+    """Flag combinations Hydra refuses with a traceback, as one line that says what to do."""
+    from hydra._internal.utils import get_args_parser
+
+    from initnorm.errors import ConfigError
+
+    args = get_args_parser().parse_args(argv)
+    if args.multirun and args.cfg:
+        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in args.overrides]
+        raise ConfigError(
+            f"--cfg {args.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
+            f"e.g. `initnorm-train {' '.join(first)} --cfg {args.cfg}`".replace("  ", " ")
+        )
+
+
+def job_started(label: str, job_num: int) -> None:
+    total = os.environ.get(TOTAL_ENV)
+    of = f" (job {job_num + 1} of {total})" if total else f" (job {job_num + 1})"
+    print(f"start {label}{of}", flush=True)
+
+
+def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
+    """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
+    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
+    if metrics.get("diverged"):
+        status = f"diverged at step {metrics['diverged_step']}"
+    else:
+        status = f"final validation loss {metrics['final_val_loss']:.4f}"
+    done = "already finished: " if metrics.get("skipped") else ""
+    line = f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step)"
+    if sweep_dir is None:
+        print(f"{line} -> {folder}", flush=True)
+        return
+    progress = sweep_progress(sweep_dir)
+    print(f"done  {label}: {line}" + (f" [{progress}]" if progress else ""), flush=True)
+
+
+def summary_text(folder: Path | str, table: str) -> str:
+    """A summary for the terminal: the table (the figures' markdown is for summary.md), then the figures' paths."""
+    table = table.partition("\n![")[0].rstrip()
+    pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
+    return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
+
+
+def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``."""
+    total = os.environ.get(TOTAL_ENV)
+    name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
+    how = {"basic": "one job after another", "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"

@@ -1,0 +1,97 @@
+"""What TensorBoard shows of a run: its label, the HPARAMS row, and the loss/learning-rate layout.
+
+TensorBoard's HPARAMS tab reads three summaries per run: the experiment (which hyperparameters
+and metrics exist, in which order, and whether each ``differs`` between runs), the session start
+(this run's values and its ``group_name``, shown as the trial ID) and the session end. The tab
+sorts hyperparameters that differ first and ticks the first few columns, so ``write_hparams``
+marks the keys that vary (the swept keys of a sweep, the overridden keys of a single run) as
+differing and lists them first, names the trial by them (``norm=post warmup=200 seed=3``), and
+writes the final metrics at the last step. A metric without a value (``diverged_step`` of a run
+that did not diverge) is left out rather than written as NaN.
+
+Tags: the training loop writes ``Loss/train``, ``Loss/validation`` and ``Schedule/learning_rate``;
+TensorBoard orders card groups by name with capitals first, so these come before the per-layer
+instruments (``act_rms/...``, lower case). ``write_layout`` adds a custom-scalars page with train
+and validation loss on one chart.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Iterable, Mapping
+
+TRAIN_LOSS = "Loss/train"
+VAL_LOSS = "Loss/validation"
+LEARNING_RATE = "Schedule/learning_rate"
+NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
+
+
+def run_label(overrides: Mapping[str, Any], varying: Iterable[str] | None, seed: Any) -> str:
+    """``norm=post warmup=200 seed=3``: the values that vary, in their order, then the seed.
+    ``varying`` None (a single run): every command-line override is what sets this run apart."""
+    keys = list(overrides) if varying is None else list(varying)
+    parts = [f"{k}={overrides[k]}" for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+    return " ".join(parts + [f"seed={seed}"])
+
+
+def _value(v: Any):
+    """An hparam value as TensorBoard stores it: bool, number or string."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    return str(v)
+
+
+def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varying: Iterable[str], label: str, start_time: float | None = None) -> list:
+    """The three ``Summary`` protos of one run's HPARAMS row (experiment, session start, session end)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    varying = [k for k in varying if k in hparams]
+    order = varying + [k for k in hparams if k not in varying]
+    infos = []
+    for k in order:
+        v = _value(hparams[k])
+        kind = api_pb2.DATA_TYPE_BOOL if isinstance(v, bool) else api_pb2.DATA_TYPE_FLOAT64 if isinstance(v, float) else api_pb2.DATA_TYPE_STRING
+        infos.append(api_pb2.HParamInfo(name=k, type=kind, differs=k in varying))
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics])
+    start = plugin_data_pb2.SessionStartInfo(group_name=label, start_time_secs=start_time or time.time())
+    for k in order:
+        v = _value(hparams[k])
+        if isinstance(v, bool):
+            start.hparams[k].bool_value = v
+        elif isinstance(v, float):
+            start.hparams[k].number_value = v
+        else:
+            start.hparams[k].string_value = v
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
+
+    def summary(tag: str, **content) -> Summary:
+        data = plugin_data_pb2.HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **content)
+        meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=data.SerializeToString()))
+        return Summary(value=[Summary.Value(tag=tag, metadata=meta)])  # the content is all in the metadata
+
+    return [
+        summary(metadata.EXPERIMENT_TAG, experiment=experiment),
+        summary(metadata.SESSION_START_INFO_TAG, session_start_info=start),
+        summary(metadata.SESSION_END_INFO_TAG, session_end_info=end),
+    ]
+
+
+def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], varying: Iterable[str], label: str, step: int) -> None:
+    """This run's HPARAMS row and its final metrics as scalars at ``step`` (the last step), into a
+    ``SummaryWriter``. Metrics that are None or NaN are not written (an empty cell, not ``nan``)."""
+    values = {k: float(v) for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    for tag, value in values.items():
+        writer.add_scalar(tag, value, step)
+    file_writer = writer._get_file_writer()  # SummaryWriter writes Summary protos through its file writer
+    for s in hparams_summaries(hparams, list(metrics), varying, label):
+        file_writer.add_summary(s, step)
+    writer.flush()
+
+
+def write_layout(writer) -> None:
+    """A custom-scalars page: train and validation loss on one chart, and the learning rate."""
+    writer.add_custom_scalars({"Loss and learning rate": {"loss (train, validation)": ["Multiline", [TRAIN_LOSS, VAL_LOSS]], "learning rate": ["Multiline", [LEARNING_RATE]]}})

@@ -1,0 +1,57 @@
+"""What the command line shows: --help, tab completion, -m with --cfg, a sweep's progress line."""
+
+import json
+import os
+import subprocess
+import sys
+
+from initnorm.cli import console
+from tests.conftest import ROOT, run_cli
+
+
+def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp_path):
+    proc = run_cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.startswith("initnorm-train: train a tiny model")
+    order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==", "norm_type: layernorm, none, rmsnorm")]
+    assert order == sorted(order)
+
+
+def test_tab_completion_installs_in_bash(tmp_path):
+    # As the console script `initnorm-train` runs it: Hydra names the command from argv[0].
+    code = "import sys; sys.argv = ['initnorm-train', '--shell-completion', 'install=bash']; from initnorm.cli.train import main; main()"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120).stdout
+    assert "hydra_bash_completion" in script and script.rstrip().endswith("initnorm-train")
+    installed = subprocess.run(["bash", "-c", f'{script}\ncomplete -p initnorm-train'], capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0 and "-F hydra_bash_completion initnorm-train" in installed.stdout
+    query = "import sys; sys.argv = ['initnorm-train', '-sc', 'query=bash']; from initnorm.cli.train import main; main()"
+    env |= {"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"}
+    answer = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120).stdout
+    assert "norm_type=" in answer.split()  # what <TAB> offers
+
+
+def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
+    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "drop -m" in line and "`initnorm-train norm=pre seed=1 --cfg job`" in line
+
+
+def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(console.TOTAL_ENV, "4")
+    monkeypatch.setenv(console.START_ENV, "1000")
+    for i, status in enumerate(["finished", "failed", "running"]):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "metrics.json").write_text(json.dumps({"status": status}))
+    assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 1m00s left"
+    assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
+
+
+def test_single_runs_are_named_by_what_sets_them_apart():
+    from initnorm.cli.sweep import run_name, what_sets_apart
+
+    overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
+    assert what_sets_apart(overrides) == ["norm", "data.path"]
+    assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"

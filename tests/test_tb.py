@@ -1,0 +1,78 @@
+"""What TensorBoard shows: HPARAMS (varying keys first and marked, trial IDs, final metrics at the
+last step, no NaN), tag order (loss and learning rate first). Parsed from the written event files."""
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+from torch.utils.tensorboard import SummaryWriter
+
+from initnorm import tb
+
+
+def read_events(folder):
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def hparams_data(acc, tag):
+    return plugin_data_pb2.HParamsPluginData.FromString(acc.PluginTagToContent(metadata.PLUGIN_NAME)[tag])
+
+
+def test_run_label_leads_with_what_varies():
+    overrides = {"norm": "post", "seed": "3", "warmup": "200", "hydra.sweep.dir": "x", "trainer.enable_progress_bar": "false"}
+    assert tb.run_label(overrides, ["norm", "warmup"], 3) == "norm=post warmup=200 seed=3"
+    # A single run: every override sets it apart (hydra.* and the seed key excepted, the seed last).
+    assert tb.run_label({"lr": "0.02", "hydra.run.dir": "x"}, None, 1) == "lr=0.02 seed=1"
+    assert tb.run_label({}, None, 1) == "seed=1"
+
+
+def test_hparams_mark_varying_keys_first_and_write_metrics_at_the_last_step(tmp_path):
+    w = SummaryWriter(str(tmp_path))
+    hp = {"batch_size": 32, "lr": 0.01, "model": "decoder", "norm": "post", "warmup": 200, "seed": 3, "flag": True}
+    metrics = {"hp/final_val_loss": 2.5, "hp/diverged_step": None, "hp/other": float("nan")}
+    tb.write_hparams(w, hp, metrics, ["norm", "warmup", "seed"], "norm=post warmup=200 seed=3", step=120)
+    w.close()
+    acc = read_events(tmp_path)
+    experiment = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment
+    infos = [(i.name, i.differs) for i in experiment.hparam_infos]
+    assert infos[:3] == [("norm", True), ("warmup", True), ("seed", True)]
+    assert all(not differs for _, differs in infos[3:]) and {n for n, _ in infos} == set(hp)
+    assert [m.name.tag for m in experiment.metric_infos] == list(metrics)
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert start.group_name == "norm=post warmup=200 seed=3"  # the trial ID in the HPARAMS table
+    assert start.hparams["norm"].string_value == "post" and start.hparams["warmup"].number_value == 200
+    assert start.hparams["flag"].bool_value is True
+    scalars = acc.Tags()["scalars"]
+    assert "hp/final_val_loss" in scalars and "hp/diverged_step" not in scalars and "hp/other" not in scalars
+    (point,) = acc.Scalars("hp/final_val_loss")
+    assert point.step == 120 and point.value == 2.5
+
+
+def test_loss_and_learning_rate_tags_sort_before_the_instruments():
+    # TensorBoard orders card groups by the tag's first path component, capitals before lower case.
+    groups = sorted({t.split("/")[0] for t in (tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "act_rms/block_01/attn_out", "grad_norm/x", "hp/final_val_loss", "update_ratio/x")})
+    assert groups[:2] == ["Loss", "Schedule"]
+
+
+def test_a_run_writes_its_hparams_row_and_curves_as_tensorboard_shows_them(tmp_path):
+    from initnorm.cli.train import train
+    from tests.conftest import TINY, compose_cfg
+
+    m = train(compose_cfg(*TINY), tmp_path)
+    acc = read_events(tmp_path)  # the events lie in the job folder: TensorBoard names the run by the folder
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert start.group_name == "seed=1" and start.hparams["norm"].string_value == "pre"
+    scalars = set(acc.Tags()["scalars"])
+    assert {tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "hp/final_val_loss"} <= scalars
+    assert "hp/diverged_step" not in scalars  # no NaN for a run that did not diverge
+    assert [p.step for p in acc.Scalars("hp/final_val_loss")] == [m["steps"]]  # at the last step, not step 0
+    assert acc.Scalars(tb.VAL_LOSS)[0].step == 0 and m["val_history"][0][0] == 0  # validated before the first step
+    machine = m["provenance"]["machine"]  # what moves the last digits between machines (docs/numerics.md)
+    assert {"cpu", "cpu_capability", "threads", "blas", "onednn"} <= set(machine) and machine["threads"] == 1
+
+
+def test_validation_interval_gives_short_runs_a_curve():
+    from initnorm.training.module import validation_interval
+
+    assert validation_interval(1500, None) == 150 and validation_interval(200, None) == 20 and validation_interval(5000, None) == 250
+    assert validation_interval(200, 50) == 50  # a value that is set wins
