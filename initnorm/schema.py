@@ -158,7 +158,7 @@ RULES: dict[str, Rule] = {
     # what Lightning gets (other trainer/logger/callbacks keys go to it unchecked)
     "trainer.accelerator": Choice(ACCELERATORS, fix="cpu"),
     "trainer.max_steps": Int(1, fix=1500),
-    "trainer.val_check_interval": Int(1, fix=250),
+    "trainer.val_check_interval": Int(1, null=True, fix=250, note="null: every 250 steps, or a tenth of a shorter run"),
     "trainer.log_every_n_steps": Int(1, fix=25),
     "trainer.num_sanity_val_steps": Int(0, fix=0),
     "trainer.check_val_every_n_epoch": Int(1, null=True, fix="null"),

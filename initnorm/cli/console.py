@@ -17,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from initnorm.results import fmt
+
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
 START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
 # Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
@@ -105,12 +107,13 @@ def job_started(label: str, job_num: int) -> None:
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
+    # .get: a finished record written by an older version may lack keys
     if metrics.get("diverged"):
-        status = f"diverged at step {metrics['diverged_step']}"
+        status = f"diverged at step {metrics.get('diverged_step')}"
     else:
-        status = f"final validation loss {metrics['final_val_loss']:.4f}"
+        status = f"final validation loss {fmt(metrics.get('final_val_loss'), 4)}"
     done = "already finished: " if metrics.get("skipped") else ""
-    line = f"{done}{status} ({metrics['steps']} steps, {metrics['ms_per_step']:.2f} ms/step)"
+    line = f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
     if sweep_dir is None:
         print(f"{line} -> {folder}", flush=True)
         return

@@ -33,7 +33,7 @@ from initnorm.models.build import build_model
 from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
 from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
-from initnorm.results import fmt, write_metrics
+from initnorm.results import write_metrics
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.training.module import validation_interval
 from initnorm.training.signals import CheckpointOnSignal
