@@ -253,9 +253,10 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
+    powers = all(abs(x - round(x)) < 1e-9 for x in grid)  # a grid of powers of two is labelled 2^k, any other as written
     fig, axes = _figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
     lines = [f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
-             f"| loss at each lr, 2^{_log2(grid[0]) if grid else 0} ... 2^{_log2(grid[-1]) if grid else 0} (mean over seeds) |",
+             f"| loss at each lr, {_rate(grid[0], powers) if grid else ''} ... {_rate(grid[-1], powers) if grid else ''} (mean over seeds) |",
              "|---|---|---|---|---|---|---|---|"]
     for ax, (setting, by_size) in zip(axes, cells.items()):
         name = ", ".join(v for _, v in setting) or "all"
@@ -284,7 +285,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         base_lr = "peak learning rate (at the base width)" if axis == "width" else "peak learning rate (at the base depth)"
         ax.set(xscale="log", xlabel=base_lr if name != "sp" else "peak learning rate", title=PANEL_TITLES.get(axis, {}).get(name, plain(f"param={name}")))
         shown = grid[::2] if len(grid) > 5 else grid
-        ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" for x in shown])
+        ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" if powers else _rate(x, powers) for x in shown])
         ax.minorticks_off()
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
@@ -296,8 +297,13 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
 
 
 def _log2(x: float) -> str:
-    """A log2 learning rate for a table: -7, or -7.5 off the powers of two."""
-    return str(round(x)) if abs(x - round(x)) < 1e-9 else f"{x:g}"
+    """A log2 learning rate for a table: -7, or -6.64 off the powers of two."""
+    return str(round(x)) if abs(x - round(x)) < 1e-9 else f"{x:.3g}"
+
+
+def _rate(x: float, powers: bool) -> str:
+    """A rate as the grid was written: ``2^-7`` on a grid of powers of two, else ``0.03``."""
+    return f"2^{_log2(x)}" if powers else f"{2**x:.3g}"
 
 
 def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: tuple[float, ...]) -> str:

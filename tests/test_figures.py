@@ -36,4 +36,4 @@ def test_lr_transfer_labels_rates_that_are_not_powers_of_two_as_they_are():
     plot = PLOTS.get("lr_transfer")(recs)
     assert set(plot.files) == {"lr_transfer.png", "lr_transfer.svg"}
     assert "loss at each lr, 0.01 ... 0.1" in plot.markdown and "2^-7" not in plot.markdown
-    assert "| sp | 16 | 0.01 | -7 | 2.025 ± 0.007 |" in plot.markdown  # one mean ± sd format
+    assert "| sp | 16 | 0.01 | -6.64 | 2.025 ± 0.007 |" in plot.markdown  # one mean ± sd format; log2 as it is

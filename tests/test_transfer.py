@@ -184,7 +184,7 @@ def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
     with_diag = train(compose_cfg(*DIAG, "lr=0.01"), tmp_path / "on")
     without = train(compose_cfg(*DIAG, "lr=0.01", "~callbacks.diagnostics"), tmp_path / "off")
     assert with_diag["final_val_loss"] == without["final_val_loss"]  # nothing draws from the training RNG
-    acc = EventAccumulator(str(tmp_path / "on" / "tb"), size_guidance={"scalars": 0})
+    acc = EventAccumulator(str(tmp_path / "on"), size_guidance={"scalars": 0})  # events sit in the job folder
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     wanted = ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight")
@@ -254,7 +254,7 @@ def test_a_depth_sweep_gets_its_plot_and_the_transfer_table_in_the_summary(tmp_p
     for i, r in enumerate(_records("depth")):
         write_metrics(tmp_path / f"job{i:03d}", {**r, "job_num": i, "summary_plots": ["lr_transfer_depth"]})
     plot = PLOTS.get("lr_transfer_depth")(_records("depth"))
-    assert list(plot.files) == ["lr_transfer_depth.png"] and "## Best learning rate per depth" in plot.markdown
+    assert set(plot.files) == {"lr_transfer_depth.png", "lr_transfer_depth.svg"} and "## Best learning rate per depth" in plot.markdown
     md = summarize(tmp_path)
     assert "- SP does not transfer: optimum falls 1.0 octaves from depth 64 to 256" in md and "| shift from depth 64 (log2) |" in md
     assert (tmp_path / "lr_transfer_depth.png").is_file() and (tmp_path / "transfer.csv").read_text().count("\n") == 5
