@@ -10,7 +10,7 @@ from initnorm.models.build import MODELS
 from initnorm.nn.init import resolve
 from initnorm.nn.norms import NORMS
 from initnorm.nn.param import make_table
-from initnorm.training.optim import OPTIMIZERS
+from initnorm.training.optim import OPTIMIZERS, weight_decay_mode
 
 
 def _positive(cfg: Mapping[str, Any], key: str, kind=float) -> None:
@@ -43,8 +43,9 @@ def validate(cfg: Mapping[str, Any]) -> None:
 
     NORMS.get(cfg["norm_type"]["name"])
     OPTIMIZERS.get(cfg["optim"]["name"])
+    weight_decay_mode(cfg["optim"])
     resolve(cfg["init"])
-    make_table(cfg["param"], width=model["width"])  # unknown name, width below µP's base width
+    make_table(cfg["param"], width=model["width"], depth=model["depth"])  # unknown name, width below µP's base width, optimiser without a µP table
 
 
 def to_plain(cfg) -> dict:

@@ -135,20 +135,38 @@ def lr_transfer(records: list[Record]) -> Plot:
     """Chapter 003, step 4: loss against learning rate per width, one panel per parameterisation,
     each width's optimum starred; the table gives the best rate per (param, width), from the
     mean over seeds, and each seed's own best (log2) as the chapter's three-seed table does."""
+    return _lr_transfer(records, "width")
+
+
+@PLOTS.register("lr_transfer_depth")
+def lr_transfer_depth(records: list[Record]) -> Plot:
+    """The same across depth (``experiment=depth_transfer``): loss against learning rate per depth,
+    one panel per parameterisation (µP, depth-µP, CompleteP), each depth's optimum starred."""
+    return _lr_transfer(records, "depth")
+
+
+PANEL_TITLES = {
+    "width": {"mup": "µP: lr scaled with width", "sp": "standard parameterisation"},
+    "depth": {"mup": "µP: branches not scaled with depth", "depth_mup": "depth-µP: branches x (L/L0)^-1/2", "completep": "CompleteP: branches x (L/L0)^-1"},
+}
+
+
+def _lr_transfer(records: list[Record], axis: str) -> Plot:
     metric = (records[0].get("summary_metrics") or ["final_loss"])[0] if records else "final_loss"
-    # (param, width) -> lr -> seed -> loss
+    # (param, width or depth) -> lr -> seed -> loss
     grid: dict[tuple[str, int], dict[float, dict[Any, float]]] = {}
     for r in records:
         ov = r.get("overrides", {})
         if r.get("status") != "finished" or "lr" not in ov:
             continue
         value = math.nan if r.get("diverged") else r.get(metric, math.nan)
-        grid.setdefault((ov.get("param", "sp"), int(ov.get("width", 0))), {}).setdefault(float(ov["lr"]), {})[r.get("seed")] = value
+        size = ov.get(axis, r.get(axis, 0))
+        grid.setdefault((ov.get("param", "sp"), int(size)), {}).setdefault(float(ov["lr"]), {})[r.get("seed")] = value
     params = list(dict.fromkeys(p for p, _ in grid))
     widths = sorted({w for _, w in grid})
     lrs = sorted({lr for curve in grid.values() for lr in curve})
     fig, axes = _figure(5 * max(1, len(params)), 3.8, ncols=max(1, len(params)), sharey=True)
-    rows = ["| param | width | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, 2^{:d} ... 2^{:d} (mean over seeds) |".format(
+    rows = ["| param | " + axis + " | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, 2^{:d} ... 2^{:d} (mean over seeds) |".format(
         round(math.log2(lrs[0])) if lrs else 0, round(math.log2(lrs[-1])) if lrs else 0), "|---|---|---|---|---|---|---|---|"]
     for ax, param in zip(axes, params):
         for colour, width in zip(MUP_WIDTH_COLOURS * 4, widths):
@@ -157,7 +175,7 @@ def lr_transfer(records: list[Record]) -> Plot:
                 continue
             xs = sorted(curve)
             means = [statistics.fmean(v) if (v := [x for x in curve[lr].values() if _finite(x)]) else math.nan for lr in xs]
-            ax.plot(xs, means, marker="o", ms=3, color=colour, label=f"width {width}")
+            ax.plot(xs, means, marker="o", ms=3, color=colour, label=f"{axis} {width}")
             lr_best = best_lr(dict(zip(xs, means)))
             best = None if lr_best is None else xs.index(lr_best)
             seeds = sorted({s for lr in xs for s in curve[lr]}, key=str)
@@ -172,12 +190,13 @@ def lr_transfer(records: list[Record]) -> Plot:
                 )
             else:
                 rows.append(f"| {param} | {width} | none finite | | | | | |")
-        ax.set(xscale="log", xlabel="learning rate (base)", title="µP: lr scaled with width" if param == "mup" else "standard parameterisation" if param == "sp" else param)
+        ax.set(xscale="log", xlabel="learning rate (base)", title=PANEL_TITLES[axis].get(param, param))
         ax.set_xticks(lrs[::2], [f"$2^{{{round(math.log2(lr))}}}$" for lr in lrs[::2]])
         ax.legend(frameon=False, fontsize=9)
     axes[0].set_ylabel(f"loss after training ({metric}, mean over seeds)")
-    text = "\n## Best learning rate per width\n\n" + "\n".join(rows) + "\n\n![loss against learning rate](lr_transfer.png)\n"
-    return Plot({"lr_transfer.png": _png(fig)}, text)
+    png = "lr_transfer.png" if axis == "width" else f"lr_transfer_{axis}.png"
+    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(rows) + f"\n\n![loss against learning rate]({png})\n"
+    return Plot({png: _png(fig)}, text)
 
 
 def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:
