@@ -23,7 +23,7 @@ base_width, l = depth / base_depth and α = depth_alpha (0: µP, 1/2: depth-µP,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
@@ -71,7 +71,6 @@ class Table:
     depth_mult: float = 1.0
     init_from_base: bool = False
     needs: frozenset = frozenset()
-    notes: str = ""
 
     def rule(self, role: Role, in_block: bool = False) -> Rule:
         rules = self.block_rules if in_block and self.block_rules is not None else self.rules
@@ -79,11 +78,6 @@ class Table:
             return rules[role]
         except KeyError:
             raise ConfigError(f"param={self.name} has no rule for role {role.value!r}; add one to its table in initnorm/nn/param.py") from None
-
-    @property
-    def attn_scale(self) -> float:
-        """The multiplier on 1/sqrt(d_k) of attention scores."""
-        return self.rule(Role.ATTN_SCORES, in_block=True).forward
 
 
 ParamFn = Callable[..., Table]
@@ -155,17 +149,16 @@ def mup_table(
     else:  # the same function with W' = W/m: zero start, lr / m, a Θ(1) gradient
         rules[Role.READOUT] = rule(init=0.0, lr=1.0 / m, eps=1.0)
     rules[Role.ATTN_SCORES] = Rule(forward=m**-0.5)  # 1/d_k, equal to 1/sqrt(d_k) at the base width
-    notes = f"readout={readout}, optim={optimizer}, scale_eps={bool(scale_eps)}"
     if not a:
-        return Table(name, rules, width_mult=m, init_from_base=True, notes=notes)
+        return Table(name, rules, width_mult=m, init_from_base=True)
 
-    def in_block(role: Role, r: Rule) -> Rule:
+    def block_rule(role: Role, r: Rule) -> Rule:
         branch = l**-a if role in BRANCH_OUT_ROLES else 1.0
         return Rule(init=r.init, forward=r.forward * branch, lr=r.lr * depth_lr, wd=r.wd, eps=r.eps * eps_depth)
 
-    block = {role: in_block(role, r) for role, r in rules.items()}
+    block = {role: block_rule(role, r) for role, r in rules.items()}
     block[Role.ATTN_SCORES] = rules[Role.ATTN_SCORES]
-    return Table(name, rules, block, width_mult=m, depth_mult=l, init_from_base=True, needs=BRANCH_OUT_ROLES, notes=notes + f", depth_alpha={a:g}")
+    return Table(name, rules, block, width_mult=m, depth_mult=l, init_from_base=True, needs=BRANCH_OUT_ROLES)
 
 
 PARAMS.register("mup")(mup_table)
