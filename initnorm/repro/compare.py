@@ -222,6 +222,11 @@ def depth_transfer(folder: Path) -> str:
         grid.setdefault((ov.get("param", "mup"), int(ov.get("depth", r.get("depth", 0)))), {}).setdefault(float(ov["lr"]), []).append(value)
     params = [p for p in ("mup", "depth_mup", "completep") if any(k[0] == p for k in grid)]
     depths = sorted({d for _, d in grid})
+    shared = []  # at the base depth every depth variant is param=mup exactly (tests/test_param_depth.py)
+    for param in params[1:]:
+        if (param, depths[0]) not in grid and ("mup", depths[0]) in grid:
+            grid[(param, depths[0])] = grid[("mup", depths[0])]
+            shared.append(param)
     lrs = sorted({lr for curve in grid.values() for lr in curve})
     rows, moves = [], []
     for param in params:
@@ -239,7 +244,8 @@ def depth_transfer(folder: Path) -> str:
                 continue
             mu, sd, n = mean_sd(curve[best])
             best_exps.append(round(math.log2(best)))
-            rows.append([param, depth, f"2^{round(math.log2(best))}", f"{mu:.3f} ± {_fmt(sd)} ({n})", *cells])
+            label = f"{depth} (the mup run)" if param in shared and depth == depths[0] else depth
+            rows.append([param, label, f"2^{round(math.log2(best))}", f"{mu:.3f} ± {_fmt(sd)} ({n})", *cells])
         if best_exps:
             moves.append(f"{param}: best log2 lr {' / '.join(map(str, best_exps))} at depths {' / '.join(map(str, depths))} "
                          f"(moves {max(best_exps) - min(best_exps)} octave{'s' if max(best_exps) - min(best_exps) != 1 else ''})")
@@ -248,7 +254,10 @@ def depth_transfer(folder: Path) -> str:
     return (
         f"Final validation loss after {', '.join(map(str, steps))} steps, mean over seeds; the best lr per depth in bold "
         "(a parameterisation transfers across depth when its bold cells stay in one column).\n\n"
-        + _table(head, rows) + "\nHow far the optimum moves: " + "; ".join(moves) + ".\n\n![loss against learning rate, per depth](lr_transfer_depth.png)\n"
+        + _table(head, rows)
+        + (f"\nAt the base depth {depths[0]} every depth variant is `param=mup` exactly (a test checks identical losses), so "
+           f"{', '.join(shared)} share the mup run there.\n" if shared else "")
+        + "\nHow far the optimum moves: " + "; ".join(moves) + ".\n\n![loss against learning rate, per depth](lr_transfer_depth.png)\n"
     )
 
 
