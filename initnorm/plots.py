@@ -164,6 +164,9 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         grid.setdefault((ov.get("param", "sp"), int(size)), {}).setdefault(float(ov["lr"]), {})[r.get("seed")] = value
     params = list(dict.fromkeys(p for p, _ in grid))
     widths = sorted({w for _, w in grid})
+    if axis == "depth" and ("mup", widths[0]) in grid:  # at the base depth a depth variant is param=mup exactly: one run serves all
+        for p in params:
+            grid.setdefault((p, widths[0]), grid[("mup", widths[0])])
     lrs = sorted({lr for curve in grid.values() for lr in curve})
     fig, axes = _figure(5 * max(1, len(params)), 3.8, ncols=max(1, len(params)), sharey=True)
     rows = ["| param | " + axis + " | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed | loss at each lr, 2^{:d} ... 2^{:d} (mean over seeds) |".format(
