@@ -12,8 +12,10 @@ How the reference is made, and the special cases it needs:
   scores 1/d_k at every width and 1/sqrt(d_k) at the base width 16;
 - re-initialising after ``set_base_shapes``: ``set_base_shapes(rescale_params=True)`` assumes a
   torch-default (fan-in) init and rescales MuReadout and biases; we call it with
-  ``rescale_params=False`` and draw every matrix with ``mup.init.normal_`` (or
-  ``kaiming_normal_`` for the fan-in check) afterwards, in the order our build draws them;
+  ``rescale_params=False`` and load our initial parameters into the reference, so both start
+  equal; the init rule is compared with what ``mup.init.normal_`` sets from the reference's
+  ``infshape`` (std / sqrt(width_mult) for matrix-like tensors, std for vector-like ones) and,
+  under ``init=he``, the drawn std with ``mup.init.kaiming_normal_``'s fan adjustment;
 - weight decay: MuAdamW multiplies the hidden weight decay by m, which is our
   ``optim.weight_decay_mode=scaled``; MuAdam keeps ε, which is our ``param.scale_eps=false``;
   matrices decay and vectors do not on both sides (two groups handed to MuAdamW).
