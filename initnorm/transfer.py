@@ -251,6 +251,12 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         loss = loss if _finite(loss) else math.nan
         cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
+    mup = cells.get((("param", "mup"),))
+    if axis == "depth" and mup:  # at the base depth a depth variant is param=mup exactly: one run may serve them all
+        base = min(mup)
+        for setting, by_size in cells.items():
+            if len(setting) == 1 and base < min(by_size):
+                by_size[base] = mup[base]
     return axis, cells
 
 

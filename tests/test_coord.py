@@ -26,3 +26,25 @@ def test_one_axis_at_a_time():
     with pytest.raises(ConfigError, match="one axis at a time"):
         sweep_axis(rows)
     assert sweep_axis([{"width": 64, "depth": d} for d in (2, 4)]) == "depth"
+
+
+def test_depth_verdict_on_the_default_decoder(tmp_path, capsys):
+    """CI-sized coordinate check across depth (width 16, 2 and 8 blocks, 10 steps): CompleteP's last
+    residual stream and per-block update x depth stay within 1.5x, µP's last stream grows by more."""
+    assert main(["--widths", "16", "--depths", "2,8", "--params", "mup,completep", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: PASS" in out and "completep: last stream max/min" in out and "(flat: bound 1.5)" in out
+    assert "blocks/update_x_depth" in (tmp_path / "verdict.txt").read_text()
+
+
+def test_depth_verdict_fails_where_a_depth_variant_is_not_flat():
+    from initnorm.instruments.coord import BLOCK_UPDATE, depth_verdict
+
+    flat = {d: 3.5 for d in (2, 4, 8)}
+    grows = {2: 3.3, 4: 5.6, 8: 7.4}
+    ok, line = depth_verdict({"mup": {"stream/last": grows}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
+    assert ok and line.endswith("Verdict: PASS")
+    ok, line = depth_verdict({"mup": {"stream/last": grows}, "depth_mup": {"stream/last": {2: 3.6, 4: 2.7, 8: 2.0}, BLOCK_UPDATE: flat}}, 1.5)
+    assert not ok and "depth_mup: last stream max/min 1.80" in line and "NOT flat" in line
+    ok, line = depth_verdict({"mup": {"stream/last": flat}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
+    assert not ok and "does NOT grow" in line

@@ -88,7 +88,7 @@ def test_mup_scales_hidden_init_and_leaves_embedding_and_readout():
         assert mup[role] == pytest.approx(sp[role] / 2.0, rel=0.05)  # 0.02 / sqrt(64 / 16)
     for role in (Role.EMBEDDING, Role.READOUT):
         assert mup[role] == pytest.approx(sp[role], rel=0.05)
-    assert build("width=64", "param=mup").model.logit_mult == 0.25
+    assert build("width=64", "param=mup").model.head.forward_mult == 0.25
 
 
 def test_mup_equals_sp_at_the_base_width(tmp_path):

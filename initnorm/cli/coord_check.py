@@ -8,8 +8,10 @@ the last residual stream and every block's output move from step 0 on 16 fixed w
 ``coord.csv``, ``coord.png`` and ``verdict.txt`` (initnorm/instruments/coord.py); the command
 exits with 1 when the verdict fails.
 
-``--depths 2,4,8,16 --widths 64`` runs the same check across depth at a fixed width (a look at
-what depth-µP work asks about; µP as implemented here makes no depth claim, so no verdict).
+``--widths 64 --depths 2,4,8,16,32 --params mup,depth_mup,completep`` runs it across depth at a
+fixed width, with a verdict of its own: the depth-transfer parameterisations' last residual
+stream and per-block update (times depth) must be flat within ``--bound`` across depths, µP's
+last residual stream must grow by more (``initnorm.instruments.coord.depth_verdict``).
 ``--from DIR`` only reads the ``coord.csv`` files below a folder, e.g. a multirun of
 ``python -m initnorm.train -m experiment=coord_check width=16,32,64,128,256 param=sp,mup``.
 Anything after ``--`` is a training-config override (``-- norm=post``).
@@ -59,7 +61,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--bound", type=float, default=1.5, help="largest max/min of µP's logits change across widths that passes")
+    p.add_argument("--bound", type=float, default=1.5, help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last stream and block update")
     p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")
     p.add_argument("--from", dest="source", default=None, help="only summarise the coord.csv files below this folder")
     return p.parse_args(argv), extra

@@ -6,6 +6,13 @@ layer's change from step 0 against width (or depth), and give a verdict.
 - the verdict: per layer, the ratio of the largest to the smallest change across widths at the
   last step. µP passes when its logits' ratio is at most ``bound`` (1.5) while SP's is larger and
   grows with width.
+- across depth (several depths at one width, ``depth_verdict``): the depth-transfer
+  parameterisations (``depth_mup``, ``completep``) pass when their last residual stream's change
+  and their per-block update times the depth (``blocks/update_x_depth``: the mean change of every
+  block's two branch outputs, times the number of blocks, i.e. each block's share of a stream
+  change that should not depend on depth) stay within ``bound`` (max/min across depths); µP
+  (and SP) pass when their last residual stream grows by more than ``bound`` from the shallowest
+  to the deepest model, the depth dependence the depth variants remove.
 
 The command that trains the jobs is ``python -m initnorm.coord_check`` (initnorm/cli/coord_check.py).
 """
@@ -23,7 +30,10 @@ from initnorm.plots import coord_check_png
 from initnorm.results import write_atomic
 
 NAMES = {"sp": "SP", "mup": "µP"}
-KEY_LAYERS = ("logits/output", "stream/last")
+BLOCK_UPDATE = "blocks/update_x_depth"
+KEY_LAYERS = ("logits/output", "stream/last", BLOCK_UPDATE)
+DEPTH_TRANSFER = ("depth_mup", "completep")  # must be flat across depth
+WIDTH_ONLY = ("sp", "mup")  # their last residual stream must grow with depth
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -63,8 +73,21 @@ def curves(rows: list[dict], axis: str, step: int) -> dict[str, dict[str, dict[i
             out.setdefault(r["param"], {}).setdefault(f"{r['layer']}/{r['role']}", {})[r[axis]] = r["value"]
     for param, layers in out.items():
         xs = set().union(*(v.keys() for v in layers.values()))
+        if axis == "depth":
+            layers[BLOCK_UPDATE] = block_update(rows, param, step)
         out[param] = {k: v for k, v in layers.items() if set(v) == xs}
     return out
+
+
+def block_update(rows: list[dict], param: str, step: int) -> dict[int, float]:
+    """depth -> the mean RMS change of every block's two branch outputs (attention, MLP) times the
+    depth: each block's share of the stream's change, flat when the blocks together move the stream
+    by the same amount at every depth (CompleteP: each block by 1/L of it)."""
+    values: dict[int, list[float]] = {}
+    for r in rows:
+        if r["param"] == param and r["step"] == step and r["layer"].startswith("block_") and r["role"] in ("attn_out", "mlp_out"):
+            values.setdefault(r["depth"], []).append(r["value"])
+    return {d: d * sum(v) / len(v) for d, v in values.items()}
 
 
 def ratio(values: dict[int, float]) -> float:
@@ -88,8 +111,37 @@ def ordered(params) -> list[str]:
     return [p for p in ("sp", "mup") if p in params] + sorted(set(params) - {"sp", "mup"})
 
 
+def depth_verdict(data, bound: float) -> tuple[bool, str]:
+    """Across depth: the depth-transfer parameterisations' last residual stream and per-block update
+    (times depth) stay within ``bound`` (max/min); µP's and SP's last residual stream grows by more."""
+    parts, ok, checked = [], True, 0
+    for param in ordered(data):
+        stream, blocks = data[param].get("stream/last"), data[param].get(BLOCK_UPDATE)
+        if not stream or len(stream) < 2:
+            continue
+        name = NAMES.get(param, param)
+        if param in DEPTH_TRANSFER:
+            checked += 1
+            flat = ratio(stream) <= bound and bool(blocks) and ratio(blocks) <= bound
+            ok &= flat
+            spread = f"{ratio(blocks):.2f}" if blocks else "not recorded"
+            parts.append(f"{name}: last stream max/min {ratio(stream):.2f}, block update x depth max/min {spread} ({'flat' if flat else 'NOT flat'}: bound {bound})")
+        elif param in WIDTH_ONLY:
+            checked += 1
+            lo, hi = min(stream), max(stream)
+            grows = stream[hi] / stream[lo] > bound
+            ok &= grows
+            parts.append(f"{name}: last stream {stream[lo]:.3g} at depth {lo} -> {stream[hi]:.3g} at depth {hi} ({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
+    if not checked:
+        return True, "no verdict: it needs mup, depth_mup or completep across depths"
+    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'}"
+
+
 def verdict(data, axis: str, bound: float) -> tuple[bool, str]:
-    """µP's logits change stays within ``bound`` (max/min across widths) while SP's is larger and grows."""
+    """µP's logits change stays within ``bound`` (max/min across widths) while SP's is larger and grows;
+    across depth, ``depth_verdict``."""
+    if axis == "depth":
+        return depth_verdict(data, bound)
     def span(param):
         v = data.get(param, {}).get("logits/output")
         return None if not v else (v[min(v)], v[max(v)], ratio(v), min(v), max(v))

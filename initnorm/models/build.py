@@ -1,7 +1,13 @@
 """Config -> model: a family by name, its parameters' roles checked, init and forward
 multipliers applied once from the parameterisation table: a parameterisation is a table
 applied once, never weights rescaled in place later (which loses per-parameter tags under FSDP
-and after ``torch.save``)."""
+and after ``torch.save``).
+
+Forward multipliers live in the layer that applies them (``nn.layers``: ``forward_mult``), set
+here once from the table's rule for the layer's role, so a new parameterisation touches
+``nn/param.py`` and its YAML only. A layer's role is its weight's role, or its ``FORWARD_ROLE``
+(the Decoder's attention: ``Role.ATTN_SCORES``); a table that asks for a multiplier a layer
+cannot apply, or that needs a role the model lacks (residual branches), is refused."""
 
 from __future__ import annotations
 
@@ -14,8 +20,8 @@ from initnorm.errors import ConfigError, bad_value
 from initnorm.models import mlp
 from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
-from initnorm.nn.param import Table, make_table
-from initnorm.nn.roles import Role
+from initnorm.nn.param import Table, block_parameters, in_block, make_table
+from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
 from initnorm.registry import Registry
 
 FamilyFn = Callable[[Mapping[str, Any], int, Table], nn.Module]
@@ -48,7 +54,6 @@ def check_decoder(cfg: Mapping[str, Any]) -> None:
 
 
 def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
-    forward = {role: table.rule(role).forward for role in Decoder.FORWARD_ROLES}
     return Decoder(
         vocab_size,
         width=m["width"],
@@ -59,8 +64,6 @@ def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
         placement=m["norm"],
         norm_type=m["norm_type"],
         norm_eps=m["norm_eps"],
-        forward_mults=forward,
-        attn_scale=table.attn_scale,
     )
 
 
@@ -79,27 +82,48 @@ class Built:
 
 
 def check_roles(model: nn.Module, table: Table) -> dict[str, Role]:
-    """Every parameter has a role, the table covers it, and no forward multiplier is left unapplied."""
+    """Every parameter has a role, the table covers it, and the model has every role the table needs."""
     roles = model.parameter_roles()
     missing = [n for n, _ in model.named_parameters() if n not in roles]
     if missing:
         raise ConfigError(f"{type(model).__name__} has parameters without a role: {', '.join(missing)}; add them to its parameter_roles()")
-    applied = getattr(model, "FORWARD_ROLES", frozenset())
-    for role in set(roles.values()):
-        if table.rule(role).forward != 1.0 and role not in applied:
-            raise ConfigError(f"param={table.name} asks for a forward multiplier on {role.value}, which {type(model).__name__} does not apply")
+    lacking = sorted(r.value for r in table.needs - set(roles.values()))
+    if lacking:
+        raise ConfigError(f"param={table.name} scales {', '.join(lacking)} (residual branches), which {type(model).__name__} does not have; use param=mup")
+    for name in roles:
+        table.rule(roles[name])
     return roles
+
+
+def apply_forward_multipliers(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
+    """Set every layer's ``forward_mult`` from the table; refuse a multiplier a layer cannot apply."""
+    for name, module in model.named_modules():
+        role = getattr(module, "FORWARD_ROLE", None) or roles.get(f"{name}.weight")
+        if role is None:
+            continue
+        mult = table.rule(role, in_block(model, name)).forward
+        if hasattr(module, "forward_mult"):
+            module.forward_mult = mult
+            module.scale_input = role in INPUT_SCALED_ROLES
+        elif mult != 1.0:
+            raise ConfigError(
+                f"param={table.name} multiplies the output of {role.value} by {mult:g}, but {type(model).__name__}.{name} is a "
+                f"{type(module).__name__}, which cannot apply it; build the family from initnorm.nn.layers (Linear, Embedding)"
+            )
 
 
 def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param_cfg: Mapping[str, Any], vocab_size: int) -> Built:
     """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
-    table = make_table(param_cfg, width=model_cfg["width"])
+    table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
     scheme = resolve(init_cfg)
     model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size, table)
     roles = check_roles(model, table)
+    apply_forward_multipliers(model, table, roles)
     ctx = InitContext(
         depth=model_cfg["depth"], width=model_cfg["width"], nonlinearity=model_cfg["activation"], options=init_cfg
     )
+    blocks = block_parameters(model)
+    base = table.width_mult if table.init_from_base else None
     for name, p in model.named_parameters():
-        init_parameter(p, roles[name], ctx, scheme, table.rule(roles[name]).init)
+        init_parameter(p, roles[name], ctx, scheme, table.rule(roles[name], name in blocks).init, base)
     return Built(model, table, roles)

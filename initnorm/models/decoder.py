@@ -17,12 +17,11 @@ for attention), so a trainer can vmap an ensemble of members over it (torch.func
 from __future__ import annotations
 
 import math
-from typing import Mapping
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from initnorm.nn.layers import Embedding, Linear
 from initnorm.nn.norms import NORMS
 from initnorm.nn.roles import Role
 
@@ -38,20 +37,26 @@ def sinusoidal(length: int, width: int) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with plain matmuls; scores scaled by ``scale_mult / sqrt(d_k)``."""
+    """Causal multi-head self-attention with plain matmuls; scores scaled by ``forward_mult / sqrt(d_k)``.
 
-    def __init__(self, width: int, n_heads: int, max_context: int, scale_mult: float = 1.0):
+    ``forward_mult`` is the parameterisation's multiplier for the attention scores
+    (``Role.ATTN_SCORES``; µP: sqrt(d_k at the base width / d_k), so the scores scale as 1/d_k),
+    set once by ``models.build``."""
+
+    FORWARD_ROLE = Role.ATTN_SCORES
+
+    def __init__(self, width: int, n_heads: int, max_context: int):
         super().__init__()
         self.n_heads, self.d_k = n_heads, width // n_heads
-        self.scale = scale_mult / math.sqrt(self.d_k)
-        self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))
+        self.forward_mult = 1.0
+        self.q, self.k, self.v, self.o = (Linear(width, width) for _ in range(4))
         mask = torch.ones(max_context, max_context, dtype=torch.bool).triu(1)
         self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = (proj(x).view(B, T, self.n_heads, self.d_k).transpose(1, 2) for proj in (self.q, self.k, self.v))
-        scores = (q @ k.transpose(-2, -1)) * self.scale
+        scores = (q @ k.transpose(-2, -1)) * (self.forward_mult / math.sqrt(self.d_k))
         weights = scores.masked_fill(self.mask[:T, :T], float("-inf")).softmax(dim=-1)
         return self.o((weights @ v).transpose(1, 2).reshape(B, T, D))
 
@@ -65,8 +70,8 @@ class MLP(nn.Module):
 
     def __init__(self, width: int, ratio: int):
         super().__init__()
-        self.fc = nn.Linear(width, ratio * width)
-        self.proj = nn.Linear(ratio * width, width)
+        self.fc = Linear(width, ratio * width)
+        self.proj = Linear(ratio * width, width)
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x)))
@@ -89,11 +94,11 @@ class Block(nn.Module):
             └── Attn ───┘          └── MLP ───┘
     """
 
-    def __init__(self, width, n_heads, mlp_ratio, max_context, placement, norm_type, eps, attn_scale):
+    def __init__(self, width, n_heads, mlp_ratio, max_context, placement, norm_type, eps):
         super().__init__()
         self.placement = placement
         self.ln1 = NORMS.get(norm_type)(width, eps)
-        self.attn = Attention(width, n_heads, max_context, attn_scale)
+        self.attn = Attention(width, n_heads, max_context)
         self.ln2 = NORMS.get(norm_type)(width, eps)
         self.mlp = MLP(width, mlp_ratio)
 
@@ -126,22 +131,17 @@ class Decoder(nn.Module):
         placement: str = "pre",
         norm_type: str = "layernorm",
         norm_eps: float = 1e-5,
-        forward_mults: Mapping[Role, float] | None = None,
-        attn_scale: float = 1.0,
     ):
         super().__init__()
         self.depth, self.width = depth, width
-        # µP divides the logits by the width multiplier (Yang et al. 2022, Table 3); 1 under SP.
-        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
-        self.tok_emb = nn.Embedding(vocab_size, width)
+        self.tok_emb = Embedding(vocab_size, width)
         self.register_buffer("pos", sinusoidal(max_context, width), persistent=False)
-        self.blocks = nn.ModuleList(
-            Block(width, n_heads, mlp_ratio, max_context, placement, norm_type, norm_eps, attn_scale) for _ in range(depth)
-        )
+        self.blocks = nn.ModuleList(Block(width, n_heads, mlp_ratio, max_context, placement, norm_type, norm_eps) for _ in range(depth))
         self.ln_f = NORMS.get(norm_type)(width, norm_eps)
-        self.head = nn.Linear(width, vocab_size, bias=False)
+        self.head = Linear(width, vocab_size, bias=False)
 
-    FORWARD_ROLES = frozenset({Role.READOUT})  # roles whose forward multiplier this model applies
+    # The residual blocks: a depth parameterisation's block rules hold for every parameter below it.
+    BLOCKS = "blocks"
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         return self.tok_emb(idx) + self.pos[: idx.shape[-1]]
@@ -150,7 +150,7 @@ class Decoder(nn.Module):
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x)) * self.logit_mult
+        return self.head(self.ln_f(x))
 
     def parameter_roles(self) -> dict[str, Role]:
         roles = {"tok_emb.weight": Role.EMBEDDING, "head.weight": Role.READOUT}

@@ -12,7 +12,9 @@
 
 Roles: the first layer's fan-in (the input, or ``context x embedding``) does not grow with
 width, so it is ``INPUT`` and keeps the base learning rate under µP; width x width layers are
-``HIDDEN``. Both families apply the readout's forward multiplier (µP with ``readout=logits``).
+``HIDDEN``. Their layers are ``nn.layers``' Linear and Embedding, so they apply any forward
+multiplier a table sets for the roles they have; a table that needs residual branches
+(``param=depth_mup``, ``completep``) is refused by the build.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import bad_value
+from initnorm.nn.layers import Embedding, Linear
 from initnorm.nn.param import Table
 from initnorm.nn.roles import Role
 
@@ -49,22 +52,19 @@ def _probe_points(model: nn.Module, layers: nn.ModuleList, head: nn.Module) -> d
 class DeepMLP(nn.Module):
     """x (d_in) -> [Linear -> activation] x depth -> Linear head (n_classes logits)."""
 
-    FORWARD_ROLES = frozenset({Role.READOUT})
-
-    def __init__(self, d_in: int, n_classes: int, width: int = 128, depth: int = 30, activation: str = "tanh", forward_mults: Mapping[Role, float] | None = None):
+    def __init__(self, d_in: int, n_classes: int, width: int = 128, depth: int = 30, activation: str = "tanh"):
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(d_in if i == 0 else width, width) for i in range(depth))
+        self.layers = nn.ModuleList(Linear(d_in if i == 0 else width, width) for i in range(depth))
         self.act = ACTIVATIONS[activation]()
-        self.head = nn.Linear(width, n_classes)
-        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
+        self.head = Linear(width, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
             x = self.act(layer(x))
-        return self.head(x) * self.logit_mult
+        return self.head(x)
 
     def parameter_roles(self) -> dict[str, Role]:
-        return {"head.weight": Role.READOUT, "head.bias": Role.BIAS} | _layer_roles(len(self.layers))
+        return {"head.weight": Role.READOUT, "head.bias": Role.READOUT_BIAS} | _layer_roles(len(self.layers))
 
     def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
         return _probe_points(self, self.layers, self.head)
@@ -73,37 +73,24 @@ class DeepMLP(nn.Module):
 class WindowMLP(nn.Module):
     """(B, context) ids -> embed and concatenate -> [Linear -> ReLU -> Dropout] x depth -> readout."""
 
-    FORWARD_ROLES = frozenset({Role.READOUT})
-
-    def __init__(
-        self,
-        vocab_size: int,
-        context: int,
-        emb: int,
-        width: int,
-        depth: int,
-        dropout: float = 0.0,
-        readout_bias: bool = True,
-        forward_mults: Mapping[Role, float] | None = None,
-    ):
+    def __init__(self, vocab_size: int, context: int, emb: int, width: int, depth: int, dropout: float = 0.0, readout_bias: bool = True):
         super().__init__()
-        self.emb = nn.Embedding(vocab_size, emb)
-        self.layers = nn.ModuleList(nn.Linear(context * emb if i == 0 else width, width) for i in range(depth))
+        self.emb = Embedding(vocab_size, emb)
+        self.layers = nn.ModuleList(Linear(context * emb if i == 0 else width, width) for i in range(depth))
         # nn.Dropout masks and rescales by 1/(1-p) in training mode only (Srivastava et al. 2014).
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(width, vocab_size, bias=readout_bias)
-        self.logit_mult = (forward_mults or {}).get(Role.READOUT, 1.0)
+        self.out = Linear(width, vocab_size, bias=readout_bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         h = self.emb(idx).flatten(1)
         for layer in self.layers:
             h = self.drop(torch.relu(layer(h)))
-        return self.out(h) * self.logit_mult
+        return self.out(h)
 
     def parameter_roles(self) -> dict[str, Role]:
         roles = {"emb.weight": Role.EMBEDDING, "out.weight": Role.READOUT}
         if self.out.bias is not None:
-            roles["out.bias"] = Role.BIAS
+            roles["out.bias"] = Role.READOUT_BIAS
         return roles | _layer_roles(len(self.layers))
 
     def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
@@ -113,10 +100,6 @@ class WindowMLP(nn.Module):
 # Family builders, registered in models.build: (model config, classes or symbols, table) -> module.
 
 
-def _forward_mults(table: Table) -> dict[Role, float]:
-    return {Role.READOUT: table.rule(Role.READOUT).forward}
-
-
 def check_deep_mlp(cfg: Mapping) -> None:
     activation = cfg["model"]["activation"]
     if activation not in ACTIVATIONS:
@@ -124,8 +107,8 @@ def check_deep_mlp(cfg: Mapping) -> None:
 
 
 def deep_mlp(m: Mapping, n_classes: int, table: Table) -> DeepMLP:
-    return DeepMLP(m["d_in"], n_classes, m["width"], m["depth"], m["activation"], _forward_mults(table))
+    return DeepMLP(m["d_in"], n_classes, m["width"], m["depth"], m["activation"])
 
 
 def window_mlp(m: Mapping, vocab_size: int, table: Table) -> WindowMLP:
-    return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m["dropout"], m["readout_bias"], _forward_mults(table))
+    return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m["dropout"], m["readout_bias"])

@@ -5,7 +5,10 @@ gains at one in every scheme (``roles.FIXED_ROLES``), so a scheme only ever sees
 A parameterisation's init multiplier (``nn.param``) is applied on top, in the same place.
 
 Add your own without touching the package: a function with this signature, named by a dotted
-path (``init=custom init.fn=mypkg.inits.fancy``) or registered with ``@INITS.register``.
+path (``init=custom init.fn=mypkg.inits.fancy``) or registered with ``@INITS.register``. A scheme
+whose std depends on the matrix's shape says how with a ``fan_std(fan_in, fan_out)`` attribute
+(the fan schemes and ``orthogonal`` do), so µP can take its std at the base shape; without one
+its std is taken to be the same at every width (``normal``, ``small``, ``gpt2``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import ConfigError
-from initnorm.nn.roles import BRANCH_OUT_ROLES, FIXED_ROLES, Role
+from initnorm.nn.roles import BRANCH_OUT_ROLES, FIXED_ROLES, WIDTH_SIDES, Role
 from initnorm.registry import Registry, import_dotted
 
 InitScheme = Callable[[torch.Tensor, Role, "InitContext"], None]
@@ -120,6 +123,7 @@ def _fan_scheme(std_of: Callable[[int, int, float], float], activation_gain: boo
         else:
             _normal(w, std)
 
+    scheme.fan_std = lambda fi, fo: std_of(fi, fo, 1.0)
     return scheme
 
 
@@ -140,6 +144,10 @@ def orthogonal(w, role, ctx):
         nn.init.orthogonal_(w, gain=ctx.opt("gain", gain(ctx, role)))
 
 
+# A semi-orthogonal (out, in) matrix has orthonormal rows or columns: entry std 1/sqrt(max(in, out)).
+orthogonal.fan_std = lambda fi, fo: 1.0 / math.sqrt(max(fi, fo))
+
+
 def resolve(options: Mapping[str, Any]) -> InitScheme:
     """The scheme a config's ``init`` node names: ``init.name``, or ``init.fn`` when it is ``custom``."""
     name = options.get("name")
@@ -150,14 +158,31 @@ def resolve(options: Mapping[str, Any]) -> InitScheme:
     return INITS.get(name)
 
 
+def base_shape_ratio(scheme: InitScheme, role: Role, shape: tuple[int, ...], width_mult: float) -> float:
+    """The scheme's std at the parameter's base shape (every width side divided by ``width_mult``)
+    over its std at ``shape``: what µP's "relative to the base shape" init multiplies by (microsoft/mup's
+    ``mup.init``). 1 for a scheme without ``fan_std`` (its std does not depend on the shape), for
+    lookup tables, and at the base width."""
+    fan_std = getattr(scheme, "fan_std", None)
+    if fan_std is None or width_mult == 1.0 or role in LOOKUP_ROLES or len(shape) < 2:
+        return 1.0
+    out_w, in_w = WIDTH_SIDES.get(role, (False, False))
+    fo, fi = shape[0], shape[1]
+    return fan_std(fi / width_mult if in_w else fi, fo / width_mult if out_w else fo) / fan_std(fi, fo)
+
+
 @torch.no_grad()
-def init_parameter(w: torch.Tensor, role: Role, ctx: InitContext, scheme: InitScheme, multiplier: float = 1.0) -> None:
-    """Fill ``w`` for its role: fixed roles get their constant, others the scheme (or ``init.per_role``'s choice) times ``multiplier``."""
+def init_parameter(w: torch.Tensor, role: Role, ctx: InitContext, scheme: InitScheme, multiplier: float = 1.0, base_width_mult: float | None = None) -> None:
+    """Fill ``w`` for its role: fixed roles get their constant, others the scheme (or ``init.per_role``'s
+    choice) times ``multiplier``; with ``base_width_mult`` the multiplier is relative to the chosen
+    scheme's std at the base shape (``base_shape_ratio``), as µP's tables are."""
     if role in FIXED_ROLES:
         w.fill_(FIXED_ROLES[role])
         return
     per_role = ctx.options.get("per_role") or {}
     chosen = INITS.get(per_role[role.value]) if role.value in per_role else scheme
     chosen(w, role, ctx)
+    if base_width_mult is not None:
+        multiplier *= base_shape_ratio(chosen, role, tuple(w.shape), base_width_mult)
     if multiplier != 1.0:
         w.mul_(multiplier)

@@ -1,41 +1,81 @@
-"""Parameterisations by name: each is a table, role -> (init, forward, learning-rate) multipliers.
+"""Parameterisations by name: each is a table, role -> multipliers on init, forward, lr, weight decay, ε.
 
-A table is applied exactly twice: when ``models.build`` initialises the model (init multipliers,
-forward multipliers) and when ``training.optim`` makes the optimiser's parameter groups
-(learning-rate multipliers). Nothing rescales weights afterwards, so the result survives
-``torch.save`` and any wrapper. A role the table does not cover is an error.
+A table is applied exactly twice: when ``models.build`` makes the model (init multipliers,
+forward multipliers, set once in the layer that applies them) and when ``training.optim`` makes
+the optimiser's parameter groups (learning-rate, weight-decay and ε multipliers).
+Nothing rescales weights afterwards, so the result survives ``torch.save`` and any wrapper. A
+role the table does not cover is an error. Every multiplier is a plain number per role (and per
+"in a residual block or not"), so a sweep can carry one per member.
+
+The full table with its sources is docs/parameterisations.md; in short, with m = width /
+base_width, l = depth / base_depth and α = depth_alpha (0: µP, 1/2: depth-µP, 1: CompleteP):
+
+- hidden matrices: init x m^-1/2 (of the scheme's std at the base shape), lr x m^-1 (Adam) or
+  x 1 (SGD), weight decay x m (Adam) under ``optim.weight_decay_mode=scaled``;
+- residual-branch outputs: forward x l^-α; everything in a block: lr x l^(α-1) (Adam) or
+  x l^(2α-1) (SGD), ε x l^-α;
+- readout: forward x 1/m (``readout=logits``) or init 0 and lr x 1/m (``readout=zero``);
+- SGD: vector-like parameters (embedding, input layer, biases and gains of width size, the
+  readout) lr x m (microsoft/mup's MuSGD);
+- ε x 1/m for every role whose gradient shrinks like 1/m (``scale_eps``);
+- attention scores x m^-1/2 on top of 1/sqrt(d_k), i.e. 1/d_k.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
-from initnorm.nn.roles import HIDDEN_ROLES, Role
+from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role
 from initnorm.registry import Registry
+
+ADAM_LIKE = ("adam", "adamw")
+SGD_LIKE = ("sgd",)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Multipliers for one role: on the init std, on the layer's output, on the learning rate."""
+    """Multipliers for one role.
+
+    init: on the init scheme's std (µP tables: the scheme's std at the base shape, ``Table.init_from_base``);
+    forward: on the layer's output (or input, for the readout; ``nn.layers``);
+    lr: on the learning rate; wd: on the weight decay under ``optim.weight_decay_mode=scaled``;
+    eps: on Adam's ε.
+    """
 
     init: float = 1.0
     forward: float = 1.0
     lr: float = 1.0
+    wd: float = 1.0
+    eps: float = 1.0
+
+
+SP_RULE = Rule()
 
 
 @dataclass(frozen=True)
 class Table:
-    """A parameterisation at one width. ``attn_scale`` multiplies the usual 1/sqrt(d_k) of attention scores."""
+    """A parameterisation at one width and depth.
+
+    ``rules`` hold for parameters outside residual blocks, ``block_rules`` (default: the same)
+    for parameters inside them. ``init_from_base``: init multipliers are relative to the scheme's
+    std at the parameter's base shape (µP), not at its shape (SP). ``needs``: roles a model must
+    have for the table to mean what it says (a depth table needs residual branches).
+    """
 
     name: str
     rules: Mapping[Role, Rule]
-    attn_scale: float = 1.0
+    block_rules: Mapping[Role, Rule] | None = None
+    width_mult: float = 1.0
+    depth_mult: float = 1.0
+    init_from_base: bool = False
+    needs: frozenset = frozenset()
 
-    def rule(self, role: Role) -> Rule:
+    def rule(self, role: Role, in_block: bool = False) -> Rule:
+        rules = self.block_rules if in_block and self.block_rules is not None else self.rules
         try:
-            return self.rules[role]
+            return rules[role]
         except KeyError:
             raise ConfigError(f"param={self.name} has no rule for role {role.value!r}; add one to its table in initnorm/nn/param.py") from None
 
@@ -45,42 +85,110 @@ PARAMS: Registry[ParamFn] = Registry("parameterisation", "param")
 
 
 @PARAMS.register("sp")
-def standard(width: int, base_width: int, **_) -> Table:
-    """Standard parameterisation: every multiplier is 1, at every width."""
-    return Table("sp", {role: Rule() for role in Role})
+def standard(width: int, base_width: int, depth: int | None = None, base_depth: int | None = None, **_) -> Table:
+    """Standard parameterisation: every multiplier is 1, at every width and depth."""
+    return Table("sp", {role: SP_RULE for role in Role}, width_mult=width / base_width)
 
 
-@PARAMS.register("mup")
-def mup(width: int, base_width: int, readout: str = "logits", hidden_init: str = "scale", **_) -> Table:
-    """µP for Adam (Yang et al. 2022, Table 3), relative to ``base_width`` d0, with m = d / d0.
+def _optimizer_kind(optimizer: str, name: str) -> str:
+    if optimizer in ADAM_LIKE:
+        return "adam"
+    if optimizer in SGD_LIKE:
+        return "sgd"
+    raise bad_value("optim", optimizer, f"param={name} has tables for Adam-like ({', '.join(ADAM_LIKE)}) and SGD-like ({', '.join(SGD_LIKE)}) optimisers only", "optim=adamw")
 
-    Hidden matrices (fan-in grows with width) get their learning rate divided by m. Two choices
-    pick the variant; at m = 1 every variant is SP except ``readout=zero``:
 
-    - ``hidden_init=scale``: hidden init std divided by sqrt(m), for fixed-std schemes (the deck:
-      0.02/sqrt(m)); ``keep``: the scheme is already fan-in (He), as in the chapter's step 4.
-    - ``readout=logits``: logits divided by m (the deck, and mup's MuReadout);
-      ``zero``: the readout starts at zero and its learning rate is divided by m (the chapter).
-
-    Attention scores scale as 1/d_k instead of 1/sqrt(d_k): with a fixed head count d_k grows
-    like m, so the multiplier on 1/sqrt(d_k) is 1/sqrt(m), which is 1 at the base width.
-    """
+def mup_table(
+    width: int,
+    base_width: int,
+    depth: int | None = None,
+    base_depth: int | None = None,
+    depth_alpha: float = 0.0,
+    readout: str = "logits",
+    scale_eps: bool = True,
+    optimizer: str = "adamw",
+    name: str = "mup",
+    **_,
+) -> Table:
+    """µP (Yang et al. 2022, Table 3 and microsoft/mup's MuAdam/MuSGD) relative to ``base_width``,
+    with residual branches x (depth/base_depth)^-depth_alpha (Yang et al. 2023: 1/2; Dey et al.
+    2025, CompleteP: 1). See docs/parameterisations.md for the table and its sources."""
     if width < base_width:
         raise bad_value("width", width, f"µP here is defined for width >= param.base_width={base_width}", f"param.base_width={width}")
     if readout not in ("logits", "zero"):
         raise bad_value("param.readout", readout, "one of logits, zero", "param.readout=logits")
-    if hidden_init not in ("scale", "keep"):
-        raise bad_value("param.hidden_init", hidden_init, "one of scale, keep", "param.hidden_init=scale")
+    if not 0.0 <= float(depth_alpha) <= 1.0:
+        raise bad_value("param.depth_alpha", depth_alpha, "a number in [0, 1] (0: µP, 0.5: depth-µP, 1: CompleteP)", "param.depth_alpha=1")
+    if depth_alpha and (depth is None or base_depth is None or base_depth < 1):
+        raise bad_value(
+            "param.base_depth", base_depth, f"param={name} scales residual branches relative to a positive number of blocks (model.mup.base_depth); a model without residual blocks (the MLP families) cannot take it", "param=mup"
+        )
+    kind = _optimizer_kind(optimizer, name)
     m = width / base_width
-    hidden = Rule(init=m**-0.5 if hidden_init == "scale" else 1.0, lr=1.0 / m)
-    out = Rule(forward=1.0 / m) if readout == "logits" else Rule(init=0.0, lr=1.0 / m)
-    rules = {role: Rule() for role in Role}
-    rules.update({role: hidden for role in HIDDEN_ROLES})
-    rules[Role.READOUT] = out
-    return Table("mup", rules, attn_scale=m**-0.5)
+    a = float(depth_alpha)
+    l = depth / base_depth if a else 1.0
+    adam = kind == "adam"
+    # The width part of each learning rate. Under optim.weight_decay_mode=scaled the weight decay
+    # is its inverse, so lr x wd does not depend on width (MuAdam: hidden wd x m; MuSGD: vectors wd / m).
+    vector_lr = 1.0 if adam else m  # vectors of width size and matrices with one width side
+    hidden_lr = 1.0 / m if adam else 1.0  # MuSGD: the fan-in/fan-out ratio, 1 for every matrix here
+    # A block's parameters: lr x l^(α-1) under Adam, x l^(2α-1) under SGD (TP VI; CompleteP, Table 1).
+    depth_lr = l ** (a - 1.0) if adam else l ** (2.0 * a - 1.0)
+    # ε follows the role's gradient: Θ(1/m) behind the 1/m readout, x l^-α in a block (branch multiplier).
+    eps_width = 1.0 / m if scale_eps else 1.0
+    eps_depth = l**-a if scale_eps else 1.0
+
+    def rule(init: float = 1.0, forward: float = 1.0, lr: float = 1.0, eps: float = eps_width) -> Rule:
+        return Rule(init=init, forward=forward, lr=lr, wd=1.0 / lr, eps=eps)
+
+    rules = {role: rule(lr=vector_lr) for role in Role}
+    rules.update({role: rule(init=m**-0.5, lr=hidden_lr) for role in HIDDEN_ROLES})
+    rules[Role.READOUT_BIAS] = Rule()  # its size is the vocabulary's: nothing about it scales
+    if readout == "logits":  # MuReadout: logits x 1/m, init and lr as a vector's
+        rules[Role.READOUT] = rule(forward=1.0 / m, lr=vector_lr)
+    else:  # the same function with W' = W/m: zero start, lr / m, a Θ(1) gradient
+        rules[Role.READOUT] = rule(init=0.0, lr=1.0 / m, eps=1.0)
+    rules[Role.ATTN_SCORES] = Rule(forward=m**-0.5)  # 1/d_k, equal to 1/sqrt(d_k) at the base width
+    if not a:
+        return Table(name, rules, width_mult=m, init_from_base=True)
+
+    def block_rule(role: Role, r: Rule) -> Rule:
+        branch = l**-a if role in BRANCH_OUT_ROLES else 1.0
+        return Rule(init=r.init, forward=r.forward * branch, lr=r.lr * depth_lr, wd=r.wd, eps=r.eps * eps_depth)
+
+    block = {role: block_rule(role, r) for role, r in rules.items()}
+    block[Role.ATTN_SCORES] = rules[Role.ATTN_SCORES]
+    return Table(name, rules, block, width_mult=m, depth_mult=l, init_from_base=True, needs=BRANCH_OUT_ROLES)
 
 
-def make_table(options: Mapping, width: int) -> Table:
-    """The table a config's ``param`` node names, at ``width``."""
+PARAMS.register("mup")(mup_table)
+
+
+@PARAMS.register("depth_mup")
+def depth_mup(**options) -> Table:
+    """µP with residual branches x (L/L0)^-1/2: depth-µP (Yang et al. 2023, Tensor Programs VI; Bordelon et al. 2023)."""
+    return mup_table(**{"depth_alpha": 0.5, **options, "name": "depth_mup"})
+
+
+@PARAMS.register("completep")
+def completep(**options) -> Table:
+    """µP with residual branches x (L/L0)^-1: CompleteP (Dey et al. 2025)."""
+    return mup_table(**{"depth_alpha": 1.0, **options, "name": "completep"})
+
+
+def in_block(model, name: str) -> bool:
+    """Whether the parameter or module ``name`` lies in one of the model's residual blocks (the
+    ModuleList its ``BLOCKS`` attribute names; a model without one has no blocks)."""
+    blocks = getattr(model, "BLOCKS", None)
+    return bool(blocks) and name.startswith(f"{blocks}.")
+
+
+def block_parameters(model) -> frozenset[str]:
+    """The names of the parameters in the model's residual blocks."""
+    return frozenset(n for n, _ in model.named_parameters() if in_block(model, n))
+
+
+def make_table(options: Mapping, width: int, depth: int | None = None) -> Table:
+    """The table a config's ``param`` node names, at ``width`` and ``depth``."""
     opts = {k: v for k, v in dict(options).items() if k != "name"}
-    return PARAMS.get(options.get("name"))(width=width, **opts)
+    return PARAMS.get(options.get("name"))(width=width, depth=depth, **opts)

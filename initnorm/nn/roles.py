@@ -19,9 +19,11 @@ class Role(str, Enum):
     INPUT = "input"  # an MLP's first layer, whose fan-in does not grow with width
     HIDDEN = "hidden"  # an MLP's width x width layers
     READOUT = "readout"  # the last matrix, producing logits
+    READOUT_BIAS = "readout_bias"  # the readout's bias: its size is the output's, not the width
     NORM_GAIN = "norm_gain"
     NORM_BIAS = "norm_bias"
-    BIAS = "bias"  # any linear layer's bias
+    BIAS = "bias"  # any other linear layer's bias
+    ATTN_SCORES = "attn_scores"  # no parameter: the attention scores, whose forward multiplier is the attention scale
 
 
 # Matrices whose fan-in grows with width: µP shrinks their init and learning rate (Yang et al. 2022, Table 3).
@@ -29,4 +31,9 @@ HIDDEN_ROLES = frozenset({Role.ATTN_QKV, Role.ATTN_OUT, Role.MLP_IN, Role.MLP_OU
 # The last matrix of each residual branch: GPT-2 scales these by 1/sqrt(2L), Fixup/ReZero start them at zero.
 BRANCH_OUT_ROLES = frozenset({Role.ATTN_OUT, Role.MLP_OUT})
 # Roles that init schemes never see: biases start at zero and gains at one in every scheme.
-FIXED_ROLES = {Role.BIAS: 0.0, Role.NORM_BIAS: 0.0, Role.NORM_GAIN: 1.0}
+FIXED_ROLES = {Role.BIAS: 0.0, Role.READOUT_BIAS: 0.0, Role.NORM_BIAS: 0.0, Role.NORM_GAIN: 1.0}
+# Which sides (out, in) of a role's matrix grow with width; µP's base shape divides those by m.
+WIDTH_SIDES = {Role.READOUT: (False, True), Role.INPUT: (True, False)} | {role: (True, True) for role in HIDDEN_ROLES}
+# A forward multiplier on these scales the layer's input, so its bias is not scaled (microsoft/mup's
+# MuReadout); on every other role it scales the layer's output, bias included (a residual branch).
+INPUT_SCALED_ROLES = frozenset({Role.READOUT})

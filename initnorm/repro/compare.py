@@ -215,9 +215,63 @@ def deck_7d(folder: Path) -> str:
 
 
 def deck_7d_depth(folder: Path) -> str:
-    """The same check across depth at one width: not in the deck (µP here is a width rule)."""
+    """The same check across depth at one width, µP against depth-µP and CompleteP: not in the deck."""
     data, axis, step = _coord(folder)
-    return f"Not in the deck: no document numbers to set beside these. RMS change from step 0 after step {step}.\n\n" + _every_layer(data, axis) + "\n![coordinate check across depth](coord.png)\n"
+    return (
+        f"Not in the deck: no document numbers to set beside these. RMS change from step 0 after step {step}; "
+        "`blocks/update_x_depth` is the mean change of every block's attention and MLP output times the number of blocks.\n\n"
+        + _every_layer(data, axis) + _verdict(folder) + "\n![coordinate check across depth](coord.png)\n"
+    )
+
+
+def depth_transfer(folder: Path) -> str:
+    """Learning-rate transfer across depth: per (param, depth) the best base lr (from the mean over
+    seeds), its loss, and the loss at every lr; then how far each parameterisation's optimum moves."""
+    recs = _records(folder)
+    grid: dict[tuple[str, int], dict[float, list[float]]] = {}
+    for r in recs:
+        ov = r.get("overrides", {})
+        value = math.nan if r.get("diverged") else r.get("final_val_loss", math.nan)
+        grid.setdefault((ov.get("param", "mup"), int(ov.get("depth", r.get("depth", 0)))), {}).setdefault(float(ov["lr"]), []).append(value)
+    params = [p for p in ("mup", "depth_mup", "completep") if any(k[0] == p for k in grid)]
+    depths = sorted({d for _, d in grid})
+    shared = []  # at the base depth every depth variant is param=mup exactly (tests/test_param_depth.py)
+    for param in params[1:]:
+        if (param, depths[0]) not in grid and ("mup", depths[0]) in grid:
+            grid[(param, depths[0])] = grid[("mup", depths[0])]
+            shared.append(param)
+    lrs = sorted({lr for curve in grid.values() for lr in curve})
+    rows, moves = [], []
+    for param in params:
+        best_exps = []
+        for depth in depths:
+            curve = grid.get((param, depth), {})
+            means = {lr: mean_sd(v)[0] if any(math.isfinite(x) for x in v) else math.nan for lr, v in curve.items()}
+            best = best_lr(means)
+            cells = []
+            for lr in lrs:
+                m = means.get(lr, math.nan)
+                cells.append("—" if lr not in means else "div." if not math.isfinite(m) else (f"**{m:.3f}**" if lr == best else f"{m:.3f}"))
+            if best is None:
+                rows.append([param, depth, "none finite", "—", *cells])
+                continue
+            mu, sd, n = mean_sd(curve[best])
+            best_exps.append(round(math.log2(best)))
+            label = f"{depth} (the mup run)" if param in shared and depth == depths[0] else depth
+            rows.append([param, label, f"2^{round(math.log2(best))}", f"{mu:.3f} ± {_fmt(sd)} ({n})", *cells])
+        if best_exps:
+            moves.append(f"{param}: best log2 lr {' / '.join(map(str, best_exps))} at depths {' / '.join(map(str, depths))} "
+                         f"(moves {max(best_exps) - min(best_exps)} octave{'s' if max(best_exps) - min(best_exps) != 1 else ''})")
+    head = ["param", "depth", "best lr", "loss at best (mean ± sd, seeds)"] + [f"2^{round(math.log2(lr))}" for lr in lrs]
+    steps = sorted({r.get("steps") for r in recs}, key=str)
+    return (
+        f"Final validation loss after {', '.join(map(str, steps))} steps, mean over seeds; the best lr per depth in bold "
+        "(a parameterisation transfers across depth when its bold cells stay in one column).\n\n"
+        + _table(head, rows)
+        + (f"\nAt the base depth {depths[0]} every depth variant is `param=mup` exactly (a test checks identical losses), so "
+           f"{', '.join(shared)} share the mup run there.\n" if shared else "")
+        + "\nHow far the optimum moves: " + "; ".join(moves) + ".\n\n![loss against learning rate, per depth](lr_transfer_depth.png)\n"
+    )
 
 
 def _every_layer(data: dict, axis: str) -> str:

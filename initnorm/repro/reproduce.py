@@ -92,14 +92,15 @@ EXPERIMENTS: list[Experiment] = [
     ),
     Experiment(
         "deck_7d_depth",
-        "Beside deck §7d: the same coordinate check across depth (2 to 16 blocks at width 64)",
+        "Beside deck §7d: the coordinate check across depth (2 to 32 blocks at width 64), µP vs depth-µP vs CompleteP",
         "initnorm.coord_check",
-        ["--widths=64", "--depths=2,4,8,16", "--params=sp,mup", "--steps=10", "--lr=0.01", "--seed=1"],
-        ["--widths=16", "--depths=1,2", "--steps=2"],
+        ["--widths=64", "--depths=2,4,8,16,32", "--params=mup,depth_mup,completep", "--steps=10", "--lr=0.01", "--seed=1"],
+        ["--widths=16", "--depths=2,4", "--steps=2"],
         compare.deck_7d_depth,
         artifacts=COORD_FILES,
         folder_arg="--out={}",
         exit_meaning=COORD_EXIT,
+        expected_exit=(0, 1),
     ),
     Experiment(
         "deck_7e",
@@ -108,6 +109,14 @@ EXPERIMENTS: list[Experiment] = [
         ["-m", "experiment=mup_sweep", "width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3", "callbacks=none", PARALLEL],
         ["steps=20", "trainer.val_check_interval=10", "lr=0.01", "seed=1", SEQUENTIAL],
         lambda f: seed_table(f, ref.DECK_7E_KEYS, ref.DECK_7E) + compare.sweep_figures(f),
+    ),
+    Experiment(
+        "depth_transfer",
+        "Learning-rate transfer across depth: the Decoder at width 64, depths 2-16, µP vs depth-µP vs CompleteP (issue 15)",
+        "initnorm.train",
+        ["-m", "experiment=depth_transfer", "callbacks=none", PARALLEL],
+        ["steps=10", "depth=2,4", "lr=0.0078125,0.015625", "seed=1", SEQUENTIAL],
+        compare.depth_transfer,
     ),
     Experiment(
         "chapter_probe",

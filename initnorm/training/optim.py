@@ -1,8 +1,16 @@
 """Optimisers by name, parameter groups from the parameterisation table, and the schedule.
 
-Groups carry their own learning rate (base lr x the table's multiplier for the role); the
-schedule is a factor that multiplies each group's own rate (``LambdaLR``), so per-role rates
-survive warmup and decay. A scheduler that sets one rate for every group would silently undo µP.
+Groups carry their own learning rate (base lr x the table's multiplier for the role), weight
+decay and Adam ε; the schedule is a factor that multiplies each group's own rate (``LambdaLR``),
+so per-role rates survive warmup and decay. A scheduler that sets one rate for every group would
+silently undo µP.
+
+``optim.weight_decay_mode`` (docs/parameterisations.md): ``coupled`` is torch's decay on our
+groups, ``lr x lr_mult x wd`` per step; ``scaled`` (default) multiplies wd by the table's
+``wd`` multiplier, the inverse of the width part of the role's lr multiplier, so that lr x wd
+does not depend on width (microsoft/mup's MuAdamW and MuSGD); ``independent`` divides wd by the
+group's peak rate, so each step decays by ``schedule x wd`` whatever the learning rate
+(Wortsman et al. 2023), AdamW only.
 """
 
 from __future__ import annotations
@@ -12,7 +20,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from initnorm.nn.param import Table
+from initnorm.errors import bad_value
+from initnorm.nn.param import Table, in_block
 from initnorm.nn.roles import Role
 from initnorm.registry import Registry
 
@@ -35,22 +44,60 @@ def sgd(groups, lr, momentum=0.0, weight_decay=0.0, **_):
     return torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
-def param_groups(named: Iterable[tuple[str, torch.nn.Parameter]], roles: Mapping[str, Role], table: Table, lr: float, weight_decay: float) -> list[dict]:
-    """One group per (learning-rate multiplier, decayed?) pair. Matrices decay, vectors do not
-    (nanoGPT's rule: ``p.dim() >= 2``)."""
-    groups: dict[tuple[float, bool], dict] = {}
+WEIGHT_DECAY_MODES = ("coupled", "scaled", "independent")
+DECOUPLED = ("adamw",)  # optimisers whose decay is not a gradient term (independent decay needs one)
+
+
+def weight_decay_mode(optim_cfg: Mapping[str, Any]) -> str:
+    """``optim.weight_decay_mode``, checked; an optimiser config without decay (adam) has none."""
+    if "weight_decay" not in optim_cfg:
+        return "coupled"
+    mode = optim_cfg["weight_decay_mode"]
+    if mode not in WEIGHT_DECAY_MODES:
+        raise bad_value("optim.weight_decay_mode", mode, f"one of {', '.join(WEIGHT_DECAY_MODES)}", "optim.weight_decay_mode=scaled")
+    if mode == "independent" and optim_cfg["name"] not in DECOUPLED and optim_cfg["weight_decay"]:
+        raise bad_value(
+            "optim.weight_decay_mode", mode,
+            f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); optim={optim_cfg['name']} decays through its gradient",
+            "optim.weight_decay_mode=scaled",
+        )
+    return mode
+
+
+def param_groups(
+    named: Iterable[tuple[str, torch.nn.Parameter]],
+    roles: Mapping[str, Role],
+    table: Table,
+    lr: float,
+    weight_decay: float,
+    mode: str,
+    eps: float | None = None,
+    blocks: Callable[[str], bool] = lambda name: False,
+) -> list[dict]:
+    """One group per (lr, wd, ε multipliers, decayed?). Matrices decay, vectors do not (nanoGPT's
+    rule: ``p.dim() >= 2``). ``blocks(name)`` says whether a parameter lies in a residual block
+    (a depth table's block rules hold there). Each group keeps its multipliers (``lr_mult``,
+    ``wd_mult``, ``eps_mult``: plain numbers a sweep member can carry) and its parameters'
+    ``names``; ``eps`` is set only when the optimiser has one."""
+    groups: dict[tuple, dict] = {}
     for name, p in named:
-        mult = table.rule(roles[name]).lr
+        rule = table.rule(roles[name], blocks(name))
         decay = p.dim() >= 2
-        g = groups.setdefault((mult, decay), {"params": [], "names": [], "lr": lr * mult, "weight_decay": weight_decay if decay else 0.0})
-        g["params"].append(p)
-        g["names"].append(name)
+        key = (rule.lr, rule.wd, rule.eps, decay)
+        if key not in groups:
+            wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd, "independent": weight_decay / (lr * rule.lr)}[mode]
+            groups[key] = {"params": [], "names": [], "lr": lr * rule.lr, "weight_decay": wd, "lr_mult": rule.lr, "wd_mult": rule.wd, "eps_mult": rule.eps}
+            if eps is not None:
+                groups[key]["eps"] = eps * rule.eps
+        groups[key]["params"].append(p)
+        groups[key]["names"].append(name)
     return list(groups.values())
 
 
 def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    opts = {k: v for k, v in dict(optim_cfg).items() if k != "name"}
-    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0))
+    mode = weight_decay_mode(optim_cfg)
+    opts = {k: v for k, v in dict(optim_cfg).items() if k not in ("name", "weight_decay_mode")}
+    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0), mode, opts.get("eps"), lambda n: in_block(model, n))
     return OPTIMIZERS.get(optim_cfg["name"])(groups, lr=lr, **opts)
 
 
