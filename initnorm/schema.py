@@ -133,7 +133,7 @@ RULES: dict[str, Rule] = {
     "model.readout_bias": Bool(),
     "model.mup.base_width": Int(1, fix=16),
     "model.mup.readout": Choice(("logits", "zero"), fix="logits"),
-    "model.mup.hidden_init": Choice(("scale", "keep"), fix="scale"),
+    "model.mup.base_depth": Int(1, null=True, fix=2),
     # init scheme
     "init.name": Choice(_registry("initnorm.nn.init", "INITS", "custom"), fix="normal"),
     "init.std": Num(0, fix=0.02),
@@ -147,7 +147,10 @@ RULES: dict[str, Rule] = {
     "param.name": Choice(_registry("initnorm.nn.param", "PARAMS"), fix="sp"),
     "param.base_width": Int(1, fix=16),
     "param.readout": Choice(("logits", "zero"), fix="logits"),
-    "param.hidden_init": Choice(("scale", "keep"), fix="scale"),
+    "param.base_depth": Int(1, null=True, fix=2),
+    "param.depth_alpha": Num(0, 1, fix=0.5, note="0: µP, 0.5: depth-µP, 1: CompleteP"),
+    "param.scale_eps": Bool(),
+    "param.optimizer": Choice(_registry("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
     "norm_type.name": Choice(_registry("initnorm.nn.norms", "NORMS"), fix="layernorm"),
     "norm_type.eps": Num(0, fix=1e-5),
     "optim.name": Choice(_registry("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
@@ -155,6 +158,7 @@ RULES: dict[str, Rule] = {
     "optim.eps": Num(0, lo_open=True, fix=1e-8),
     "optim.weight_decay": Num(0, fix=0.01),
     "optim.momentum": Num(0, 1, hi_open=True, fix=0.9),
+    "optim.weight_decay_mode": Choice(("coupled", "scaled", "independent"), fix="scaled"),
     # what Lightning gets (other trainer/logger/callbacks keys go to it unchecked)
     "trainer.accelerator": Choice(ACCELERATORS, fix="cpu"),
     "trainer.max_steps": Int(1, fix=1500),
@@ -385,8 +389,11 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
         if role not in roles:
             raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role], f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
+    from initnorm.training.optim import weight_decay_mode
+
+    weight_decay_mode(c["optim"])
     resolve(c["init"])
-    make_table(c["param"], width=c["model"]["width"])  # width below µP's base width
+    make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])  # width below µP's base width, an optimiser without a µP table
 
 
 def family_hook(family: str) -> Callable[[Mapping[str, Any]], None]:
