@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from initnorm.config import to_plain
-from initnorm.optim import schedule_factor
+from initnorm.training.optim import schedule_factor
 from initnorm.training.ensemble import Member, group_key, train_group, why_alone
 from initnorm.training.vec_optim import MemberHyper, VecOptimizer
 from tests.conftest import compose_cfg, run_cli
@@ -98,7 +98,7 @@ def _train_losses(folder: Path, metrics: dict) -> list[float]:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_member_trains_as_its_job_alone(family, tmp_path):
-    from initnorm.train import train
+    from initnorm.cli.train import train
 
     shared, variants = FAMILIES[family]
     base = [*shared, "steps=50", "checkpoint.every_n_steps=0", *QUIET]

@@ -28,13 +28,13 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm import devices
+from initnorm.cli import devices
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
-from initnorm.resume import CKPT_DIR, CKPT_FILE, record_failure
+from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
-from initnorm.sweep import swept_keys
+from initnorm.cli.sweep import swept_keys
 from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def units_of(jobs: list[Job], max_group: int) -> list[list[Job]]:
 
 
 def _device(config: DictConfig, unit_index: int) -> str:
-    accelerator = str(config.trainer.get("accelerator", "cpu")).lower()
+    accelerator = str(config.trainer.accelerator).lower()
     n = devices.gpu_count()
     if accelerator in ("auto", "gpu", "cuda") and n:
         return f"cuda:{unit_index % n}"
@@ -120,7 +120,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         sc = _job_config(hydra_context, config, unit[0].overrides, unit[0].num)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
 
-    from initnorm.train import hparams_of, job_overrides  # the same fields a job alone records
+    from initnorm.cli.train import hparams_of, job_overrides  # the same fields a job alone records
 
     members, rets = [], []
     for job in unit:
@@ -164,7 +164,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params)
-    engine, max_group = params.get("engine", "joblib"), params.get("max_group", 12)
+    engine, max_group = params["engine"], params["max_group"]
     if engine not in ENGINES:
         raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with `hydra.launcher.engine=joblib`")
     if not isinstance(max_group, int) or max_group < 1:
@@ -188,7 +188,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     else:
         from joblib import Parallel, delayed
 
-        n_jobs = params.get("n_jobs", -1)
+        n_jobs = params["n_jobs"]
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
         out = Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(run_unit)(*args[k]) for k in order)

@@ -44,11 +44,11 @@ from initnorm.callbacks.stats import Record, capture, grouped, parameter_role, p
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
-from initnorm.optim import schedule_factor
+from initnorm.training.optim import schedule_factor
 from initnorm.provenance import describe
-from initnorm.resume import CKPT_DIR, comparable, differences
+from initnorm.training.resume import CKPT_DIR, comparable, differences
 from initnorm.results import write_metrics
-from initnorm.tasks import TASKS
+from initnorm.training.tasks import TASKS
 from initnorm.training.vec_optim import KINDS, MemberHyper, VecOptimizer
 
 VEC_CKPT = "vectorized.ckpt"
@@ -192,7 +192,7 @@ class Group:
             data = self.task.make_data(c)
             data.setup("fit")
             built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
-            module = self.task.module(built.model, built.roles, built.table, c["lr"], c["steps"], c["warmup"], c["optim"], c.get("schedule", "cosine"), c.get("log_every", 25))
+            module = self.task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"])
             self.datas.append(data)
             self.modules.append(module)
             models.append(built.model)
@@ -268,7 +268,7 @@ class Group:
             self.base.train()
 
     def factors(self, step: int) -> torch.Tensor:
-        return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c.get("schedule", "cosine")) for c in self.cs], dtype=torch.float64)
+        return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c["schedule"]) for c in self.cs], dtype=torch.float64)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -367,9 +367,9 @@ def _eval_sets(data) -> list[tuple[str, list]]:
 def train_group(members: Sequence[Member], device: str | torch.device = "cpu", on_done: Callable[[int, dict], None] | None = None) -> list[dict[str, Any]]:
     """Train ``members`` as one stacked model; write each one's job folder; return their metrics in order."""
     c0 = dict(members[0].cfg)
-    if c0.get("threads"):
+    if c0["threads"]:
         torch.set_num_threads(int(c0["threads"]))
-    torch.set_flush_denormal(bool(c0.get("flush_denormal", False)))
+    torch.set_flush_denormal(bool(c0["flush_denormal"]))
     for m in members:
         Path(m.out_dir).mkdir(parents=True, exist_ok=True)
     logs = [_member_log(Path(m.out_dir), i) for i, m in enumerate(members)]
@@ -388,10 +388,10 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     streams = [iter(d.train_dataloader().dataset) for d in g.datas]
     evalsets = [_eval_sets(d) for d in g.datas]
     steps, every_val = c0["steps"], c0["trainer"]["val_check_interval"]
-    log_every = c0.get("log_every", 25)
-    ckpt_every = (c0.get("checkpoint") or {}).get("every_n_steps", 0)
-    stats = (c0.get("callbacks") or {}).get("stats")
-    stats_every = stats.get("every_n_steps", 50) if stats else 0
+    log_every = c0["log_every"]
+    ckpt_every = c0["checkpoint"]["every_n_steps"]
+    stats = (c0["callbacks"] or {}).get("stats")  # callbacks=none has no node
+    stats_every = stats["every_n_steps"] if stats else 0
 
     def write(e: int, records) -> None:
         for r in records:
@@ -431,7 +431,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             g.save(step)
         xs, ys = _stack([next(s) for s in streams], g.device)
         measure = stats_every and step % stats_every == 0
-        want_acts = bool(measure and stats.get("activations", True) and g.points)
+        want_acts = bool(measure and stats["activations"] and g.points)
         losses, acts = g.losses(xs, ys, acts=want_acts)
         values = losses.detach().cpu()
         finite = torch.isfinite(values)
@@ -451,11 +451,11 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         g.flat.grad = None
         total.backward()
         grad = g.flat.grad
-        if measure and stats.get("gradients", True):
-            for e, recs in enumerate(gradient_records(g, grad, step, stats.get("per_param", False))):
+        if measure and stats["gradients"]:
+            for e, recs in enumerate(gradient_records(g, grad, step, stats["per_param"])):
                 if g.active[e]:
                     write(e, recs)
-        before = g.flat.detach().clone() if measure and stats.get("updates", True) else None
+        before = g.flat.detach().clone() if measure and stats["updates"] else None
         g.opt.step(grad, g.factors(step), g.active)
         if measure:
             act_names = list(acts)
@@ -499,8 +499,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             "params": g.N,
             "seed": c["seed"],
             "vectorized": {"group_size": g.E, "member": e, "group_ms_per_step": 1000.0 * wall / max(1, step - resumed), "device": str(g.device)},
-            "summary_metrics": list(c.get("summary", {}).get("metrics", ["final_val_loss"])),
-            "summary_plots": list(c.get("summary", {}).get("plots", [])),
+            "summary_metrics": list(c["summary"]["metrics"]),
+            "summary_plots": list(c["summary"]["plots"]),
             "provenance": describe(),
             "config": comparable(c),
         }
