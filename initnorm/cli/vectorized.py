@@ -39,6 +39,7 @@ from initnorm.training.ensemble import Member, checkpoint_step, group_key, train
 
 log = logging.getLogger(__name__)
 ENGINES = ("joblib", "sequential")
+COMPILE_CACHE = "outputs/.torch_compile_cache"
 
 
 @dataclass
@@ -170,6 +171,9 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     if not isinstance(max_group, int) or max_group < 1:
         raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    # compile=true|auto: the compiler's on-disk cache where the next group and the next sweep find it
+    # (and `make clean` removes it with outputs/); a cache the user set is kept.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(str(config.hydra.runtime.cwd)) / COMPILE_CACHE))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     jobs = classify(hydra_context, config, job_overrides, initial_job_idx)

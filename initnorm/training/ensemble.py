@@ -52,6 +52,11 @@ from initnorm.training.tasks import TASKS
 from initnorm.training.vec_optim import KINDS, MemberHyper, VecOptimizer
 
 VEC_CKPT = "vectorized.ckpt"
+# compile=auto compiles a group whose member-steps (steps x members) reach this: a cold compile of the
+# Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves about 1.4 ms of CPU
+# per member-step (bench/RESULTS.md), so it pays from about 50,000 member-steps on.
+COMPILE_FROM = 50_000
+COMPILE_CHOICES = ("auto", True, False)
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
                "optim.momentum", "summary", "regularizer")
@@ -84,6 +89,8 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
     others = set(c.get("callbacks") or {}) - STACKABLE_CALLBACKS
     if others:
         return f"callbacks {', '.join(sorted(others))} watch one model"
+    if c["compile"] not in COMPILE_CHOICES:
+        raise ConfigError(f"compile={c['compile']!r} is not one of auto, true, false; fix it with `compile=auto`")
     if not isinstance(c["trainer"].get("val_check_interval"), int):
         return "trainer.val_check_interval is not a number of steps"
     return None
@@ -219,6 +226,10 @@ class Group:
         self.loss_fn = type(self.modules[0]).loss
         self.classifier = hasattr(self.modules[0], "evals")
         self.points = probe_points(self.base)
+        mode = c0["compile"]
+        self.compiled = mode is True or (mode == "auto" and c0["steps"] * self.E >= COMPILE_FROM)
+        # The steps that measure activations (every callbacks.stats.every_n_steps) stay eager: hooks.
+        self._fast = torch.compile(lambda xs, ys: self.losses(xs, ys)[0]) if self.compiled else None
         self.step = 0
         self.active = torch.ones(self.E, dtype=torch.bool)
         self.diverged: list[int | None] = [None] * self.E
@@ -432,7 +443,10 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         xs, ys = _stack([next(s) for s in streams], g.device)
         measure = stats_every and step % stats_every == 0
         want_acts = bool(measure and stats["activations"] and g.points)
-        losses, acts = g.losses(xs, ys, acts=want_acts)
+        if g._fast is not None and not want_acts:
+            losses, acts = g._fast(xs, ys), {}
+        else:
+            losses, acts = g.losses(xs, ys, acts=want_acts)
         values = losses.detach().cpu()
         finite = torch.isfinite(values)
         newly = g.active & ~finite
@@ -498,7 +512,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             "wall_s": wall,
             "params": g.N,
             "seed": c["seed"],
-            "vectorized": {"group_size": g.E, "member": e, "group_ms_per_step": 1000.0 * wall / max(1, step - resumed), "device": str(g.device)},
+            "vectorized": {"group_size": g.E, "member": e, "compiled": g.compiled, "group_ms_per_step": 1000.0 * wall / max(1, step - resumed), "device": str(g.device)},
             "summary_metrics": list(c["summary"]["metrics"]),
             "summary_plots": list(c["summary"]["plots"]),
             "provenance": describe(),
