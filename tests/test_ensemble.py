@@ -44,9 +44,9 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
         separate.append(params)
         refs.append((opt, sched))
     flat = torch.stack([torch.cat([p.flatten() for p in ps]) for ps in start])
-    lr_mult = torch.tensor([[k for k, s in zip(m, shapes) for _ in range(math.prod(s))] for m in mults], dtype=torch.float64)
-    decayed = torch.tensor([len(s) >= 2 for s in shapes for _ in range(math.prod(s))])
-    vec = VecOptimizer(kind, flat, hypers, lr_mult, decayed)
+    sizes = [math.prod(s) for s in shapes]
+    columns = [{id(p): (sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for params in separate]
+    vec = VecOptimizer.from_torch(flat, [opt for opt, _ in refs], columns)  # the numbers of each member's own optimiser
     for step in range(steps):
         grads = [[torch.randn(s) for s in shapes] for _ in hypers]
         for params, gs, (opt, sched) in zip(separate, grads, refs):
@@ -64,7 +64,7 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
 
 def test_a_frozen_member_keeps_its_parameters_and_state():
     flat = torch.randn(2, 6)
-    vec = VecOptimizer("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
+    vec = VecOptimizer.from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
     before = flat.clone()
     vec.step(torch.randn(2, 6), torch.ones(2, dtype=torch.float64), active=torch.tensor([True, False]))
     assert torch.equal(flat[1], before[1]) and not torch.equal(flat[0], before[0])

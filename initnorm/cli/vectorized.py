@@ -36,6 +36,7 @@ from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
 from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
+from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
 ENGINES = ("joblib", "sequential")
@@ -146,6 +147,9 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     device = _device(config, unit_index)
     try:
         results = train_group(members, device)
+    except NotStackable as exc:  # found while building the group, before any step: each job alone instead
+        log.warning("these %d jobs cannot train as one stacked model (%s); running them one by one", len(unit), exc)
+        return [ret for job in unit for ret in run_unit([job], unit_index, hydra_context, config, task_function, singleton_state)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

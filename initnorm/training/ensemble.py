@@ -49,7 +49,7 @@ from initnorm.provenance import describe
 from initnorm.training.resume import CKPT_DIR, comparable, differences
 from initnorm.results import write_metrics
 from initnorm.training.tasks import TASKS
-from initnorm.training.vec_optim import KINDS, MemberHyper, VecOptimizer
+from initnorm.training.vec_optim import KINDS, NotStackable, VecOptimizer
 
 VEC_CKPT = "vectorized.ckpt"
 # compile=auto compiles a group whose member-steps (steps x members) reach this: a cold compile of the
@@ -163,7 +163,7 @@ def stack_scalars(base: torch.nn.Module, models: Sequence[torch.nn.Module]) -> d
             if all(x == values[0] for x in values):
                 continue
             if not all(isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool)) for x in values):
-                raise ConfigError(f"members differ in {name or 'model'}.{k} ({values[0]!r} vs others), which cannot be stacked")
+                raise NotStackable(f"members differ in {name or 'model'}.{k} ({values[0]!r} vs others), which cannot be stacked")
             delattr(mod, k)
             mod.register_buffer(k, torch.tensor(float(values[0])), persistent=False)
             stacked[f"{name}.{k}" if name else k] = torch.tensor([float(x) for x in values])
@@ -212,17 +212,21 @@ class Group:
         self.shapes = [tuple(p.shape) for _, p in self.base.named_parameters()]
         for m in models[1:]:
             if [tuple(p.shape) for p in m.parameters()] != self.shapes:
-                raise ConfigError("the members' parameter shapes differ; they cannot be stacked")
+                raise NotStackable("the members' parameter shapes differ; they cannot be stacked")
         self.sizes = [math.prod(s) for s in self.shapes]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.E, self.N = len(models), sum(self.sizes)
         self.flat = torch.stack([torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for m in models]).to(self.device).requires_grad_(True)
-        lr_mult = torch.tensor([[t.rule(r[n]).lr for n, s in zip(self.names, self.sizes) for _ in range(s)] for t, r in zip(tables, roles)], dtype=torch.float64)
-        decayed = torch.tensor([len(shape) >= 2 for shape, s in zip(self.shapes, self.sizes) for _ in range(s)])
-        o = c0["optim"]
-        hypers = [MemberHyper(lr=c["lr"], weight_decay=c["optim"].get("weight_decay", 0.0), betas=tuple(c["optim"].get("betas", (0.9, 0.999))),
-                              eps=c["optim"].get("eps", 1e-8), momentum=c["optim"].get("momentum", 0.0)) for c in self.cs]
-        self.opt = VecOptimizer(o["name"], self.flat, hypers, lr_mult, decayed)
+        # The optimiser numbers come from each member's own optimiser (its LightningModule's
+        # configure_optimizers): per-role lr, decay and eps of any parameterisation, as its job uses them.
+        optimizers, columns = [], []
+        for module, model in zip(self.modules, models):
+            opt = module.configure_optimizers()
+            optimizers.append(opt["optimizer"] if isinstance(opt, dict) else opt)
+            where = dict(zip(self.names, zip(self.offsets, self.sizes)))
+            columns.append({id(p): where[n] for n, p in model.named_parameters()})
+        self.opt = VecOptimizer.from_torch(self.flat.detach(), optimizers, columns)
+        self.opt.flat = self.flat
         self.loss_fn = type(self.modules[0]).loss
         self.classifier = hasattr(self.modules[0], "evals")
         self.points = probe_points(self.base)

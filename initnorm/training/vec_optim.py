@@ -21,16 +21,27 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 KINDS = ("adamw", "adam", "sgd")
 
 
+SUPPORTED = {  # torch.optim class -> (kind, options that must stay at their defaults)
+    "AdamW": ("adamw", {"amsgrad": False, "maximize": False}),
+    "Adam": ("adam", {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False}),
+    "SGD": ("sgd", {"nesterov": False, "maximize": False, "dampening": 0}),
+}
+
+
+class NotStackable(ValueError):
+    """These optimisers (or models) cannot be stepped as one stacked tensor."""
+
+
 @dataclass
 class MemberHyper:
-    """One member's optimiser numbers (the config's ``optim`` node and ``lr``)."""
+    """One member's optimiser numbers, for tests and callers without a torch optimiser."""
 
     lr: float
     weight_decay: float = 0.0
@@ -39,39 +50,88 @@ class MemberHyper:
     momentum: float = 0.0
 
 
-def _col(values: Sequence[float], dtype=torch.float64, device=None) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=dtype, device=device).unsqueeze(1)
+def _col(values: Sequence[float], dtype=torch.float64) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=dtype).unsqueeze(1)
 
 
 class VecOptimizer:
-    """``kind`` in adamw | adam | sgd over ``flat`` ([E, N], float32).
+    """``kind`` in adamw | adam | sgd over ``flat`` ([E, N], float32), with every number per element:
 
-    ``lr_mult`` ([E, N]) is each element's learning-rate multiplier for its member (the table's
-    multiplier of the parameter's role); ``decayed`` ([N] bool) marks the matrices' elements.
+    ``rates`` ([E, N], float64): each element's group learning rate (base lr x role multiplier),
+    ``wd`` ([E, N], float64): its group's weight decay (decoupled for adamw, added to the gradient
+    for adam and sgd, as torch does), ``eps`` ([E, N]), ``betas`` ([E, 2], float64) and
+    ``momentum`` ([E]) per member. ``from_torch`` reads them all from the members' own optimisers.
     """
 
-    def __init__(self, kind: str, flat: torch.Tensor, hypers: Sequence[MemberHyper], lr_mult: torch.Tensor, decayed: torch.Tensor):
+    def __init__(self, kind: str, flat: torch.Tensor, rates: torch.Tensor, wd: torch.Tensor, eps: torch.Tensor, betas: torch.Tensor, momentum: torch.Tensor):
         if kind not in KINDS:
-            raise ValueError(f"optim.name={kind!r} has no vectorised step; allowed: {', '.join(KINDS)}")
+            raise NotStackable(f"optim.name={kind!r} has no vectorised step; allowed: {', '.join(KINDS)}")
         E, N = flat.shape
-        if len(hypers) != E or tuple(lr_mult.shape) != (E, N) or tuple(decayed.shape) != (N,):
-            raise ValueError(f"shapes do not match: flat {tuple(flat.shape)}, {len(hypers)} members, lr_mult {tuple(lr_mult.shape)}, decayed {tuple(decayed.shape)}")
         dev = flat.device
         self.kind, self.flat = kind, flat
-        # Group lr as torch.optim sees it: base lr x role multiplier, in double precision.
-        self.rates = _col([h.lr for h in hypers], device=dev) * lr_mult.to(device=dev, dtype=torch.float64)
-        wd = _col([0.0 if kind == "adam" else h.weight_decay for h in hypers], device=dev)
-        self.wd = torch.where(decayed.to(dev).unsqueeze(0), wd, torch.zeros((), dtype=torch.float64, device=dev))  # [E, N]
-        self.beta1 = _col([h.betas[0] for h in hypers], device=dev)
-        self.beta2 = _col([h.betas[1] for h in hypers], device=dev)
-        self.eps = _col([h.eps for h in hypers], dtype=torch.float32, device=dev)
-        self.momentum = _col([h.momentum for h in hypers], dtype=torch.float32, device=dev)
+        self.rates = rates.to(device=dev, dtype=torch.float64)
+        self.wd = wd.to(device=dev, dtype=torch.float64)
+        self.eps = eps.to(device=dev, dtype=torch.float32)
+        self.beta1 = betas[:, :1].to(device=dev, dtype=torch.float64)
+        self.beta2 = betas[:, 1:2].to(device=dev, dtype=torch.float64)
+        self.momentum = momentum.reshape(E, 1).to(device=dev, dtype=torch.float32)
+        self._wd_f32 = self.wd.float()
+        self._coupled = kind != "adamw" and bool(self.wd.any())
         self.steps = torch.zeros(E, 1, dtype=torch.float64, device=dev)  # optimiser steps taken per member
         self.exp_avg = torch.zeros_like(flat)  # Adam's m, or SGD's momentum buffer
         self.exp_avg_sq = torch.zeros_like(flat) if kind != "sgd" else None
         self._one_m_b1 = (1.0 - self.beta1).float()
         self._one_m_b2 = (1.0 - self.beta2).float()
         self._b2 = self.beta2.float()
+
+    @classmethod
+    def from_hypers(cls, kind: str, flat: torch.Tensor, hypers: Sequence[MemberHyper], lr_mult: torch.Tensor, decayed: torch.Tensor) -> "VecOptimizer":
+        """Members described by numbers: lr x ``lr_mult`` per element, decay on ``decayed`` elements (adam: none)."""
+        rates = _col([h.lr for h in hypers]) * lr_mult.to(torch.float64)
+        wd = torch.where(decayed.unsqueeze(0), _col([0.0 if kind == "adam" else h.weight_decay for h in hypers]), torch.zeros((), dtype=torch.float64))
+        eps = _col([h.eps for h in hypers]).expand_as(rates)
+        betas = torch.tensor([list(h.betas) for h in hypers], dtype=torch.float64)
+        return cls(kind, flat, rates, wd, eps, betas, torch.tensor([h.momentum for h in hypers]))
+
+    @classmethod
+    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer], columns: Sequence[Mapping[int, tuple[int, int]]]) -> "VecOptimizer":
+        """The numbers of each member's own torch optimiser: its parameter groups' lr, weight decay,
+        eps, betas, momentum, element by element (``columns[e]``: id(parameter) -> (offset, size) in
+        ``flat``). Whatever the groups hold (per-role lr, weight-decay and ε multipliers of any
+        parameterisation) is what the stacked step uses."""
+        names = {type(o).__name__ for o in optimizers}
+        if len(names) != 1 or next(iter(names)) not in SUPPORTED:
+            raise NotStackable(f"optimisers {sorted(names)}: a stacked step exists for one kind at a time of {', '.join(SUPPORTED)}")
+        kind, fixed = SUPPORTED[next(iter(names))]
+        E, N = flat.shape
+        rates = torch.zeros(E, N, dtype=torch.float64)
+        wd = torch.zeros(E, N, dtype=torch.float64)
+        eps = torch.ones(E, N, dtype=torch.float64)
+        betas = torch.zeros(E, 2, dtype=torch.float64)
+        momentum = torch.zeros(E)
+        for e, (opt, cols) in enumerate(zip(optimizers, columns)):
+            seen = 0
+            for g in opt.param_groups:
+                for k, v in fixed.items():
+                    if g.get(k, v) != v:
+                        raise NotStackable(f"{type(opt).__name__}({k}={g[k]}) has no stacked step")
+                for p in g["params"]:
+                    o, n = cols[id(p)]
+                    rates[e, o : o + n] = g.get("initial_lr", g["lr"])
+                    wd[e, o : o + n] = g["weight_decay"]
+                    if kind != "sgd":
+                        eps[e, o : o + n] = g["eps"]
+                    seen += n
+                if kind != "sgd":
+                    betas[e] = torch.tensor([float(b) for b in g["betas"]], dtype=torch.float64)
+                else:
+                    momentum[e] = g["momentum"]
+            if seen != N:
+                raise NotStackable(f"member {e}'s optimiser holds {seen} of {N} parameters")
+            # betas/momentum per member: one value for all of a member's groups
+            if kind != "sgd" and len({tuple(g["betas"]) for g in opt.param_groups}) > 1:
+                raise NotStackable("betas differ between a member's parameter groups")
+        return cls(kind, flat, rates, wd, eps, betas, momentum)
 
     @torch.no_grad()
     def step(self, grad: torch.Tensor, factors: torch.Tensor, active: torch.Tensor | None = None) -> None:
@@ -98,6 +158,8 @@ class VecOptimizer:
         self.steps += 1
         if self.kind == "adamw":
             p.mul_((1.0 - lr * self.wd).float())  # decoupled decay; exactly 1 where there is none
+        elif self._coupled:
+            grad = grad + self._wd_f32 * p  # Adam's L2 term: grad.add(param, alpha=wd)
         self.exp_avg.lerp_(grad, self._one_m_b1)
         self.exp_avg_sq.mul_(self._b2).add_((grad * self._one_m_b2) * grad)  # addcmul: self + (value * t1) * t2
         bc1 = 1.0 - self.beta1**self.steps
@@ -108,7 +170,7 @@ class VecOptimizer:
 
     def _sgd(self, p, grad, lr):
         self.steps += 1
-        g = grad + self.wd.float() * p  # grad.add(param, alpha=wd); exact where wd is 0
+        g = grad + self._wd_f32 * p if self._coupled else grad  # grad.add(param, alpha=wd)
         buf = self.exp_avg
         buf.mul_(self.momentum).add_(g)  # first step: 0 * m + g = g, torch's clone of the gradient
         p.add_(-lr.float() * buf)
