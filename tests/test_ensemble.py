@@ -178,3 +178,23 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]
+
+
+def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
+    from tests.test_launchers import fake_slurm
+
+    fake_slurm(tmp_path / "bin")
+    sweep = tmp_path / "sweep"
+    args = ["-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none", "trainer.enable_progress_bar=false",
+            "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", "hydra.launcher.slurm.partition=tiny", "hydra.launcher.slurm.mem_gb=2",
+            f"hydra.sweep.dir={sweep}"]
+    import os
+
+    proc = run_cli(*args, cwd=tmp_path, env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    script = (tmp_path / "bin" / "submitted.sh").read_text()
+    for line in ["--partition=tiny", "--mem=2GB", "--array=0-1%"]:  # one array task per group (norm=pre, norm=post)
+        assert f"#SBATCH {line}" in script, script
+    records = [json.loads(p.read_text()) for p in sweep.rglob("metrics.json")]
+    assert len(records) == 4 and all(r["vectorized"]["group_size"] == 2 for r in records)
+    assert (sweep / "summary.md").is_file()

@@ -6,8 +6,10 @@
 2. The others are grouped by ``ensemble.group_key`` (everything that changes shapes or the graph)
    and by the step their vectorised checkpoint resumes from; a group larger than
    ``hydra.launcher.max_group`` is split; a group of one runs alone.
-3. Units of work (a group, or a job alone) run one after another (``engine: sequential``) or in
-   joblib's worker processes (``engine: joblib``, one per core; with N GPUs, unit k on GPU k mod N).
+3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
+   joblib's worker processes (``engine: joblib``, one per core; with N GPUs, unit k on GPU k mod N),
+   or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
+   ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
    ``ensemble.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
 """
@@ -39,7 +41,9 @@ from initnorm.training.ensemble import Member, checkpoint_step, group_key, train
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
-ENGINES = ("joblib", "sequential")
+ENGINES = ("joblib", "sequential", "submitit")
+# submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
+SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
 COMPILE_CACHE = "outputs/.torch_compile_cache"
 
 
@@ -190,7 +194,15 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
     state = Singleton.get_state()
     args = [(u, k, hydra_context, config, launcher.task_function, state) for k, u in enumerate(units)]
-    if engine == "sequential" or len(units) == 1:
+    if engine == "submitit":  # one SLURM array task per unit, with hydra/launcher=slurm's keys
+        import submitit
+
+        executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"), cluster="slurm")
+        slurm = {k: v for k, v in dict(params["slurm"]).items() if v is not None}
+        executor.update_parameters(**{k if k in SUBMITIT_KEYS else f"slurm_{k}": v for k, v in slurm.items()})
+        tasks = executor.map_array(run_unit, *zip(*args))
+        results = [t.results()[0] for t in tasks]
+    elif engine == "sequential" or len(units) == 1:
         results = [run_unit(*a) for a in args]
         Singleton.set_state(state)
     else:
