@@ -45,7 +45,8 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
         refs.append((opt, sched))
     flat = torch.stack([torch.cat([p.flatten() for p in ps]) for ps in start])
     sizes = [math.prod(s) for s in shapes]
-    columns = [{id(p): (sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for params in separate]
+    N = sum(sizes)
+    columns = [{id(p): (e * N + sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for e, params in enumerate(separate)]  # rows of flat
     vec = VecOptimizer.from_torch(flat, [opt for opt, _ in refs], columns)  # the numbers of each member's own optimiser
     for step in range(steps):
         grads = [[torch.randn(s) for s in shapes] for _ in hypers]

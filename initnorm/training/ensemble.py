@@ -216,14 +216,18 @@ class Group:
         self.sizes = [math.prod(s) for s in self.shapes]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.E, self.N = len(models), sum(self.sizes)
-        self.flat = torch.stack([torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for m in models]).to(self.device).requires_grad_(True)
+        # One flat leaf holds every member's parameters, parameter by parameter, each as a contiguous
+        # [E, *shape] block: the model reads views of it (no copies), the optimiser steps it whole.
+        stacked = [torch.stack([p.detach() for p in ps]).reshape(-1) for ps in zip(*(m.parameters() for m in models))]
+        self.flat = torch.cat(stacked).to(self.device).requires_grad_(True)
         # The optimiser numbers come from each member's own optimiser (its LightningModule's
         # configure_optimizers): per-role lr, decay and eps of any parameterisation, as its job uses them.
         optimizers, columns = [], []
         for module, model in zip(self.modules, models):
             opt = module.configure_optimizers()
             optimizers.append(opt["optimizer"] if isinstance(opt, dict) else opt)
-            where = dict(zip(self.names, zip(self.offsets, self.sizes)))
+            e = len(columns)
+            where = {n: (self.E * o + e * s, s) for n, o, s in zip(self.names, self.offsets, self.sizes)}
             columns.append({id(p): where[n] for n, p in model.named_parameters()})
         self.opt = VecOptimizer.from_torch(self.flat.detach(), optimizers, columns)
         self.opt.flat = self.flat
@@ -245,7 +249,13 @@ class Group:
 
     def views(self) -> dict[str, torch.Tensor]:
         """Every parameter as a view [E, *shape] of the flat tensor (gradients flow into ``flat.grad``)."""
-        return {n: self.flat[:, o : o + s].view(self.E, *shape) for n, o, s, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+        E = self.E
+        return {n: self.flat[E * o : E * (o + s)].view(E, *shape) for n, o, s, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+
+    def block(self, t: torch.Tensor, i: int) -> torch.Tensor:
+        """Parameter ``i``'s elements of ``t`` (the flat layout) as [E, size]."""
+        o, s = self.offsets[i], self.sizes[i]
+        return t[self.E * o : self.E * (o + s)].view(self.E, s)
 
     def _model_of(self, params, bufs):
         return lambda x: functional_call(self.base, {**params, **bufs}, (x,))
@@ -294,7 +304,7 @@ class Group:
             state = {
                 "vectorized": True,
                 "global_step": step,
-                "params": self.flat[i].detach().clone().cpu(),
+                "params": self.opt.member_values(self.flat.detach(), i).cpu(),
                 "optim": self.opt.member_state(i),
                 "train_losses": list(self.train_losses[i]),
                 "evals": {k: list(v) for k, v in self.evals[i].items()},
@@ -312,7 +322,7 @@ class Group:
         if len(steps) != 1:
             raise ConfigError(f"the members' checkpoints are at different steps ({sorted(steps)}); group them by step")
         for i, s in enumerate(states):
-            self.flat[i].copy_(s["params"])
+            self.opt.set_member_values(self.flat, i, s["params"])
             self.opt.load_member_state(i, s["optim"])
             self.train_losses[i] = list(s["train_losses"])
             self.evals[i] = {k: [tuple(e) for e in v] for k, v in s["evals"].items()}
@@ -333,7 +343,7 @@ def gradient_records(g: Group, grad: torch.Tensor, step: int, per_param: bool) -
         parts = []
         for n, _ in named:
             i = index[n]
-            sq = grad[:, g.offsets[i] : g.offsets[i] + g.sizes[i]].float().pow(2).sum(1)
+            sq = g.block(grad, i).float().pow(2).sum(1)
             parts.append((n, sq, g.sizes[i]))
         rows.append((layer, "params", torch.stack([p[1] for p in parts]).sum(0), sum(p[2] for p in parts)))
         if per_param:
@@ -355,8 +365,8 @@ def update_records(g: Group, before: torch.Tensor, step: int) -> list[list[Recor
     index = {n: i for i, n in enumerate(g.names)}
     layers, ratios = [], []
     for layer, named in grouped(g.base, weights_only=True).items():
-        cols = torch.cat([torch.arange(g.offsets[index[n]], g.offsets[index[n]] + g.sizes[index[n]]) for n, _ in named]).to(before.device)
-        old, new = before[:, cols].float(), g.flat.detach()[:, cols].float()
+        old = torch.cat([g.block(before, index[n]) for n, _ in named], 1).float()
+        new = torch.cat([g.block(g.flat.detach(), index[n]) for n, _ in named], 1).float()
         ratios.append((new - old).pow(2).sum(1).sqrt() / old.pow(2).sum(1).sqrt().clamp_min(1e-30))
         layers.append(layer)
     if not layers:
