@@ -35,5 +35,6 @@ reproduce: install
 test: install
 	$(PY) -m pytest -p no:warnings
 
+# outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/vectorized.md)
 clean:
 	rm -rf $(VENV) outputs .pytest_cache
