@@ -292,6 +292,20 @@ class Group:
         finally:
             self.base.train()
 
+    @torch.no_grad()
+    def check_forward(self) -> None:
+        """One stacked forward on two examples of each member's first batch, before anything is written:
+        a family whose forward cannot be mapped over members (Python control flow on a multiplier
+        that differs between them) is found here, and its jobs can still run alone."""
+        first = [next(iter(d.train_dataloader().dataset)) for d in self.datas]
+        xs, ys = _stack([(x[:2], y[:2]) for x, y in first], self.device)
+        try:
+            self.losses(xs, ys)
+        except RuntimeError as exc:
+            if "vmap" not in str(exc):
+                raise
+            raise NotStackable(f"{type(self.base).__name__}'s forward cannot run over stacked members ({str(exc).splitlines()[0][:160]})") from exc
+
     def factors(self, step: int) -> torch.Tensor:
         return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c["schedule"]) for c in self.cs], dtype=torch.float64)
 
@@ -406,6 +420,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         raise ConfigError("some members of this group have a vectorised checkpoint and some do not; group them by step")
     for d in g.datas:
         d.start_step = resumed
+    g.check_forward()
     writers = [_writer(m) for m in members]
     for i, (log, c) in enumerate(zip(logs, g.cs)):
         log.info("vectorised group of %d jobs, member %d (seed=%s lr=%s warmup=%s), %d parameters each%s", g.E, i, c["seed"], c["lr"], c["warmup"],
