@@ -199,3 +199,22 @@ def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
     records = [json.loads(p.read_text()) for p in sweep.rglob("metrics.json")]
     assert len(records) == 4 and all(r["vectorized"]["group_size"] == 2 for r in records)
     assert (sweep / "summary.md").is_file()
+
+
+def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_training(tmp_path, monkeypatch):
+    from initnorm.models.decoder import Attention
+    from initnorm.training.ensemble import Group
+    from initnorm.training.vec_optim import NotStackable
+
+    plain = Attention.forward
+
+    def branching(self, x):  # Python control flow on the attention scale, which differs between sp and mup members
+        if self.scale == 0.0:
+            return x
+        return plain(self, x)
+
+    monkeypatch.setattr(Attention, "forward", branching)
+    members = [Member(to_plain(compose_cfg("width=32", f"param={p}", *QUIET)), tmp_path / p) for p in ("sp", "mup")]
+    with pytest.raises(NotStackable, match="cannot run over stacked members"):
+        Group(members).check_forward()
+    assert not any((tmp_path / p / "tb").exists() for p in ("sp", "mup"))  # nothing written: the launcher runs them alone
