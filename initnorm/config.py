@@ -32,6 +32,8 @@ def validate(cfg: Mapping[str, Any]) -> None:
         raise bad_value("checkpoint.every_n_steps", every, "an integer >= 0 (0: no checkpoints)", "checkpoint.every_n_steps=250")
     if cfg["schedule"] not in ("cosine", "constant"):
         raise bad_value("schedule", cfg["schedule"], "one of cosine, constant", "schedule=cosine")
+    if cfg["compile"] not in ("auto", True, False):
+        raise bad_value("compile", cfg["compile"], "one of auto, true, false", "compile=auto")
 
     model = cfg["model"]
     _positive(model, "width", int)

@@ -56,7 +56,6 @@ VEC_CKPT = "vectorized.ckpt"
 # Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves about 1.4 ms of CPU
 # per member-step (bench/RESULTS.md), so it pays from about 50,000 member-steps on.
 COMPILE_FROM = 50_000
-COMPILE_CHOICES = ("auto", True, False)
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 # Optimiser numbers need no list: the stacked step reads them from each member's own torch optimiser.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
@@ -89,8 +88,6 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
     others = set(c.get("callbacks") or {}) - STACKABLE_CALLBACKS
     if others:
         return f"callbacks {', '.join(sorted(others))} watch one model"
-    if c["compile"] not in COMPILE_CHOICES:
-        raise ConfigError(f"compile={c['compile']!r} is not one of auto, true, false; fix it with `compile=auto`")
     if not isinstance(c["trainer"].get("val_check_interval"), int):
         return "trainer.val_check_interval is not a number of steps"
     return None
