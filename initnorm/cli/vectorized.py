@@ -158,7 +158,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         for m, ret in zip(members, rets):
-            line = record_failure(m.out_dir, exc, {"seed": m.cfg.get("seed"), **m.meta, "provenance": describe()})
+            line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
             print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
             ret.return_value = math.nan
         return rets

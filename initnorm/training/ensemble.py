@@ -81,14 +81,14 @@ def group_key(c: Mapping[str, Any]) -> str:
 
 def why_alone(c: Mapping[str, Any]) -> str | None:
     """Why this job cannot be a member of a vectorised group (None: it can)."""
-    if (c["model"].get("dropout") or 0.0) > 0:
+    if "dropout" in c["model"] and c["model"]["dropout"] > 0:  # only the window MLPs have dropout
         return "dropout draws its masks from the job's own random stream"
     if c["optim"]["name"] not in KINDS:
         return f"optim={c['optim']['name']} has no vectorised step (only {', '.join(KINDS)})"
-    others = set(c.get("callbacks") or {}) - STACKABLE_CALLBACKS
+    others = set(c["callbacks"] or {}) - STACKABLE_CALLBACKS  # callbacks=none leaves no node
     if others:
         return f"callbacks {', '.join(sorted(others))} watch one model"
-    if not isinstance(c["trainer"].get("val_check_interval"), int):
+    if not isinstance(c["trainer"]["val_check_interval"], int):
         return "trainer.val_check_interval is not a number of steps"
     return None
 
