@@ -215,6 +215,7 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
 
     monkeypatch.setattr(Attention, "forward", branching)
     members = [Member(to_plain(compose_cfg("width=32", f"param={p}", *QUIET)), tmp_path / p) for p in ("sp", "mup")]
-    with pytest.raises(NotStackable, match="cannot run over stacked members"):
+    with pytest.raises(NotStackable, match="cannot run over stacked members") as caught:
         Group(members).check_forward()
+    assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
     assert not any((tmp_path / p / "tb").exists() for p in ("sp", "mup"))  # nothing written: the launcher runs them alone

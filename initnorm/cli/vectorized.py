@@ -151,9 +151,11 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     device = _device(config, unit_index)
     try:
         results = train_group(members, device)
-    except NotStackable as exc:  # found while building the group, before any step: each job alone instead
-        log.warning("these %d jobs cannot train as one stacked model (%s); running them one by one", len(unit), exc)
-        return [ret for job in unit for ret in run_unit([job], unit_index, hydra_context, config, task_function, singleton_state)]
+    except NotStackable as exc:  # found while building the group, before any step: smaller groups, or each job alone
+        parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
+        log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
+                    "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
+        return [ret for p in parts for ret in run_unit([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

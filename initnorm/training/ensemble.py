@@ -167,6 +167,23 @@ def stack_scalars(base: torch.nn.Module, models: Sequence[torch.nn.Module]) -> d
     return stacked
 
 
+def partition_by_attributes(models: Sequence[torch.nn.Module]) -> list[list[int]]:
+    """Members grouped by the values of every module attribute (not a tensor) on which they differ."""
+    named = [dict(m.named_modules()) for m in models]
+    differing = []
+    for name, mod in models[0].named_modules():
+        for k, v in vars(mod).items():
+            if k.startswith("_") or isinstance(v, (torch.Tensor, torch.nn.Module)):
+                continue
+            values = [repr(getattr(n[name], k, None)) for n in named]
+            if len(set(values)) > 1:
+                differing.append(values)
+    parts: dict[tuple, list[int]] = {}
+    for i in range(len(models)):
+        parts.setdefault(tuple(v[i] for v in differing), []).append(i)
+    return list(parts.values())
+
+
 class _Shim:
     """What ``Trainable.loss`` reads of its module: ``.model`` (here one member's functional model)."""
 
@@ -203,7 +220,11 @@ class Group:
             tables.append(built.table)
             roles.append(built.roles)
         self.base = models[0]
-        self.stacked_buffers = {k: v.to(self.device) for k, v in stack_scalars(self.base, models).items()}
+        self.parts = partition_by_attributes(models)  # who could share a model if these cannot
+        try:
+            self.stacked_buffers = {k: v.to(self.device) for k, v in stack_scalars(self.base, models).items()}
+        except NotStackable as exc:
+            raise NotStackable(str(exc), self.parts) from None
         self.base.to(self.device).train()
         self.names = [n for n, _ in self.base.named_parameters()]
         self.shapes = [tuple(p.shape) for _, p in self.base.named_parameters()]
@@ -301,7 +322,7 @@ class Group:
         except RuntimeError as exc:
             if "vmap" not in str(exc):
                 raise
-            raise NotStackable(f"{type(self.base).__name__}'s forward cannot run over stacked members ({str(exc).splitlines()[0][:160]})") from exc
+            raise NotStackable(f"{type(self.base).__name__}'s forward cannot run over stacked members ({str(exc).splitlines()[0][:160]})", self.parts) from exc
 
     def factors(self, step: int) -> torch.Tensor:
         return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c["schedule"]) for c in self.cs], dtype=torch.float64)

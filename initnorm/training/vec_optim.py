@@ -36,7 +36,12 @@ SUPPORTED = {  # torch.optim class -> (kind, options that must stay at their def
 
 
 class NotStackable(ValueError):
-    """These optimisers (or models) cannot be stepped as one stacked tensor."""
+    """These optimisers (or models) cannot be stepped as one stacked tensor. ``parts``, where known:
+    the members (indices) that could still share a model, because they agree on what differs."""
+
+    def __init__(self, message: str, parts: list[list[int]] | None = None):
+        super().__init__(message)
+        self.parts = parts
 
 
 @dataclass
