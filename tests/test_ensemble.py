@@ -88,7 +88,7 @@ FAMILIES = {
 def _scalars(folder: Path, tag: str) -> list[float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(folder / "tb"))
+    acc = EventAccumulator(str(next(folder.rglob("events.out.tfevents.*")).parent))
     acc.Reload()
     return [e.value for e in acc.Scalars(tag)]
 
@@ -171,7 +171,7 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     tags = set()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(job / "tb"))
+    acc = EventAccumulator(str(next(job.rglob("events.out.tfevents.*")).parent))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     for prefix in ("train/loss", "train/lr", "val/loss", "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/", "hp/final_val_loss"):

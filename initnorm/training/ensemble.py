@@ -127,7 +127,8 @@ def _writer(member: Member):
     if member.logger is None:
         from lightning.pytorch.loggers import TensorBoardLogger
 
-        member.logger = TensorBoardLogger(save_dir=str(member.out_dir), name="tb", version="", default_hp_metric=False)
+        lg = member.cfg["logger"]  # the config's TensorBoard logger, as train() instantiates it
+        member.logger = TensorBoardLogger(save_dir=str(member.out_dir), name=lg["name"], version=lg["version"], default_hp_metric=lg["default_hp_metric"])
     return member.logger.experiment
 
 
