@@ -48,7 +48,7 @@ class Experiment:
 # workers would cost more than it saves, so they run sequentially.
 PARALLEL, SEQUENTIAL = "hydra/launcher=local_parallel", "hydra/launcher=basic"
 # The Decoder's §7b and §7c sweeps train as stacked groups (docs/vectorized.md): the canonical
-# 12-job sweep took 0.65x local_parallel's wall time and 0.70x its CPU time (bench/RESULTS.md).
+# 12-job sweep took 0.65-0.80x local_parallel's wall time and 0.70-0.73x its CPU time (bench/RESULTS.md).
 # Not (yet) the others: §7e's width-64 groups and the MLP sweeps were not measured against
 # local_parallel, §7d's coordinate check and the dropout jobs cannot be stacked.
 VECTORIZED = "hydra/launcher=vectorized"
