@@ -42,5 +42,6 @@ test: install
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
 
+# outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/vectorized.md)
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

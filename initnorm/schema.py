@@ -33,7 +33,7 @@ ACCELERATORS = ("cpu", "auto", "gpu", "cuda", "mps")
 class Rule:
     """What one key may hold. ``lo``/``hi`` are numbers or the name of another key (``warmup <= steps``)."""
 
-    kind: str  # int | number | bool | choice | text | path | dotted | names
+    kind: str  # int | number | bool | auto_bool | choice | text | path | dotted | names
     lo: float | str | None = None
     hi: float | str | None = None
     lo_open: bool = False  # lo itself is not allowed
@@ -98,6 +98,7 @@ RULES: dict[str, Rule] = {
     "threads": Int(0, fix=1, note="0: torch's default"),
     "log_every": Int(1, fix=25),
     "flush_denormal": Bool(fix=False),
+    "compile": Rule("auto_bool", fix="auto", note="torch.compile a vectorised group's step; auto: from 50,000 member-steps on"),
     "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),
     "summary.metrics": Rule("names", fix="final_val_loss"),
     "summary.plots": Rule("names", choices=_registry("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
@@ -300,6 +301,10 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | No
         if not (isinstance(value, list) and len(value) == 2 and all(_is_number(b) and math.isfinite(b) and 0 <= b < 1 for b in value)):
             raise bad_value(key, value, "two numbers in [0, 1)", f"{key}={rule.fix}")
         return value
+    if kind == "auto_bool":
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise bad_value(key, value, "one of auto, true, false", f"{key}={rule.fix}")
     if kind == "n_jobs":
         if not isinstance(value, int) or isinstance(value, bool) or value == 0:
             raise bad_value(key, value, "a whole number of worker processes: >= 1, or -1 for one per CPU core (-2: all but one)", f"{key}={rule.fix}")
@@ -314,7 +319,7 @@ def _allowed(rule: Rule, values: Mapping[str, Any]) -> str:
         text = "a finite positive number"
     else:
         what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number", "bool": "true or false", "text": "a non-empty name",
-                "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function"}.get(rule.kind, rule.kind)
+                "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function", "auto_bool": "auto, true or false"}.get(rule.kind, rule.kind)
         text = f"{what} {_range_text(rule, values)}".strip()
     if rule.note:
         text += f" ({rule.note})"

@@ -37,6 +37,7 @@ CASES = {
     "steps zero": (["steps=0"], ["steps=0", "positive integer", "`steps="]),
     "warmup above steps": (["steps=100", "warmup=200"], ["warmup=200", "0 to steps=100", "`warmup=100`"]),
     "batch zero": (["batch_size=0"], ["batch_size=0", "positive integer", "`batch_size="]),
+    "unknown compile": (["compile=maybe"], ["compile='maybe'", "auto, true, false", "`compile=auto`"]),
     "dropout negative": ([*MLP, "model.dropout=-0.1"], ["model.dropout=-0.1", "[0, 1)", "`model.dropout=0.2`"]),
     "dropout one": ([*MLP, "model.dropout=1.0"], ["model.dropout=1.0", "[0, 1)", "`model.dropout=0.2`"]),
     "user init does not import": (["init=custom", "init.fn=nowhere.inits.fancy"], ["init.fn='nowhere.inits.fancy'", "does not import", "`init.fn=module.function`"]),

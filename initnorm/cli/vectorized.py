@@ -1,0 +1,227 @@
+"""The work of ``hydra/launcher=vectorized``: group a sweep's jobs, train each group as one stacked model.
+
+1. Compose every job as Hydra would and look into its folder (``resume``): a finished job, a job
+   with a Lightning checkpoint, and a job that cannot be a member (``ensemble.why_alone``) run
+   alone through the ordinary task function, exactly as under the basic launcher.
+2. The others are grouped by ``ensemble.group_key`` (everything that changes shapes or the graph)
+   and by the step their vectorised checkpoint resumes from; a group larger than
+   ``hydra.launcher.max_group`` is split; a group of one runs alone.
+3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
+   joblib's worker processes (``engine: joblib``, one per core; with N GPUs, unit k on GPU k mod N),
+   or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
+   ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``).
+   Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
+   ``ensemble.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from initnorm.cli import devices
+from initnorm.config import to_plain
+from initnorm.errors import ConfigError
+from initnorm.provenance import describe
+from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
+from initnorm.results import METRICS_FILE
+from initnorm.cli.sweep import swept_keys
+from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
+from initnorm.training.vec_optim import NotStackable
+
+log = logging.getLogger(__name__)
+ENGINES = ("joblib", "sequential", "submitit")
+# submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
+SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
+COMPILE_CACHE = "outputs/.torch_compile_cache"
+
+
+@dataclass
+class Job:
+    num: int
+    overrides: list[str]
+    alone: str | None  # why it runs alone (None: it can be a member)
+    key: tuple = ()
+
+
+def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int) -> DictConfig:
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.num = num
+    HydraConfig.instance().set_config(sweep_config)
+    return sweep_config
+
+
+def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
+    task = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
+    return to_plain(task)
+
+
+def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> list[Job]:
+    jobs = []
+    for idx, overrides in enumerate(job_overrides):
+        num = initial_job_idx + idx
+        sc = _job_config(hydra_context, config, overrides, num)
+        c = _plain_task(sc)
+        folder = Path(str(sc.hydra.sweep.dir)) / str(sc.hydra.sweep.subdir)
+        alone = why_alone(c)
+        step = 0
+        if alone is None and (folder / METRICS_FILE).is_file():
+            alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
+        if alone is None and (folder / CKPT_DIR / CKPT_FILE).is_file():
+            alone = "its folder holds a checkpoint of a job run alone"
+        if alone is None:
+            try:
+                step = checkpoint_step(folder, c)
+            except ConfigError as exc:
+                alone = str(exc)  # the task function refuses the folder the same way, as one line
+        jobs.append(Job(num, list(overrides), alone, (group_key(c), step)))
+    return jobs
+
+
+def units_of(jobs: list[Job], max_group: int) -> list[list[Job]]:
+    """Groups of at most ``max_group`` jobs with one key; everything else one job at a time, in job order."""
+    groups: dict[tuple, list[Job]] = {}
+    for j in jobs:
+        if j.alone is None:
+            groups.setdefault(j.key, []).append(j)
+    units, seen = [], set()
+    for j in jobs:
+        if j.alone is not None:
+            units.append([j])
+        elif j.key not in seen:
+            seen.add(j.key)
+            members = groups[j.key]
+            n_chunks = math.ceil(len(members) / max_group)
+            size = math.ceil(len(members) / n_chunks)  # even chunks: 13 jobs at 12 -> 7 + 6, not 12 + 1
+            units += [members[i : i + size] for i in range(0, len(members), size)]
+    return units
+
+
+def _device(config: DictConfig, unit_index: int) -> str:
+    accelerator = str(config.trainer.accelerator).lower()
+    n = devices.gpu_count()
+    if accelerator in ("auto", "gpu", "cuda") and n:
+        return f"cuda:{unit_index % n}"
+    return "cpu"
+
+
+def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state) -> list[JobReturn]:
+    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model."""
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    if len(unit) == 1:
+        sc = _job_config(hydra_context, config, unit[0].overrides, unit[0].num)
+        return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
+
+    from initnorm import schema, tb
+    from initnorm.cli import sweep
+    from initnorm.cli.train import hparams_of, job_overrides, launch_folder, run_label  # the same fields a job alone records
+
+    members, rets = [], []
+    for job in unit:
+        sc = _job_config(hydra_context, config, job.overrides, job.num)
+        prepared: dict[str, Any] = {}
+
+        def prepare(cfg: DictConfig) -> None:  # inside Hydra's run_job: folder, .hydra/, logging set up
+            c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder, as train() does
+            overrides, num, choices = job_overrides()
+            swept = swept_keys()
+            varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
+            label, hparams = run_label(overrides, swept, c["seed"]), hparams_of(c, overrides)
+            prepared["member"] = Member(
+                c, Path(os.getcwd()),
+                meta={"job_num": num, "overrides": overrides, "swept": swept, "choices": choices},
+                hparams=hparams,
+                logger=instantiate(cfg.logger, save_dir=os.getcwd()),
+                write_hparams=lambda writer, hp, steps: tb.write_hparams(writer, hparams, hp, varying, label, steps),
+            )
+
+        ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if ret.status != JobStatus.COMPLETED:
+            return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
+        members.append(prepared["member"])
+        rets.append(ret)
+    device = _device(config, unit_index)
+    try:
+        results = train_group(members, device)
+    except NotStackable as exc:  # found while building the group, before any step: smaller groups, or each job alone
+        parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
+        log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
+                    "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
+        return [ret for p in parts for ret in run_unit([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state)]
+    except Exception as exc:  # a crash in one group must not cost the other groups
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        for m, ret in zip(members, rets):
+            line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
+            print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
+            ret.return_value = math.nan
+        return rets
+    for m, ret, r in zip(members, rets, results):
+        ret.return_value = r["final_val_loss"]
+        status = f"diverged at step {r['diverged_step']}" if r["diverged"] else f"final validation loss {r['final_val_loss']:.4f}"
+        print(f"{status} ({r['steps']} steps, group of {len(members)}, {r['ms_per_step']:.2f} ms per member-step) -> {m.out_dir}")
+    return rets
+
+
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+    setup_globals()
+    config, hydra_context = launcher.config, launcher.hydra_context
+    params = dict(launcher.params)
+    engine, max_group = params["engine"], params["max_group"]
+    if engine not in ENGINES:
+        raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with `hydra.launcher.engine=joblib`")
+    if not isinstance(max_group, int) or max_group < 1:
+        raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    # compile=true|auto: the compiler's on-disk cache where the next group and the next sweep find it
+    # (and `make clean` removes it with outputs/); a cache the user set is kept.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(str(config.hydra.runtime.cwd)) / COMPILE_CACHE))
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
+    units = units_of(jobs, max_group)
+    grouped = [u for u in units if len(u) > 1]
+    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s", len(jobs), len(grouped),
+             ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
+    for u in units:
+        for j in u:
+            log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
+    state = Singleton.get_state()
+    args = [(u, k, hydra_context, config, launcher.task_function, state) for k, u in enumerate(units)]
+    if engine == "submitit":  # one SLURM array task per unit, with hydra/launcher=slurm's keys
+        import submitit
+
+        executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"), cluster="slurm")
+        slurm = {k: v for k, v in dict(params["slurm"]).items() if v is not None}
+        executor.update_parameters(**{k if k in SUBMITIT_KEYS else f"slurm_{k}": v for k, v in slurm.items()})
+        tasks = executor.map_array(run_unit, *zip(*args))
+        results = [t.results()[0] for t in tasks]
+    elif engine == "sequential" or len(units) == 1:
+        results = [run_unit(*a) for a in args]
+        Singleton.set_state(state)
+    else:
+        from joblib import Parallel, delayed
+
+        n_jobs = params["n_jobs"]
+        # Longest units first: a big group that starts last would leave the other cores idle at the end.
+        order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
+        out = Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(run_unit)(*args[k]) for k in order)
+        results = [None] * len(args)
+        for k, r in zip(order, out):
+            results[k] = r
+    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets in results for ret in rets}
+    return [by_num[j.num] for j in jobs if j.num in by_num]

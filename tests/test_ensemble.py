@@ -1,0 +1,220 @@
+"""Vectorised sweeps: the stacked optimiser step is torch.optim's, every member of a group trains as
+its job alone does (every family, µP members included), divergence and resume are per member, and
+``hydra/launcher=vectorized`` writes the job folders and summary the other launchers write."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from initnorm.config import to_plain
+from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
+from initnorm.training.optim import schedule_factor
+from initnorm.training.ensemble import Member, group_key, train_group, why_alone
+from initnorm.training.vec_optim import MemberHyper, VecOptimizer
+from tests.conftest import compose_cfg, run_cli
+
+QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
+
+
+# ------------------------------------------------------------------------------------------ the optimiser
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam", "sgd"])
+def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
+    torch.manual_seed(0)
+    shapes = [(4, 5), (5,), (3, 4)]  # two matrices (decayed) and a vector (not)
+    hypers = [MemberHyper(lr=0.01, weight_decay=0.01), MemberHyper(lr=0.03, weight_decay=0.1, betas=(0.8, 0.99), eps=1e-6, momentum=0.9),
+              MemberHyper(lr=0.002, weight_decay=0.0, momentum=0.5)]
+    mults = [[1.0, 1.0, 0.5], [1.0, 2.0, 0.25], [1.0, 1.0, 1.0]]  # per-role learning-rate multipliers, per member
+    warmups, steps = [0, 5, 2], 12
+    start = [[torch.randn(s) for s in shapes] for _ in hypers]
+    separate, refs = [], []
+    for h, m, ps, w in zip(hypers, mults, start, warmups):
+        params = [p.clone().requires_grad_() for p in ps]
+        groups = [{"params": [p], "lr": h.lr * k, "weight_decay": h.weight_decay if p.dim() >= 2 else 0.0} for p, k in zip(params, m)]
+        if kind == "adamw":
+            opt = torch.optim.AdamW(groups, lr=h.lr, betas=h.betas, eps=h.eps)
+        elif kind == "adam":
+            opt = torch.optim.Adam([{**g, "weight_decay": 0.0} for g in groups], lr=h.lr, betas=h.betas, eps=h.eps)
+        else:
+            opt = torch.optim.SGD(groups, lr=h.lr, momentum=h.momentum)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s, w=w: schedule_factor(s, steps, w))
+        separate.append(params)
+        refs.append((opt, sched))
+    flat = torch.stack([torch.cat([p.flatten() for p in ps]) for ps in start])
+    sizes = [math.prod(s) for s in shapes]
+    N = sum(sizes)
+    columns = [{id(p): (e * N + sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for e, params in enumerate(separate)]  # rows of flat
+    vec = VecOptimizer.from_torch(flat, [opt for opt, _ in refs], columns)  # the numbers of each member's own optimiser
+    for step in range(steps):
+        grads = [[torch.randn(s) for s in shapes] for _ in hypers]
+        for params, gs, (opt, sched) in zip(separate, grads, refs):
+            for p, g in zip(params, gs):
+                p.grad = g.clone()
+            opt.step()
+            sched.step()
+        factors = torch.tensor([schedule_factor(step, steps, w) for w in warmups], dtype=torch.float64)
+        vec.step(torch.stack([torch.cat([g.flatten() for g in gs]) for gs in grads]), factors)
+    expected = torch.stack([torch.cat([p.detach().flatten() for p in ps]) for ps in separate])
+    # The same arithmetic; torch's scalar kernels fuse a multiply-add where the stacked ones cannot: an ulp or two.
+    torch.testing.assert_close(flat, expected, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(flat, torch.stack([torch.cat([p.flatten() for p in ps]) for ps in start]))
+
+
+def test_a_frozen_member_keeps_its_parameters_and_state():
+    flat = torch.randn(2, 6)
+    vec = VecOptimizer.from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
+    before = flat.clone()
+    vec.step(torch.randn(2, 6), torch.ones(2, dtype=torch.float64), active=torch.tensor([True, False]))
+    assert torch.equal(flat[1], before[1]) and not torch.equal(flat[0], before[0])
+    assert vec.steps[1].item() == 0 and vec.exp_avg[1].abs().sum() == 0
+
+
+# ------------------------------------------------------------------------------------------ members = jobs alone
+
+FAMILIES = {
+    # family: (shared overrides, per-member overrides): seeds, lrs, warmups and µP multipliers differ in one group
+    "decoder": (["width=32", "log_every=1"], [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"], ["seed=3", "param=mup", "schedule=constant"]]),
+    "deep_mlp": (["experiment=deep_mlp_train", "width=32", "depth=4", "model.mup.base_width=16"],
+                 [["seed=0", "lr=0.003"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
+    "char_mlp": (["experiment=regularization", "width=64", "trainer.val_check_interval=25", "model.mup.base_width=32"],
+                 [["seed=0", "regularizer=weight_decay_1.0"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
+    "wide_mlp": (["experiment=mup_mlp_sweep"], [["seed=0", "lr=0.002"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
+}
+
+
+def _scalars(folder: Path, tag: str) -> list[float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next(folder.rglob("events.out.tfevents.*")).parent))
+    acc.Reload()
+    return [e.value for e in acc.Scalars(tag)]
+
+
+def _train_losses(folder: Path, metrics: dict) -> list[float]:
+    return metrics["train_losses"] if "train_losses" in metrics else _scalars(folder, TRAIN_LOSS)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_member_trains_as_its_job_alone(family, tmp_path):
+    from initnorm.cli.train import train
+
+    shared, variants = FAMILIES[family]
+    base = [*shared, "steps=50", "checkpoint.every_n_steps=0", *QUIET]
+    members = [Member(to_plain(compose_cfg(*base, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)]
+    assert len({group_key(m.cfg) for m in members}) == 1 and all(why_alone(m.cfg) is None for m in members)
+    together = train_group(members)
+    for i, v in enumerate(variants):
+        alone = train(compose_cfg(*base, *v), tmp_path / f"alone{i}")
+        a, b = _train_losses(tmp_path / f"alone{i}", alone), _train_losses(tmp_path / f"group{i}", together[i])
+        assert len(a) == len(b) == 50
+        worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        assert worst < 1e-5, f"{family} member {v}: relative difference {worst:.2e}"
+        assert together[i]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)
+        assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == 50
+
+
+def test_groups_are_split_by_shape_and_lone_jobs_named():
+    base = to_plain(compose_cfg("seed=1"))
+    assert group_key(base) == group_key(to_plain(compose_cfg("seed=2", "lr=0.1", "warmup=200", "param=mup", "init=gpt2")))
+    assert group_key(base) != group_key(to_plain(compose_cfg("norm=post")))
+    assert group_key(base) != group_key(to_plain(compose_cfg("width=32")))
+    assert "dropout" in why_alone(to_plain(compose_cfg("experiment=regularization", "regularizer=dropout_0.2")))
+    assert "coord" in why_alone(to_plain(compose_cfg("experiment=coord_check")))
+
+
+def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
+    base = ["steps=40", "trainer.val_check_interval=20", "log_every=1", "checkpoint.every_n_steps=0", *QUIET]
+    ok = [Member(to_plain(compose_cfg(*base, "seed=1")), tmp_path / "ok")]
+    mixed = [Member(to_plain(compose_cfg(*base, "seed=1")), tmp_path / "m0"), Member(to_plain(compose_cfg(*base, "seed=2", "lr=1e6")), tmp_path / "m1")]
+    alone, (good, bad) = train_group(ok)[0], train_group(mixed)
+    assert bad["diverged"] and 0 < bad["diverged_step"] < 40 and math.isnan(bad["final_val_loss"]) and bad["steps"] == bad["diverged_step"]
+    assert not good["diverged"] and good["steps"] == 40
+    assert good["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-5)
+    assert len(_scalars(tmp_path / "m1", TRAIN_LOSS)) == bad["diverged_step"]  # nothing logged after its step
+    assert json.loads((tmp_path / "m1" / "metrics.json").read_text())["diverged_step"] == bad["diverged_step"]
+
+
+def test_resumed_group_ends_bit_for_bit_as_an_uninterrupted_one(tmp_path):
+    base = ["steps=30", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10", "callbacks=default", "~callbacks.diagnostics", *QUIET[1:]]
+    variants = [["seed=1"], ["seed=2", "lr=0.03", "warmup=5"]]
+
+    def members(where):
+        return [Member(to_plain(compose_cfg(*base, *v)), tmp_path / where / str(i)) for i, v in enumerate(variants)]
+
+    whole = train_group(members("whole"))
+    train_group(members("cut"))
+    for i in range(2):  # as if killed after the checkpoint of step 20
+        (tmp_path / "cut" / str(i) / "metrics.json").unlink()
+    resumed = train_group(members("cut"))
+    for w, r in zip(whole, resumed):
+        assert r["resumed_from_step"] == 20
+        assert r["val_history"] == w["val_history"] and r["final_val_loss"] == w["final_val_loss"]
+
+
+def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
+    args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false", "~callbacks.diagnostics",
+            "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    metrics = sorted(sweep.rglob("metrics.json"))
+    assert len(metrics) == 8 and (sweep / "summary.md").is_file() and (sweep / "summary.csv").is_file()
+    records = [json.loads(p.read_text()) for p in metrics]
+    # 4 jobs per norm, max_group=3 -> groups of 2 and 2 (even split), 4 groups in all
+    assert sorted(r["vectorized"]["group_size"] for r in records) == [2] * 8
+    assert sorted(r["job_num"] for r in records) == list(range(8))
+    job = metrics[0].parent
+    assert (job / ".hydra" / "config.yaml").is_file() and (job / "train.log").read_text()
+    tags = set()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next(job.rglob("events.out.tfevents.*")).parent))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/"):
+        assert any(t.startswith(prefix) for t in tags), prefix
+    # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]
+
+
+def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
+    from tests.test_launchers import slurm_env
+
+    env = slurm_env(tmp_path)
+    sweep = tmp_path / "sweep"
+    args = ["-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none", "trainer.enable_progress_bar=false",
+            "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", "hydra.launcher.slurm.partition=tiny", "hydra.launcher.slurm.mem_gb=2",
+            f"hydra.sweep.dir={sweep}"]
+    proc = run_cli(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    script = (tmp_path / "bin" / "submitted.sh").read_text()
+    for line in ["--partition=tiny", "--mem=2GB", "--array=0-1%"]:  # one array task per group (norm=pre, norm=post)
+        assert f"#SBATCH {line}" in script, script
+    records = [json.loads(p.read_text()) for p in sweep.rglob("metrics.json")]
+    assert len(records) == 4 and all(r["vectorized"]["group_size"] == 2 for r in records)
+    assert (sweep / "summary.md").is_file()
+
+
+def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_training(tmp_path, monkeypatch):
+    from initnorm.models.decoder import Attention
+    from initnorm.training.ensemble import Group
+    from initnorm.training.vec_optim import NotStackable
+
+    plain = Attention.forward
+
+    def branching(self, x):  # Python control flow on the attention scale, which differs between sp and mup members
+        if self.scale == 0.0:
+            return x
+        return plain(self, x)
+
+    monkeypatch.setattr(Attention, "forward", branching)
+    members = [Member(to_plain(compose_cfg("width=32", f"param={p}", *QUIET)), tmp_path / p) for p in ("sp", "mup")]
+    with pytest.raises(NotStackable, match="cannot run over stacked members") as caught:
+        Group(members).check_forward()
+    assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
+    assert not any((tmp_path / p / "tb").exists() for p in ("sp", "mup"))  # nothing written: the launcher runs them alone
