@@ -218,3 +218,9 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
         Group(members).check_forward()
     assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
     assert not any((tmp_path / p / "tb").exists() for p in ("sp", "mup"))  # nothing written: the launcher runs them alone
+
+
+def test_the_default_callbacks_stack_and_go_without_the_diagnostics():
+    c = to_plain(compose_cfg())
+    assert "diagnostics" in c["callbacks"] and why_alone(c) is None  # the default sweep stacks
+    assert why_alone(to_plain(compose_cfg("experiment=coord_check"))) is not None  # a callback that watches one model still runs alone

@@ -29,7 +29,7 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = self.forward_mult
-        if c == 1.0:
+        if isinstance(c, float) and c == 1.0:  # a stacked ensemble sets a per-member tensor here (training/ensemble.py)
             return F.linear(x, self.weight, self.bias)
         if self.scale_input:
             return F.linear(x * c, self.weight, self.bias)
@@ -49,4 +49,5 @@ class Embedding(nn.Embedding):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         out = super().forward(idx)
-        return out if self.forward_mult == 1.0 else out * self.forward_mult
+        c = self.forward_mult
+        return out if isinstance(c, float) and c == 1.0 else out * c

@@ -64,6 +64,10 @@ COMPILE_FROM = 50_000
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
                "optim.weight_decay_mode", "optim.momentum", "summary", "regularizer")
 STACKABLE_CALLBACKS = {"progress", "stats"}  # other callbacks (the coordinate check) run with the job alone
+# Callbacks a stacked member goes without (the launcher says so once): the per-layer diagnostics
+# (callbacks/diagnostics.py) have no per-member version yet, and on by default they would keep every
+# default sweep from stacking. `~callbacks.diagnostics` says the same; another launcher records them.
+SKIPPED_CALLBACKS = {"diagnostics"}
 
 
 def _drop(d: dict, dotted: str) -> None:
@@ -88,7 +92,7 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
         return "dropout draws its masks from the job's own random stream"
     if c["optim"]["name"] not in KINDS:
         return f"optim={c['optim']['name']} has no vectorised step (only {', '.join(KINDS)})"
-    others = set(c["callbacks"] or {}) - STACKABLE_CALLBACKS  # callbacks=none leaves no node
+    others = set(c["callbacks"] or {}) - STACKABLE_CALLBACKS - SKIPPED_CALLBACKS  # callbacks=none leaves no node
     if others:
         return f"callbacks {', '.join(sorted(others))} watch one model"
     return None
