@@ -88,16 +88,6 @@ def record_stop(folder: Path, status: str, job: dict[str, Any], step: int | None
     write_metrics(folder, {**job, "status": status, "steps": step, "error": error, "slurm": slurm})
 
 
-def register_launcher() -> None:
-    """Make ``hydra/launcher=slurm`` instantiable. Hydra finds launchers by scanning the
-    ``hydra_plugins`` folders on ``sys.path``, which an editable install (``pip install -e``) does not
-    expose; registering the class by hand works for every kind of install."""
-    from hydra.core.plugins import Plugins
-    from hydra_plugins.initnorm_launchers import SlurmLauncher as Registered
-
-    Plugins.instance().register(Registered)
-
-
 class SlurmLauncher(HydraSlurmLauncher):
     """``hydra/launcher=slurm``: Hydra's submitit launcher, with the module docstring's three changes."""
 

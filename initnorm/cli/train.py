@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig
 
 from initnorm import schema, tb
-from initnorm.cli import console, devices, disk, slurm, sweep
+from initnorm.cli import console, devices, disk, launchers, sweep
 from initnorm.cli import signals as cli_signals
 from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
@@ -204,7 +204,7 @@ def main() -> None:
         print(plan)
     if jobs and len(jobs) > 1:
         os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
-    slurm.register_launcher()  # hydra/launcher=slurm, also from an editable install
+    launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
     with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
         hydra_main()
     if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:
