@@ -30,7 +30,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import devices
+from initnorm.cli import console, devices
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -131,7 +131,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     from initnorm.cli import sweep
     from initnorm.cli.train import hparams_of, job_overrides, launch_folder, run_label  # the same fields a job alone records
 
-    members, rets = [], []
+    members, rets, labels = [], [], []
     for job in unit:
         sc = _job_config(hydra_context, config, job.overrides, job.num)
         prepared: dict[str, Any] = {}
@@ -142,6 +142,8 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
             swept = swept_keys()
             varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
             label, hparams = run_label(overrides, swept, c["seed"]), hparams_of(c, overrides)
+            console.job_started(label, num)  # the same start line as the other launchers' jobs
+            prepared["label"] = label
             prepared["member"] = Member(
                 c, Path(os.getcwd()),
                 meta={"job_num": num, "overrides": overrides, "swept": swept, "choices": choices},
@@ -154,6 +156,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         if ret.status != JobStatus.COMPLETED:
             return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
         members.append(prepared["member"])
+        labels.append(prepared["label"])
         rets.append(ret)
     device = _device(config, unit_index)
     try:
@@ -171,10 +174,9 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
             print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
             ret.return_value = math.nan
         return rets
-    for m, ret, r in zip(members, rets, results):
+    for m, label, ret, r in zip(members, labels, rets, results):
         ret.return_value = r["final_val_loss"]
-        status = f"diverged at step {r['diverged_step']}" if r["diverged"] else f"final validation loss {r['final_val_loss']:.4f}"
-        print(f"{status} ({r['steps']} steps, group of {len(members)}, {r['ms_per_step']:.2f} ms per member-step) -> {m.out_dir}")
+        console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
     return rets
 
 
