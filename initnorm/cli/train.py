@@ -84,13 +84,13 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
     overrides, job_num, choices = job_overrides()
-    bar = bool(cfg.trainer.get("enable_progress_bar", True)) and not console.in_sweep()  # a sweep prints one line per job instead
+    bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
     if not bar:  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
     checkpoint = Checkpoint(out_dir, c["checkpoint"]["every_n_steps"], c)
     callbacks += [checkpoint, CheckpointOnSignal(checkpoint.save, out_dir)]  # SIGTERM/SIGINT: checkpoint, then stop
     device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
-    every = validation_interval(c["steps"], c["trainer"].get("val_check_interval"))
+    every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
     trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), enable_progress_bar=bar, val_check_interval=every, **device)
     tb.write_layout(logger.experiment)
 

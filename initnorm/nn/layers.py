@@ -19,35 +19,40 @@ import torch.nn.functional as F
 from torch import nn
 
 
-class Linear(nn.Linear):
-    """``nn.Linear`` with a forward multiplier (1.0 until the build sets it)."""
+class _Multiplied:
+    """What both layers share: the multiplier (1.0 until the build sets it) and where it goes."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.forward_mult = 1.0
         self.scale_input = False
 
+    def unit(self) -> bool:
+        """No multiplier to apply. A stacked ensemble puts a per-member tensor here (training/ensemble.py),
+        which must take the multiplied path even where its values are 1."""
+        c = self.forward_mult
+        return isinstance(c, float) and c == 1.0
+
+    def extra_repr(self) -> str:
+        c = self.forward_mult
+        return super().extra_repr() + ("" if self.unit() else f", forward_mult={c:g}" if isinstance(c, float) else ", forward_mult=<per member>")
+
+
+class Linear(_Multiplied, nn.Linear):
+    """``nn.Linear`` with a forward multiplier."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = self.forward_mult
-        if isinstance(c, float) and c == 1.0:  # a stacked ensemble sets a per-member tensor here (training/ensemble.py)
+        if self.unit():
             return F.linear(x, self.weight, self.bias)
         if self.scale_input:
             return F.linear(x * c, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias) * c
 
-    def extra_repr(self) -> str:
-        return super().extra_repr() + ("" if self.forward_mult == 1.0 else f", forward_mult={self.forward_mult:g}")
 
-
-class Embedding(nn.Embedding):
-    """``nn.Embedding`` with a multiplier on the looked-up vectors (1.0 until the build sets it)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.forward_mult = 1.0
-        self.scale_input = False
+class Embedding(_Multiplied, nn.Embedding):
+    """``nn.Embedding`` with a multiplier on the looked-up vectors."""
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         out = super().forward(idx)
-        c = self.forward_mult
-        return out if isinstance(c, float) and c == 1.0 else out * c
+        return out if self.unit() else out * self.forward_mult
