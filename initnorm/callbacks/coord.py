@@ -20,7 +20,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from initnorm.callbacks.stats import Record, capture, probe_points, rms, write, writers
+from initnorm.callbacks.stats import Points, Record, capture, probe_points, rms, write, writers
 from initnorm.errors import ConfigError, bad_value
 from initnorm.results import write_atomic
 
@@ -52,20 +52,10 @@ class CoordCheck(L.Callback):
 
     def on_train_start(self, trainer, pl_module):
         if trainer.global_step != 0:  # a resumed job: its step 0 is gone
-            raise ConfigError(f"the coordinate check measures from step 0, but this job resumes at step {trainer.global_step}; delete {trainer.default_root_dir} and run it again")
+            raise resumed_error(trainer.global_step, trainer.default_root_dir)
         model = pl_module.model
-        points = probe_points(model)
-        if not points:
-            raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/callbacks/stats.py)")
-        # a block's input is the previous block's output: keep only the first (the embedded input)
-        first_in = next((k for k in points if k.endswith("/stream_in")), None)
-        self.points = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}
-        self.last_stream = [k for k in points if k.endswith("/stream_out")][-1:] or None
-        dm = trainer.datamodule
-        if dm is None:
-            raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a LightningDataModule")
-        x = next(iter(dm.val_dataloader()))[0][: self.n_windows]
-        self.inputs = x.to(pl_module.device)
+        self.points, self.last_stream = watched_points(model)
+        self.inputs = fixed_windows(trainer.datamodule, self.n_windows).to(pl_module.device)
         self.reference = self._measure(model)
         self.records, self._last = [], 0
         self._sinks = writers(trainer)
@@ -78,14 +68,43 @@ class CoordCheck(L.Callback):
         now = self._measure(pl_module.model)
         names = list(self.points)
         values = torch.stack([rms(now[n] - self.reference[n]) for n in names]).tolist()
-        records = [Record(step, *n.split("/", 1), STAT, v) for n, v in zip(names, values)]
-        if self.last_stream:  # the last residual stream, under one name at every depth
-            records.append(Record(step, "stream", "last", STAT, values[names.index(self.last_stream[0])]))
+        records = delta_records(step, names, values, self.last_stream)
         self.records += records
         write(records, self._sinks)
 
     def on_fit_end(self, trainer, pl_module):
         write_atomic(Path(trainer.default_root_dir) / COORD_FILE, to_csv(self.records, self.meta))
+
+
+def resumed_error(step: int, folder) -> ConfigError:
+    return ConfigError(f"the coordinate check measures from step 0, but this job resumes at step {step}; delete {folder} and run it again")
+
+
+def watched_points(model) -> tuple[Points, str | None]:
+    """The probe points the check watches, and the last residual stream's name (None: no stream)."""
+    points = probe_points(model)
+    if not points:
+        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/callbacks/stats.py)")
+    # a block's input is the previous block's output: keep only the first (the embedded input)
+    first_in = next((k for k in points if k.endswith("/stream_in")), None)
+    watched = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}
+    last = [k for k in points if k.endswith("/stream_out")][-1:]
+    return watched, (last[0] if last else None)
+
+
+def fixed_windows(datamodule, n: int) -> torch.Tensor:
+    """The first ``n`` windows of the data module's validation set: the inputs the check runs at every step."""
+    if datamodule is None:
+        raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a LightningDataModule")
+    return next(iter(datamodule.val_dataloader()))[0][:n]
+
+
+def delta_records(step: int, names: list[str], values: list[float], last_stream: str | None) -> list[Record]:
+    """One record per watched point, and the last residual stream once more under one name at every depth."""
+    records = [Record(step, *n.split("/", 1), STAT, v) for n, v in zip(names, values)]
+    if last_stream:
+        records.append(Record(step, "stream", "last", STAT, values[names.index(last_stream)]))
+    return records
 
 
 def to_csv(records: list[Record], meta: dict) -> str:

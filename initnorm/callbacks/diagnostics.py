@@ -38,22 +38,33 @@ def top_singular(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | No
     singular vector, by power iteration on w^T w from ``v`` (a cold start draws a vector from a
     private generator). The estimate ‖w v‖ never exceeds the true value; its relative error
     falls like (sigma_2 / sigma_1)^(4 k) in the steps k."""
-    m = w.detach().reshape(w.shape[0], -1).float()  # float32: far below the 1e-3 the steps reach, and twice as fast
-    if v is None or v.shape != (m.shape[1],):
+    m = w.detach().reshape(w.shape[0], -1)
+    warm = v is not None and v.shape == (m.shape[1],)
+    sigma, v = top_singulars(m.unsqueeze(0), v.unsqueeze(0) if warm else None, steps)
+    return float(sigma[0]), v[0]
+
+
+def top_singulars(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``top_singular`` of a stack of matrices ``w`` [..., rows, columns] at once (one per member of a
+    vectorised group, say): sigmas [...] and right singular vectors [..., columns]. A cold start
+    (``v`` None) gives every matrix the same start vector as ``top_singular``'s, so each matrix's
+    estimate is the one it would get alone."""
+    m = w.detach().float()  # float32: far below the 1e-3 the steps reach, and twice as fast
+    if v is None or v.shape != (*m.shape[:-2], m.shape[-1]):
         gen = torch.Generator().manual_seed(0)
-        v = torch.randn(m.shape[1], generator=gen)
+        v = torch.randn(m.shape[-1], generator=gen).expand(*m.shape[:-2], m.shape[-1])
         steps = COLD_STEPS if steps is None else steps
     steps = POWER_STEPS if steps is None else steps
     v = v.float().to(m.device)
-    v = v / v.norm().clamp_min(1e-30)
+    v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    mt = m.transpose(-1, -2)
     for _ in range(steps):
-        u = m @ v
-        v = m.T @ u
-        n = v.norm()
-        if n == 0:  # w is zero (a zero-initialised readout): sigma is 0
-            return 0.0, v
-        v = v / n
-    return float((m @ v).norm()), v
+        nxt = (mt @ (m @ v.unsqueeze(-1))).squeeze(-1)
+        n = nxt.norm(dim=-1, keepdim=True)
+        # a zero matrix (a zero-initialised readout) has sigma 0; it keeps its start vector, so the
+        # next call's warm start is still a unit vector once the matrix has grown
+        v = torch.where(n > 0, nxt / n.clamp_min(1e-30), v)
+    return (m @ v.unsqueeze(-1)).squeeze(-1).norm(dim=-1), v
 
 
 def fans(model: nn.Module) -> dict[str, tuple[int, int]]:
@@ -72,12 +83,21 @@ def fans(model: nn.Module) -> dict[str, tuple[int, int]]:
     return out
 
 
+def eps_below(exp_avg_sq: torch.Tensor, step, beta2, eps) -> torch.Tensor:
+    """Where Adam's sqrt(v_hat) = sqrt(v / (1 - beta2^t)) is below eps (bool, v's shape). ``step``,
+    ``beta2`` and ``eps`` are numbers, or float64 tensors that broadcast against v (one per member)."""
+    # sqrt(v / (1 - beta2^t)) < eps  <=>  v < eps^2 (1 - beta2^t): one comparison, no copy of v
+    threshold = eps * eps * (1.0 - beta2**step)
+    if isinstance(threshold, torch.Tensor):  # rounded to v's dtype, as a Python number is
+        threshold = threshold.to(exp_avg_sq.dtype)
+    return exp_avg_sq.detach() < threshold
+
+
 def eps_fraction(exp_avg_sq: torch.Tensor, step: int | float, beta2: float, eps: float) -> float:
     """Fraction of coordinates where Adam's sqrt(v_hat) = sqrt(v / (1 - beta2^t)) is below eps."""
     if step <= 0:
         return 1.0
-    # sqrt(v / (1 - beta2^t)) < eps  <=>  v < eps^2 (1 - beta2^t): one comparison, no copy of v
-    return float((exp_avg_sq.detach() < eps * eps * (1.0 - beta2 ** float(step))).float().mean())
+    return float(eps_below(exp_avg_sq, float(step), beta2, eps).float().mean())
 
 
 def _groups_by_param(optimizer: torch.optim.Optimizer) -> dict[int, dict]:
@@ -119,37 +139,53 @@ def eps_records(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -
 
 
 class SpectralTracker:
-    """Top singular values of each weight matrix and of its update, warm-started between calls."""
+    """Top singular values of each weight matrix and of its update, warm-started between calls.
+    ``member_records`` measures a stack of models at once (a vectorised group's [E, *shape] weights),
+    each member warm-started from its own previous vector."""
 
     def __init__(self, steps: int = POWER_STEPS):
         self.steps = steps
         self._v: dict[tuple[str, str], torch.Tensor] = {}
 
-    def sigma(self, key: tuple[str, str], w: torch.Tensor) -> float:
+    def sigmas(self, key: tuple[str, str], w: torch.Tensor) -> torch.Tensor:
+        """Top singular values of the matrices ``w`` [E, rows, columns] ([E])."""
         v = self._v.get(key)
-        s, self._v[key] = top_singular(w, v, None if v is None else self.steps)
+        s, self._v[key] = top_singulars(w, v, None if v is None else self.steps)
         return s
 
-    def records(self, model: nn.Module, before: dict[str, torch.Tensor] | None, step: int) -> list[Record]:
+    def member_records(self, model: nn.Module, weights: dict[str, torch.Tensor], before: dict[str, torch.Tensor] | None, step: int) -> list[list[Record]]:
+        """Records per member: ``weights`` and ``before`` hold every weight matrix of ``model`` (by name)
+        with a leading member dimension [E, *shape]; ``model`` gives the names, layers and fans."""
         fan = fans(model)
-        out = []
+        rows, values = [], []
         for layer, named in grouped(model, weights_only=True).items():
             for name, p in named:
                 if name not in fan:
                     continue
                 fo, fi = fan[name]
                 scale = math.sqrt(fo / fi)
-                w = p.detach()
-                if fo != p.shape[0]:  # an embedding: the map is the transpose
-                    w = w.T
+                transpose = fo != p.shape[0]  # an embedding: the map is the transpose
+
+                def matrices(t: torch.Tensor) -> torch.Tensor:
+                    t = t.detach().transpose(1, 2) if transpose else t.detach()
+                    return t.reshape(t.shape[0], t.shape[1], -1)
+
                 role = parameter_role(name)
-                out.append(Record(step, layer, role, "sigma_w", self.sigma((name, "w"), w) / scale))
+                w = weights[name]
+                rows.append((layer, role, "sigma_w"))
+                values.append(self.sigmas((name, "w"), matrices(w)) / scale)
                 if before is not None and name in before:
-                    dw = p.detach() - before[name]
-                    if fo != p.shape[0]:
-                        dw = dw.T
-                    out.append(Record(step, layer, role, "sigma_dw", self.sigma((name, "dw"), dw) / scale))
-        return out
+                    rows.append((layer, role, "sigma_dw"))
+                    values.append(self.sigmas((name, "dw"), matrices(w - before[name])) / scale)
+        if not rows:
+            return [[] for _ in range(next(iter(weights.values())).shape[0] if weights else 1)]
+        table = torch.stack(values, 1).tolist()  # [E][rows]: one transfer from the device
+        return [[Record(step, layer, role, stat, v) for (layer, role, stat), v in zip(rows, member)] for member in table]
+
+    def records(self, model: nn.Module, before: dict[str, torch.Tensor] | None, step: int) -> list[Record]:
+        weights = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
+        stacked = None if before is None else {n: b.unsqueeze(0) for n, b in before.items()}
+        return self.member_records(model, weights, stacked, step)[0]
 
 
 class Diagnostics(L.Callback):

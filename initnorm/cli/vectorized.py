@@ -37,7 +37,7 @@ from initnorm.provenance import describe
 from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
-from initnorm.training.ensemble import SKIPPED_CALLBACKS, Member, checkpoint_step, group_key, train_group, why_alone
+from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ class Job:
     overrides: list[str]
     alone: str | None  # why it runs alone (None: it can be a member)
     key: tuple = ()
-    callbacks: tuple = ()  # the callback names of its config
 
 
 def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int) -> DictConfig:
@@ -88,7 +87,7 @@ def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: 
                 step = checkpoint_step(folder, c)
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
-        jobs.append(Job(num, list(overrides), alone, (group_key(c), step), tuple(c["callbacks"] or {})))
+        jobs.append(Job(num, list(overrides), alone, (group_key(c), step)))
     return jobs
 
 
@@ -200,10 +199,6 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     grouped = [u for u in units if len(u) > 1]
     log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s", len(jobs), len(grouped),
              ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
-    skipped = sorted({cb for u in grouped for j in u for cb in j.callbacks} & SKIPPED_CALLBACKS)
-    if skipped:
-        print(f"vectorized: stacked jobs do not record callbacks {', '.join(skipped)} (no per-member version yet); "
-              f"hydra/launcher=local_parallel records them", flush=True)
     for u in units:
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")

@@ -51,6 +51,7 @@ from initnorm.training.optim import schedule_factor
 from initnorm.provenance import describe
 from initnorm.training.resume import CKPT_DIR, comparable, differences
 from initnorm.results import write_metrics
+from initnorm.training.member_instruments import member_instruments, unstackable_callbacks
 from initnorm.training.tasks import TASKS
 from initnorm.training.vec_optim import KINDS, NotStackable, VecOptimizer
 
@@ -62,12 +63,8 @@ COMPILE_FROM = 50_000
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 # Optimiser numbers need no list: the stacked step reads them from each member's own torch optimiser.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
-               "optim.weight_decay_mode", "optim.momentum", "summary", "regularizer")
-STACKABLE_CALLBACKS = {"progress", "stats"}  # other callbacks (the coordinate check) run with the job alone
-# Callbacks a stacked member goes without (the launcher says so once): the per-layer diagnostics
-# (callbacks/diagnostics.py) have no per-member version yet, and on by default they would keep every
-# default sweep from stacking. `~callbacks.diagnostics` says the same; another launcher records them.
-SKIPPED_CALLBACKS = {"diagnostics"}
+               "optim.weight_decay_mode", "optim.momentum", "summary", "regularizer",
+               "callbacks.coord.seed", "callbacks.coord.param")  # the coordinate check's labels for its table
 
 
 def _drop(d: dict, dotted: str) -> None:
@@ -92,9 +89,8 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
         return "dropout draws its masks from the job's own random stream"
     if c["optim"]["name"] not in KINDS:
         return f"optim={c['optim']['name']} has no vectorised step (only {', '.join(KINDS)})"
-    others = set(c["callbacks"] or {}) - STACKABLE_CALLBACKS - SKIPPED_CALLBACKS  # callbacks=none leaves no node
-    if others:
-        return f"callbacks {', '.join(sorted(others))} watch one model"
+    if others := unstackable_callbacks(c["callbacks"]):
+        return f"callbacks {', '.join(others)} have no per-member version"
     return None
 
 
@@ -460,6 +456,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     ckpt_every = c0["checkpoint"]["every_n_steps"]
     stats = (c0["callbacks"] or {}).get("stats")  # callbacks=none has no node
     stats_every = stats["every_n_steps"] if stats else 0
+    diag, coord = member_instruments(g)  # callbacks.diagnostics and callbacks.coord, per member
 
     def write(e: int, records) -> None:
         for r in records:
@@ -492,6 +489,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
                     writers[e].add_scalar(VAL_LOSS, loss, step)
 
     start = time.perf_counter()
+    if coord is not None:
+        coord.start(resumed, [m.out_dir for m in members])
     if resumed == 0:
         validate_now(0)  # every curve starts where training starts (as Trainable.on_train_start)
     step = resumed
@@ -527,15 +526,25 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             for e, recs in enumerate(gradient_records(g, grad, step, stats["per_param"])):
                 if g.active[e]:
                     write(e, recs)
-        before = g.flat.detach().clone() if measure and stats["updates"] else None
+        diagnose = diag is not None and diag.due(step)
+        if diagnose:
+            for e, recs in enumerate(diag.before_step(step, g.factors(step))):
+                if g.active[e]:
+                    write(e, recs)
+        before = g.flat.detach().clone() if (measure and stats["updates"]) or (diagnose and diag.want_spectral) else None
         g.opt.step(grad, g.factors(step), g.active)
         if measure:
             act_names = list(acts)
             act_vals = torch.stack([acts[n] for n in act_names], 1).tolist() if act_names else [[] for _ in range(g.E)]
-            ups = update_records(g, before, step) if before is not None else [[] for _ in range(g.E)]
+            ups = update_records(g, before, step) if stats["updates"] else [[] for _ in range(g.E)]
             for e in range(g.E):
                 if g.active[e]:
                     write(e, [Record(step, *n.split("/", 1), "act_rms", v) for n, v in zip(act_names, act_vals[e])] + ups[e])
+        for e, recs in enumerate(diag.after_step(step, before) if diagnose else []):
+            if g.active[e]:
+                write(e, recs)
+        for e, recs in enumerate(coord.after_step(step + 1, g.active) if coord is not None else []):
+            write(e, recs)  # empty for a frozen member
         if step % log_every == 0:
             f = g.factors(step)
             for e in range(g.E):
@@ -548,6 +557,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     if step == steps and bool(g.active.any()) and any(not g.val_history[e] or g.val_history[e][-1][0] != step for e in range(g.E) if g.active[e]):
         validate_now(step)
     wall = time.perf_counter() - start
+    if coord is not None:
+        coord.finish([m.out_dir for m in members])
 
     results = []
     for e, (m, c) in enumerate(zip(members, g.cs)):

@@ -84,6 +84,7 @@ class VecOptimizer:
         self.rates = rates.to(device=dev, dtype=torch.float64)
         self.wd = wd.to(device=dev, dtype=torch.float64)
         self.eps = eps.to(device=dev, dtype=torch.float32)
+        self.eps64 = eps.to(device=dev, dtype=torch.float64)  # as the member's group holds it (its eps fraction)
         self.beta1 = betas[:, 0].to(device=dev, dtype=torch.float64)  # [E]
         self.beta2 = betas[:, 1].to(device=dev, dtype=torch.float64)
         self._wd_f32 = self.wd.float()
