@@ -123,7 +123,12 @@ def test_groups_are_split_by_shape_and_lone_jobs_named():
     assert group_key(base) != group_key(to_plain(compose_cfg("norm=post")))
     assert group_key(base) != group_key(to_plain(compose_cfg("width=32")))
     assert "dropout" in why_alone(to_plain(compose_cfg("experiment=regularization", "regularizer=dropout_0.2")))
-    assert "coord" in why_alone(to_plain(compose_cfg("experiment=coord_check")))
+    mine = to_plain(compose_cfg())
+    mine["callbacks"]["mine"] = {"_target_": "my.Callback"}  # a callback with no per-member version
+    assert "mine" in why_alone(mine)
+    mine = to_plain(compose_cfg())
+    mine["callbacks"]["stats"]["_target_"] = "my.Stats"  # a user's own class under a stacked callback's name
+    assert "stats" in why_alone(mine)
 
 
 def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
@@ -156,7 +161,7 @@ def test_resumed_group_ends_bit_for_bit_as_an_uninterrupted_one(tmp_path):
 
 
 def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
-    args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false", "~callbacks.diagnostics",
+    args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
             "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = run_cli(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -175,7 +180,7 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     acc = EventAccumulator(str(next(job.rglob("events.out.tfevents.*")).parent))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/"):
+    for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/", "eff_lr/", "eps_frac/", "sigma_w/", "sigma_dw/"):
         assert any(t.startswith(prefix) for t in tags), prefix
     # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
     again = run_cli(*args, cwd=tmp_path)
@@ -220,7 +225,10 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
     assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]  # nothing written: the launcher runs them alone
 
 
-def test_the_default_callbacks_stack_and_go_without_the_diagnostics():
+def test_the_default_callbacks_and_the_coordinate_check_stack():
     c = to_plain(compose_cfg())
-    assert "diagnostics" in c["callbacks"] and why_alone(c) is None  # the default sweep stacks
-    assert why_alone(to_plain(compose_cfg("experiment=coord_check"))) is not None  # a callback that watches one model still runs alone
+    assert "diagnostics" in c["callbacks"] and why_alone(c) is None  # the default sweep stacks, diagnostics included
+    coord = [to_plain(compose_cfg("experiment=coord_check", "width=64", f"param={p}", f"seed={s}")) for p in ("sp", "mup") for s in (1, 2, 3)]
+    assert all(why_alone(c) is None for c in coord)
+    assert len({group_key(c) for c in coord}) == 1  # param and seed are the check's labels, not shapes
+    assert group_key(coord[0]) != group_key(to_plain(compose_cfg("experiment=coord_check", "width=32")))

@@ -1,0 +1,123 @@
+"""The callbacks that watch one model, per member of a vectorised group: every member's diagnostics
+(eff_lr, eps_frac, sigma_w, sigma_dw) and coordinate check (coord.csv and its events) equal the same
+job run alone, with members that differ in seed, learning rate, warmup and parameterisation."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from initnorm.callbacks.diagnostics import top_singular, top_singulars
+from initnorm.config import to_plain
+from initnorm.training.ensemble import Member, group_key, train_group, why_alone
+from tests.conftest import compose_cfg
+
+# sp and µP members, different seeds, rates and warmups, in one group
+VARIANTS = [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"], ["seed=3", "param=mup", "schedule=constant"]]
+DIAG = ["width=16", "steps=60", "trainer.val_check_interval=60", "log_every=10", "checkpoint.every_n_steps=0", "~callbacks.progress",
+        "trainer.enable_progress_bar=false", "callbacks.stats.every_n_steps=20", "callbacks.diagnostics.every_n_steps=20"]
+# Relative tolerances: float32 rounding of the batched kernels (bmm over members) against the job's own.
+# sigma_dw measures a difference of weights, W_after - W_before (a thousandth of W), so W's rounding
+# weighs a thousand times more there. eps_frac counts coordinates on either side of a threshold: equal
+# unless one sits within rounding of it.
+TOLERANCE = {"eff_lr": 1e-12, "eps_frac": 1e-6, "sigma_w": 1e-5, "sigma_dw": 1e-4}
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next(folder.rglob("events.out.tfevents.*")).parent), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _group(base, tmp_path):
+    members = [Member(to_plain(compose_cfg(*base, *v)), tmp_path / f"group{i}") for i, v in enumerate(VARIANTS)]
+    assert len({group_key(m.cfg) for m in members}) == 1 and all(why_alone(m.cfg) is None for m in members)
+    train_group(members)
+
+
+def test_each_members_diagnostics_equal_its_job_alone(tmp_path):
+    from initnorm.cli.train import train
+
+    _group(DIAG, tmp_path)
+    for i, v in enumerate(VARIANTS):
+        train(compose_cfg(*DIAG, *v), tmp_path / f"alone{i}")
+        alone, member = _scalars(tmp_path / f"alone{i}"), _scalars(tmp_path / f"group{i}")
+        assert set(member) == set(alone)  # every tag of the job alone, diagnostics included, and no other
+        diag = [t for t in alone if t.split("/")[0] in TOLERANCE]
+        assert {t.split("/")[0] for t in diag} == set(TOLERANCE) and len(diag) > 50
+        for tag in diag:
+            a, b = alone[tag], member[tag]
+            assert [s for s, _ in a] == [s for s, _ in b] == [0, 20, 40], tag
+            for (step, x), (_, y) in zip(a, b):
+                assert abs(x - y) <= TOLERANCE[tag.split("/")[0]] * abs(x), f"{v} {tag} at step {step}: alone {x}, member {y}"
+
+
+COORD = ["experiment=coord_check", "width=16", "checkpoint.every_n_steps=0", "trainer.enable_progress_bar=false"]
+
+
+def test_each_members_coordinate_check_equals_its_job_alone(tmp_path):
+    from initnorm.cli.train import train
+
+    variants = [["seed=1", "param=sp"], ["seed=2", "param=mup"], ["seed=3", "param=mup", "lr=0.02"]]
+    members = [Member(to_plain(compose_cfg(*COORD, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)]
+    assert len({group_key(m.cfg) for m in members}) == 1 and all(why_alone(m.cfg) is None for m in members)
+    train_group(members)
+    for i, v in enumerate(variants):
+        train(compose_cfg(*COORD, *v), tmp_path / f"alone{i}")
+        alone = list(csv.reader((tmp_path / f"alone{i}" / "coord.csv").open()))
+        member = list(csv.reader((tmp_path / f"group{i}" / "coord.csv").open()))
+        assert len(member) == len(alone) > 50 and member[0] == alone[0]  # the same header, rows, labels (param, seed)
+        for a, b in zip(alone[1:], member[1:]):
+            assert a[:-1] == b[:-1]
+            assert float(b[-1]) == pytest.approx(float(a[-1]), rel=1e-5), f"{v}: {a} vs {b}"
+        tags = {t: s for t, s in _scalars(tmp_path / f"group{i}").items() if t.startswith("coord_delta_rms/")}
+        assert tags.keys() == {t for t in _scalars(tmp_path / f"alone{i}") if t.startswith("coord_delta_rms/")}
+        assert [s for s, _ in tags["coord_delta_rms/stream/last"]] == list(range(1, 11))
+
+
+def test_a_resumed_group_refuses_the_coordinate_check(tmp_path):
+    from initnorm.errors import ConfigError
+
+    base = [*COORD, "checkpoint.every_n_steps=5"]
+    members = lambda: [Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)]  # noqa: E731
+    train_group(members())
+    for s in (1, 2):
+        (tmp_path / str(s) / "metrics.json").unlink()  # as if killed after the checkpoint of step 5
+    with pytest.raises(ConfigError, match="measures from step 0, but this job resumes at step 5"):
+        train_group(members())
+
+
+def test_batched_power_iteration_is_each_matrix_alone_and_survives_a_zero_matrix():
+    torch.manual_seed(0)
+    w = torch.randn(3, 12, 8)
+    w[1] = 0.0  # a zero-initialised readout: sigma 0, and its warm start stays a unit vector
+    sigmas, v = top_singulars(w)
+    for e in range(3):
+        alone, _ = top_singular(w[e])
+        assert sigmas[e].item() == pytest.approx(alone, rel=1e-6, abs=1e-12)
+    assert sigmas[1].item() == 0.0 and v[1].norm().item() == pytest.approx(1.0)
+    w[1] = torch.randn(12, 8)  # the matrix grows: the warm start finds its top singular value
+    exact = torch.linalg.matrix_norm(w[1].double(), ord=2).item()
+    assert top_singulars(w, v, 20)[0][1].item() == pytest.approx(exact, rel=1e-3)
+
+
+def test_coord_check_sweep_stacks_under_the_vectorized_launcher(tmp_path):
+    from tests.conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "experiment=coord_check", "width=16", "param=sp,mup", "seed=1,2", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
+                   "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    import json
+
+    records = [json.loads(p.read_text()) for p in sorted(sweep.rglob("metrics.json"))]
+    assert len(records) == 4 and all(r["vectorized"]["group_size"] == 4 for r in records)  # sp and µP, two seeds: one group
+    labels = set()
+    for p in sweep.rglob("metrics.json"):
+        rows = list(csv.DictReader((p.parent / "coord.csv").open()))
+        assert len(rows) > 50 and {r["step"] for r in rows} == {str(s) for s in range(1, 11)}
+        labels.add((rows[0]["param"], rows[0]["seed"]))
+    assert labels == {("sp", "1"), ("sp", "2"), ("mup", "1"), ("mup", "2")}
