@@ -268,10 +268,11 @@ class Group:
 
     # ------------------------------------------------------------------ the stacked forward
 
-    def views(self) -> dict[str, torch.Tensor]:
-        """Every parameter as a view [E, *shape] of the flat tensor (gradients flow into ``flat.grad``)."""
-        E = self.E
-        return {n: self.flat[E * o : E * (o + s)].view(E, *shape) for n, o, s, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+    def views(self, t: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every parameter as a view [E, *shape] of the flat tensor (gradients flow into ``flat.grad``),
+        or of ``t``, another tensor in the flat layout (a copy from before the step, say)."""
+        E, t = self.E, self.flat if t is None else t
+        return {n: t[E * o : E * (o + s)].view(E, *shape) for n, o, s, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
 
     def block(self, t: torch.Tensor, i: int) -> torch.Tensor:
         """Parameter ``i``'s elements of ``t`` (the flat layout) as [E, size]."""

@@ -53,12 +53,6 @@ def _options(node: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k != "_target_"}
 
 
-def _stacked(g, t: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every parameter of the flat layout ``t`` as [E, *shape] (views)."""
-    E = g.E
-    return {n: t[E * o : E * (o + s)].view(E, *shape) for n, o, s, shape in zip(g.names, g.offsets, g.sizes, g.shapes)}
-
-
 class MemberDiagnostics:
     """``callbacks.diagnostics`` for every member of the group ``g`` at once."""
 
@@ -105,8 +99,8 @@ class MemberDiagnostics:
                 for e, member in enumerate(torch.stack(fractions, 1).tolist()):
                     out[e] += [Record(step, layer, "params", "eps_frac", v) for layer, v in zip(layers, member)]
         if self.want_spectral:
-            weights = _stacked(g, g.flat.detach())
-            for e, recs in enumerate(self.tracker.member_records(g.base, weights, None if before is None else _stacked(g, before), step)):
+            weights = g.views(g.flat.detach())
+            for e, recs in enumerate(self.tracker.member_records(g.base, weights, None if before is None else g.views(before), step)):
                 out[e] += recs
         return out
 
