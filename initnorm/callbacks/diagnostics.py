@@ -39,16 +39,15 @@ def top_singular(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | No
     private generator). The estimate ‖w v‖ never exceeds the true value; its relative error
     falls like (sigma_2 / sigma_1)^(4 k) in the steps k."""
     m = w.detach().reshape(w.shape[0], -1)
-    warm = v is not None and v.shape == (m.shape[1],)
-    sigma, v = top_singulars(m.unsqueeze(0), v.unsqueeze(0) if warm else None, steps)
-    return float(sigma[0]), v[0]
+    sigma, v = top_singulars(m, v, steps)
+    return float(sigma), v
 
 
 def top_singulars(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``top_singular`` of a stack of matrices ``w`` [..., rows, columns] at once (one per member of a
-    vectorised group, say): sigmas [...] and right singular vectors [..., columns]. A cold start
-    (``v`` None) gives every matrix the same start vector as ``top_singular``'s, so each matrix's
-    estimate is the one it would get alone."""
+    """``top_singular`` of a matrix or a stack of matrices ``w`` [..., rows, columns] at once (one per
+    member of a vectorised group, say): sigmas [...] and right singular vectors [..., columns]. A
+    cold start (``v`` None) gives every matrix ``top_singular``'s start vector, so each matrix's
+    estimate is the one it gets alone."""
     m = w.detach().float()  # float32: far below the 1e-3 the steps reach, and twice as fast
     if v is None or v.shape != (*m.shape[:-2], m.shape[-1]):
         gen = torch.Generator().manual_seed(0)
@@ -56,15 +55,15 @@ def top_singulars(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | N
         steps = COLD_STEPS if steps is None else steps
     steps = POWER_STEPS if steps is None else steps
     v = v.float().to(m.device)
-    v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    start = v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     mt = m.transpose(-1, -2)
     for _ in range(steps):
-        nxt = (mt @ (m @ v.unsqueeze(-1))).squeeze(-1)
-        n = nxt.norm(dim=-1, keepdim=True)
-        # a zero matrix (a zero-initialised readout) has sigma 0; it keeps its start vector, so the
-        # next call's warm start is still a unit vector once the matrix has grown
-        v = torch.where(n > 0, nxt / n.clamp_min(1e-30), v)
-    return (m @ v.unsqueeze(-1)).squeeze(-1).norm(dim=-1), v
+        v = (mt @ (m @ v.unsqueeze(-1))).squeeze(-1)
+        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # a zero matrix: v is 0 from here on
+    sigma = (m @ v.unsqueeze(-1)).squeeze(-1).norm(dim=-1)
+    # A zero matrix (a zero-initialised readout) has sigma 0 and keeps its start vector, so that the
+    # next call's warm start is a unit vector again once the matrix has grown.
+    return sigma, torch.where((sigma > 0).unsqueeze(-1), v, start)
 
 
 def fans(model: nn.Module) -> dict[str, tuple[int, int]]:
@@ -150,7 +149,12 @@ class SpectralTracker:
     def sigmas(self, key: tuple[str, str], w: torch.Tensor) -> torch.Tensor:
         """Top singular values of the matrices ``w`` [E, rows, columns] ([E])."""
         v = self._v.get(key)
-        s, self._v[key] = top_singulars(w, v, None if v is None else self.steps)
+        steps = None if v is None else self.steps
+        if w.shape[0] == 1:  # one model (a job alone): plain matrix-vector products, cheaper than a batch of one
+            s, v = top_singulars(w[0], None if v is None else v[0], steps)
+            s, self._v[key] = s.unsqueeze(0), v.unsqueeze(0)
+        else:
+            s, self._v[key] = top_singulars(w, v, steps)
         return s
 
     def member_records(self, model: nn.Module, weights: dict[str, torch.Tensor], before: dict[str, torch.Tensor] | None, step: int) -> list[list[Record]]:
