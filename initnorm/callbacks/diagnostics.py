@@ -15,7 +15,9 @@ tags as ``callbacks.stats``):
 
 ``callbacks.stats`` keeps ‖ΔW‖/‖W‖ (``update_ratio``). Nothing here touches the global RNG (the
 cold start of the power iteration has its own generator), so runs with and without diagnostics
-train the same numbers.
+train the same numbers. The functions take a leading member dimension where a vectorised group
+needs one (``top_singulars``, ``eps_below``, ``SpectralTracker.member_records``);
+``training/member_instruments.py`` runs them per member of a stacked group.
 """
 
 from __future__ import annotations
