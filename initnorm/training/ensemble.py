@@ -18,8 +18,9 @@ trains one group:
 - per member: divergence (NaN/inf loss: recorded at its step, the member frozen, the others go on),
   the instruments (``act_rms/``, ``grad_norm/``, ``grad_rms/``, ``update_ratio/`` over everything
   but the member dimension; the diagnostics and the coordinate check: ``member_instruments.py``),
-  train/val loss and lr, TensorBoard events and HPARAMS in its own job folder, ``metrics.json`` with the fields a job run alone writes, and a checkpoint
-  (``checkpoints/vectorized.ckpt``) to resume from, bit for bit.
+  train/val loss and lr, TensorBoard events and HPARAMS in its own job folder, ``metrics.json``
+  with the fields a job run alone writes, and a checkpoint (``checkpoints/vectorized.ckpt``) to
+  resume from, bit for bit.
 
 Losses equal the job run alone to float32 rounding (batched kernels sum in another order); see
 docs/vectorized.md for how far they drift over a full run.
