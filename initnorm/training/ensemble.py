@@ -241,7 +241,14 @@ class Group:
         # One flat leaf holds every member's parameters, parameter by parameter, each as a contiguous
         # [E, *shape] block: the model reads views of it (no copies), the optimiser steps it whole.
         stacked = [torch.stack([p.detach() for p in ps]).reshape(-1) for ps in zip(*(m.parameters() for m in models))]
-        self.flat = torch.cat(stacked).to(self.device).requires_grad_(True)
+        self.flat = torch.cat(stacked).to(self.device)  # written in place by the step, under no_grad
+        # Each parameter is a leaf of its own that views ``flat``, and its ``.grad`` a view of one flat
+        # gradient buffer, so backward writes every gradient in place. (Views of one flat leaf would
+        # make every view's backward allocate, fill and add a zero tensor the size of the whole group.)
+        self.grad = torch.zeros_like(self.flat)
+        self.params = {n: v.requires_grad_() for n, v in self.views(self.flat).items()}
+        for (n, leaf), g in zip(self.params.items(), self.views(self.grad).values()):
+            leaf.grad = g
         # The optimiser numbers come from each member's own optimiser (its LightningModule's
         # configure_optimizers): per-role lr, decay and eps of any parameterisation, as its job uses them.
         optimizers, columns = [], []
@@ -251,8 +258,7 @@ class Group:
             e = len(columns)
             where = {n: (self.E * o + e * s, s) for n, o, s in zip(self.names, self.offsets, self.sizes)}
             columns.append({id(p): where[n] for n, p in model.named_parameters()})
-        self.opt = VecOptimizer.from_torch(self.flat.detach(), optimizers, columns)
-        self.opt.flat = self.flat
+        self.opt = VecOptimizer.from_torch(self.flat, optimizers, columns)
         self.loss_fn = type(self.modules[0]).loss
         self.classifier = hasattr(self.modules[0], "evals")
         self.points = probe_points(self.base)
@@ -270,10 +276,18 @@ class Group:
     # ------------------------------------------------------------------ the stacked forward
 
     def views(self, t: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Every parameter as a view [E, *shape] of the flat tensor (gradients flow into ``flat.grad``),
+        """Every parameter as a view [E, *shape] of the flat tensor (the leaves; gradients flow into ``grad``),
         or of ``t``, another tensor in the flat layout (a copy from before the step, say)."""
-        E, t = self.E, self.flat if t is None else t
+        if t is None:
+            return self.params
+        E = self.E
         return {n: t[E * o : E * (o + s)].view(E, *shape) for n, o, s, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+
+    def backward(self, total: torch.Tensor) -> torch.Tensor:
+        """Every member's gradient of ``total`` in the flat layout (the buffer ``grad``, refilled)."""
+        self.grad.zero_()
+        total.backward()
+        return self.grad
 
     def block(self, t: torch.Tensor, i: int) -> torch.Tensor:
         """Parameter ``i``'s elements of ``t`` (the flat layout) as [E, size]."""
@@ -341,7 +355,7 @@ class Group:
             state = {
                 "vectorized": True,
                 "global_step": step,
-                "params": self.opt.member_values(self.flat.detach(), i).cpu(),
+                "params": self.opt.member_values(self.flat, i).cpu(),
                 "optim": self.opt.member_state(i),
                 "train_losses": list(self.train_losses[i]),
                 "evals": {k: list(v) for k, v in self.evals[i].items()},
@@ -403,7 +417,7 @@ def update_records(g: Group, before: torch.Tensor, step: int) -> list[list[Recor
     layers, ratios = [], []
     for layer, named in grouped(g.base, weights_only=True).items():
         old = torch.cat([g.block(before, index[n]) for n, _ in named], 1).float()
-        new = torch.cat([g.block(g.flat.detach(), index[n]) for n, _ in named], 1).float()
+        new = torch.cat([g.block(g.flat, index[n]) for n, _ in named], 1).float()
         ratios.append((new - old).pow(2).sum(1).sqrt() / old.pow(2).sum(1).sqrt().clamp_min(1e-30))
         layers.append(layer)
     if not layers:
@@ -521,9 +535,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             break
         mask = g.active.to(g.device)
         total = torch.where(mask, losses, torch.zeros((), device=g.device)).sum()
-        g.flat.grad = None
-        total.backward()
-        grad = g.flat.grad
+        grad = g.backward(total)
         if measure and stats["gradients"]:
             for e, recs in enumerate(gradient_records(g, grad, step, stats["per_param"])):
                 if g.active[e]:
@@ -533,7 +545,7 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
             for e, recs in enumerate(diag.before_step(step, g.factors(step))):
                 if g.active[e]:
                     write(e, recs)
-        before = g.flat.detach().clone() if (measure and stats["updates"]) or (diagnose and diag.want_spectral) else None
+        before = g.flat.clone() if (measure and stats["updates"]) or (diagnose and diag.want_spectral) else None
         g.opt.step(grad, g.factors(step), g.active)
         if measure:
             act_names = list(acts)

@@ -99,7 +99,7 @@ class MemberDiagnostics:
                 for e, member in enumerate(torch.stack(fractions, 1).tolist()):
                     out[e] += [Record(step, layer, "params", "eps_frac", v) for layer, v in zip(layers, member)]
         if self.want_spectral:
-            weights = g.views(g.flat.detach())
+            weights = g.views(g.flat)
             for e, recs in enumerate(self.tracker.member_records(g.base, weights, None if before is None else g.views(before), step)):
                 out[e] += recs
         return out
