@@ -9,7 +9,8 @@ from initnorm.repro.reproduce import EXPERIMENTS, Experiment, main
 
 
 def test_every_experiment_runs_and_is_reported(tmp_path):
-    assert main(["--ci", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
+    everything = [e.key for e in EXPERIMENTS]  # the extras (depth transfer) too, which a plain run leaves out
+    assert main(["--ci", "--only", *everything, "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
     report = (tmp_path / "results" / "README.md").read_text()
     for exp in EXPERIMENTS:
         assert f"## {exp.title}" in report
@@ -35,6 +36,23 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "results" / "broken" / "timing.json").read_text())["exit_status"] == 2
     exp.expected_exit = (0, 2)
     assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
+
+
+def test_extras_run_only_when_named_and_a_section_without_its_runs_is_kept(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    ok = Experiment("ok", "An experiment", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth, folder_arg="--out={}", expected_exit=(2,))
+    extra = Experiment("long", "A long extra", "initnorm.nothing_of_the_sort", [], [], compare.deck_7d_depth, extra=True)
+    monkeypatch.setattr("initnorm.repro.reproduce.EXPERIMENTS", [ok, extra])
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "long").mkdir()
+    (results / "long" / "timing.json").write_text(json.dumps({"command": "python -m x", "seconds": 60.0}))
+    (results / "README.md").write_text("# old\n\n## A long extra\n\nthe table from an earlier run\n")
+    assert main(["--out", str(tmp_path / "out"), "--results", str(results)]) == 0  # the extra's module does not exist: it must not run
+    report = (results / "README.md").read_text()
+    assert "the table from an earlier run" in report and "## An experiment" in report
+    assert not (tmp_path / "out" / "long").exists()
 
 
 def test_probe_comparison_reads_the_chapters_own_numbers_as_agreeing(tmp_path):

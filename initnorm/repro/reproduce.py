@@ -41,16 +41,15 @@ class Experiment:
     # Exit statuses that are results, not breakage, and what they mean (the report says so).
     exit_meaning: dict[int, str] = field(default_factory=lambda: {1: "a job of the sweep failed (its row in the table says which)"})
     expected_exit: tuple[int, ...] = (0,)
+    # Beyond the documents and hours long at full size: run only when named (--only KEY)
+    extra: bool = False
 
 
-# Full-size sweeps run on every core (hydra/launcher=local_parallel, one torch thread per job, as
-# the sequential launcher uses); CI runs are a few jobs of a few steps, where starting the joblib
-# workers would cost more than it saves, so they run sequentially.
+# Full-size sweeps train as stacked groups on every core (hydra/launcher=vectorized, docs/vectorized.md):
+# measured faster than one job per core (local_parallel) for every sweep here (bench/RESULTS.md);
+# the jobs that cannot stack (dropout) run alone inside the same launcher. CI runs are a few jobs
+# of a few steps, where starting workers would cost more than it saves, so they run sequentially.
 PARALLEL, SEQUENTIAL = "hydra/launcher=local_parallel", "hydra/launcher=basic"
-# The Decoder's §7b and §7c sweeps train as stacked groups (docs/vectorized.md): the canonical
-# 12-job sweep took 0.65-0.80x local_parallel's wall time and 0.70-0.73x its CPU time (bench/RESULTS.md).
-# Not (yet) the others: §7e's width-64 groups and the MLP sweeps were not measured against
-# local_parallel, §7d's coordinate check and the dropout jobs cannot be stacked.
 VECTORIZED = "hydra/launcher=vectorized"
 PROBE_FILES = ("probe.txt", "*.png", "*.csv")
 COORD_FILES = ("verdict.txt", "coord.png", "coord.csv")
@@ -111,7 +110,7 @@ EXPERIMENTS: list[Experiment] = [
         "deck_7e",
         "Deck §7e: width × learning rate × parameterisation (1,500 steps, 3 seeds)",
         "initnorm.train",
-        ["-m", "experiment=mup_sweep", "width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3", "callbacks=none", PARALLEL],
+        ["-m", "experiment=mup_sweep", "width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3", "callbacks=none", VECTORIZED],
         ["steps=20", "trainer.val_check_interval=10", "lr=0.01", "seed=1", SEQUENTIAL],
         lambda f: seed_table(f, ref.DECK_7E_KEYS, ref.DECK_7E) + compare.sweep_figures(f),
     ),
@@ -119,9 +118,10 @@ EXPERIMENTS: list[Experiment] = [
         "depth_transfer",
         "Learning-rate transfer across depth: the Decoder at width 64, depths 2-16, µP vs depth-µP vs CompleteP (issue 15)",
         "initnorm.train",
-        ["-m", "experiment=depth_transfer", "callbacks=none", PARALLEL],
+        ["-m", "experiment=depth_transfer", "callbacks=none", VECTORIZED],
         ["steps=10", "depth=2,4", "lr=0.0078125,0.015625", "seed=1", SEQUENTIAL],
         compare.depth_transfer,
+        extra=True,
     ),
     Experiment(
         "chapter_probe",
@@ -137,7 +137,7 @@ EXPERIMENTS: list[Experiment] = [
         "chapter_deep_mlp",
         "Chapter step 2: training the 30-layer MLP, tanh and ReLU × four inits (400 steps, seeds 0, 1, 2)",
         "initnorm.train",
-        ["-m", "experiment=deep_mlp_train", "seed=0,1,2", "callbacks=none", PARALLEL],
+        ["-m", "experiment=deep_mlp_train", "seed=0,1,2", "callbacks=none", VECTORIZED],
         ["seed=0", "steps=5", "init=xavier,he", SEQUENTIAL],
         compare.chapter_deep_mlp,
     ),
@@ -145,7 +145,7 @@ EXPERIMENTS: list[Experiment] = [
         "chapter_regularization",
         "Chapter step 3: dropout and weight decay on the char MLP (1,500 steps, seeds 0, 1, 2)",
         "initnorm.train",
-        ["-m", "experiment=regularization", "seed=0,1,2", "callbacks=none", PARALLEL],
+        ["-m", "experiment=regularization", "seed=0,1,2", "callbacks=none", VECTORIZED],
         ["seed=0", "steps=20", "trainer.val_check_interval=10", "regularizer=none,dropout_0.5", SEQUENTIAL],
         compare.chapter_regularization,
     ),
@@ -153,7 +153,7 @@ EXPERIMENTS: list[Experiment] = [
         "chapter_mup",
         "Chapter step 4: µP on the wide MLP, widths 64 / 256 / 1024 × lr 2^-12 ... 2^-4 × SP / µP (250 steps, seeds 0, 1, 2)",
         "initnorm.train",
-        ["-m", "experiment=mup_mlp_sweep", "seed=0,1,2", "callbacks=none", PARALLEL],
+        ["-m", "experiment=mup_mlp_sweep", "seed=0,1,2", "callbacks=none", VECTORIZED],
         ["seed=0", "steps=10", "width=64", "lr=0.0078125,0.015625", SEQUENTIAL],
         compare.chapter_mup,
     ),
@@ -191,15 +191,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
+def _sections(report: Path) -> dict[str, str]:
+    """The sections of an existing report by title (``## title`` up to the next one)."""
+    if not report.is_file():
+        return {}
+    parts = re.split(r"^## ", report.read_text(encoding="utf-8"), flags=re.M)[1:]
+    return {p.split("\n", 1)[0].strip(): ("## " + p).rstrip("\n") + "\n" for p in parts}
+
+
 def write_report(results: Path, out: Path) -> Path:
     """``results/README.md`` from every experiment that has run into ``out`` (any subset, any order)."""
     sections, total = [], 0.0
+    kept = _sections(results / "README.md")
     for exp in EXPERIMENTS:
         folder, timing = out / exp.key, results / exp.key / "timing.json"
         if not timing.is_file():  # not run into this results folder
             continue
         t = json.loads(timing.read_text())
         total += t["seconds"]
+        if not folder.is_dir() and exp.title in kept:  # its runs are not here (another machine, a cleaned outputs/): keep its section
+            sections.append(kept[exp.title])
+            continue
         size = " (CI-sized: `--ci`)" if t.get("ci") else ""
         command = t.get("command", f"python -m {exp.module} {' '.join(exp.args)}")
         sections += [f"## {exp.title}\n", f"`{command}` took {_duration(t['seconds'])} here{size}.\n"]
@@ -226,12 +238,13 @@ def write_report(results: Path, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", help=f"experiment keys: {', '.join(e.key for e in EXPERIMENTS)}")
+    p.add_argument("--only", nargs="*", help=f"experiment keys: {', '.join(e.key for e in EXPERIMENTS)} "
+                   f"(default: all but {', '.join(e.key for e in EXPERIMENTS if e.extra)}, which run only when named)")
     p.add_argument("--ci", action="store_true", help="a few steps per experiment, into --out")
     p.add_argument("--out", default=str(ROOT / "outputs" / "reproduce"), help="where the runs go")
     p.add_argument("--results", default=str(ROOT / "results"), help="where the report and artifacts go")
     a = p.parse_args(argv)
-    chosen = [e for e in EXPERIMENTS if not a.only or e.key in a.only]
+    chosen = [e for e in EXPERIMENTS if (e.key in a.only if a.only else not e.extra)]
     unknown = set(a.only or []) - {e.key for e in EXPERIMENTS}
     if unknown:
         print(f"error: unknown experiment {', '.join(sorted(unknown))}; known: {', '.join(e.key for e in EXPERIMENTS)}", file=sys.stderr)
