@@ -247,9 +247,7 @@ def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[st
         xs, ys = _stack([next(t) for t in streams], g.device)
         losses = fn(xs, ys)
         torch.isfinite(losses.detach()).all()
-        g.flat.grad = None
-        losses.sum().backward()
-        g.opt.step(g.flat.grad, g.factors(s), g.active)
+        g.opt.step(g.backward(losses.sum()), g.factors(s), g.active)
 
     _, first, first_cpu = timed(lambda: step(0))
     for s in range(1, 6):
