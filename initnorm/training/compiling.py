@@ -24,8 +24,14 @@ COMPILE_CACHE = "outputs/.torch_compile_cache"
 # compile of the Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves
 # about 1.4 ms of CPU per member-step (bench/RESULTS.md).
 GROUP_FROM = 50_000
-# compile=auto compiles a job run alone from this many steps on. PLACEHOLDER: set from measurement.
-ALONE_FROM = 50_000
+# compile=auto compiles a job run alone from this many steps on. Measured 2026-11-30 on the 2-core
+# machine (load 1.6-2.8, one process, one thread; docs/performance.md): the default Decoder takes
+# 4.0-4.5 ms/step eager and 3.2-3.4 compiled, so compiling saves about 1 ms a step, against a compile
+# of 28 s with the cache cold (1.7-2.1 s warm): a cold compile pays from about 28,000 steps. The MLPs
+# gain nothing (wide MLP width 256: 2.45 ms eager, 2.6-2.7 compiled; deep MLP 7.4 vs 7.1; char MLP even),
+# but no preset of theirs comes near this length. Every preset (<= 1,500 steps) stays eager: even a
+# warm cache (2 s) does not pay back at 1,500 steps x 1 ms.
+ALONE_FROM = 30_000
 
 
 def should_compile(mode: bool | str, steps: int, members: int = 1) -> bool:
