@@ -30,9 +30,15 @@ def test_auto_decides_by_the_run_length():
 
 
 def test_the_cache_sits_below_the_launch_folder_unless_the_user_set_one(tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    ours = str(tmp_path.resolve() / COMPILE_CACHE)
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    assert use_cache(tmp_path) == str(tmp_path.resolve() / COMPILE_CACHE) == os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    assert use_cache(tmp_path / "elsewhere") == str(tmp_path.resolve() / COMPILE_CACHE)  # the first (or the user's) wins
+    assert use_cache(tmp_path) == ours == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert use_cache(tmp_path / "elsewhere") == ours  # the first (or the user's) wins
+    # importing Lightning writes torch's default into the environment: that one is not the user's
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(default_cache_dir()))
+    assert use_cache(tmp_path) == ours
     # `make clean` removes it with outputs/
     assert COMPILE_CACHE.startswith("outputs/")
     clean = (ROOT / "Makefile").read_text().split("\nclean:")[1].splitlines()[1]

@@ -19,6 +19,7 @@ from initnorm.errors import bad_value
 # workers, SLURM jobs, the vectorised launcher's groups) and the next sweep find it there, and
 # `make clean` removes it with outputs/. A TORCHINDUCTOR_CACHE_DIR set by the user wins.
 COMPILE_CACHE = "outputs/.torch_compile_cache"
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 # compile=auto compiles a vectorised group from this many member-steps (steps x members) on: a cold
 # compile of the Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves
@@ -45,9 +46,22 @@ def should_compile(mode: bool | str, steps: int, members: int = 1) -> bool:
 
 
 def use_cache(folder: str | Path) -> str:
-    """Point the compiler's cache at ``folder``/COMPILE_CACHE (unless the user set one) and return it.
+    """Point the compiler's cache at ``folder``/COMPILE_CACHE, unless the user set one, and return it.
     Environment, not torch's config: worker processes started afterwards inherit it."""
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(folder).resolve() / COMPILE_CACHE))
+    current = os.environ.get(CACHE_ENV)
+    if current is None or current == _torch_default():
+        os.environ[CACHE_ENV] = str(Path(folder).resolve() / COMPILE_CACHE)
+    return os.environ[CACHE_ENV]
+
+
+def _torch_default() -> str | None:
+    """torch's own cache folder: importing Lightning writes it into the environment (torch's
+    ``cache_dir()`` does), so a value equal to it was not set by the user."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch: only an unset variable counts as unset
+        return None
+    return os.path.abspath(default_cache_dir())
 
 
 def hooked(model: torch.nn.Module) -> bool:
