@@ -42,7 +42,7 @@ def test_the_cache_sits_below_the_launch_folder_unless_the_user_set_one(tmp_path
     # `make clean` removes it with outputs/
     assert COMPILE_CACHE.startswith("outputs/")
     clean = (ROOT / "Makefile").read_text().split("\nclean:")[1].splitlines()[1]
-    assert "outputs" in clean.split(), clean
+    assert "outputs" in clean.split() and ".pytest_cache" in clean.split(), clean  # and the suite's cache
 
 
 def test_compile_false_and_short_auto_runs_never_compile(tmp_path, monkeypatch):
