@@ -42,6 +42,7 @@ test: install
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
 
-# outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/vectorized.md)
+# outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/performance.md);
+# .pytest_cache/ the test suite's compiler cache
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -98,7 +98,7 @@ RULES: dict[str, Rule] = {
     "threads": Int(0, fix=1, note="0: torch's default"),
     "log_every": Int(1, fix=25),
     "flush_denormal": Bool(fix=False),
-    "compile": Rule("auto_bool", fix="auto", note="torch.compile a vectorised group's step; auto: from 50,000 member-steps on"),
+    "compile": Rule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a vectorised group from 50,000 member-steps on"),
     "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),
     "summary.metrics": Rule("names", fix="final_val_loss"),
     "summary.plots": Rule("names", choices=_registry("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),

@@ -35,6 +35,7 @@ from initnorm.provenance import describe
 from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
 from initnorm.results import write_metrics
 from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.module import validation_interval
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
@@ -80,7 +81,11 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     task = TASKS.get(c["data"]["kind"])
     data = task.make_data(c)
     built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
-    module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"])
+    compiled = should_compile(c["compile"], c["steps"])
+    if compiled:
+        use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep
+    module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"],
+                         compile=compiled)
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
     overrides, job_num, choices = job_overrides()
@@ -112,6 +117,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         "steps": steps_done,
         "ms_per_step": 1000.0 * wall / max(1, steps_done - prior.step),
         "resumed_from_step": prior.step,
+        "compiled": compiled,
         "wall_s": wall,
         "params": sum(p.numel() for p in built.model.parameters()),
         "seed": c["seed"],

@@ -37,6 +37,7 @@ from initnorm.provenance import describe
 from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
+from initnorm.training.compiling import use_cache
 from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
 from initnorm.training.vec_optim import NotStackable
 
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 ENGINES = ("joblib", "sequential", "submitit")
 # submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
 SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
-COMPILE_CACHE = "outputs/.torch_compile_cache"
 
 
 @dataclass
@@ -122,6 +122,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     """One unit of work, in this process or a worker: a job alone, or a group as one stacked model."""
     setup_globals()
     Singleton.set_state(singleton_state)
+    use_cache(str(config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
     if len(unit) == 1:
         sc = _job_config(hydra_context, config, unit[0].overrides, unit[0].num)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
@@ -190,8 +191,8 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     # compile=true|auto: the compiler's on-disk cache where the next group and the next sweep find it
-    # (and `make clean` removes it with outputs/); a cache the user set is kept.
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(str(config.hydra.runtime.cwd)) / COMPILE_CACHE))
+    # (set before the workers start, so they inherit it; `make clean` removes it with outputs/).
+    use_cache(str(config.hydra.runtime.cwd))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     jobs = classify(hydra_context, config, job_overrides, initial_job_idx)

@@ -47,6 +47,7 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS, write_layout
 from initnorm.training.classifier import EVAL_LABELS
+from initnorm.training.compiling import should_compile
 from initnorm.training.module import validation_interval
 from initnorm.training.optim import schedule_factor
 from initnorm.provenance import describe
@@ -57,10 +58,6 @@ from initnorm.training.tasks import TASKS
 from initnorm.training.vec_optim import KINDS, NotStackable, VecOptimizer
 
 VEC_CKPT = "vectorized.ckpt"
-# compile=auto compiles a group whose member-steps (steps x members) reach this: a cold compile of the
-# Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves about 1.4 ms of CPU
-# per member-step (bench/RESULTS.md), so it pays from about 50,000 member-steps on.
-COMPILE_FROM = 50_000
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 # Optimiser numbers need no list: the stacked step reads them from each member's own torch optimiser.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
@@ -262,8 +259,7 @@ class Group:
         self.loss_fn = type(self.modules[0]).loss
         self.classifier = hasattr(self.modules[0], "evals")
         self.points = probe_points(self.base)
-        mode = c0["compile"]
-        self.compiled = mode is True or (mode == "auto" and c0["steps"] * self.E >= COMPILE_FROM)
+        self.compiled = should_compile(c0["compile"], c0["steps"], self.E)  # auto: from GROUP_FROM member-steps on
         # The steps that measure activations (every callbacks.stats.every_n_steps) stay eager: hooks.
         self._fast = torch.compile(lambda xs, ys: self.losses(xs, ys)[0]) if self.compiled else None
         self.step = 0

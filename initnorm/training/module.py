@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from initnorm.nn.param import Table
+from initnorm.training.compiling import hooked
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.optim import make_optimizer, schedule_factor
 
@@ -30,7 +31,8 @@ class Trainable(L.LightningModule):
     """What every family shares: optimiser groups from the table, the schedule, divergence stop,
     sparse logging, validation loss bookkeeping. Subclasses define ``loss(batch)``."""
 
-    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str, log_every: int):
+    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str, log_every: int,
+                 compile: bool = False):
         super().__init__()
         self.model, self.roles, self.table = model, roles, table
         self.lr, self.steps, self.warmup, self.optim_cfg, self.schedule = lr, steps, warmup, dict(optim), schedule
@@ -43,6 +45,11 @@ class Trainable(L.LightningModule):
         # (bench/RESULTS.md), for the same numbers bit for bit. Lightning then refuses
         # trainer.gradient_clip_val / accumulate_grad_batches (clip here with self.clip_gradients).
         self.automatic_optimization = False
+        # compile=True: the training loss (forward and its backward) goes through torch.compile; a
+        # function, not a module, so the state dict and checkpoints stay those of an eager run.
+        # Validation and the steps whose forward carries hooks (the per-layer statistics) stay eager.
+        self.compiled = compile
+        self._fast = torch.compile(self.loss) if compile else None
 
     def loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
@@ -53,7 +60,7 @@ class Trainable(L.LightningModule):
             logger.experiment.add_scalar(tag, value, step)
 
     def training_step(self, batch, batch_idx):
-        loss = self.loss(batch)
+        loss = self._fast(batch) if self._fast is not None and not hooked(self.model) else self.loss(batch)
         step = self.global_step
         if not torch.isfinite(loss):
             # A NaN/inf loss is a result (the run diverged), not a crash: stop and record the step.
