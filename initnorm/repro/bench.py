@@ -273,8 +273,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sweep-repeats", type=int, default=1, help="interleaved repeats of each sweep's rows (default 1)")
     p.add_argument("--out", default="bench/RESULTS.md", help="the markdown file this run's section is appended to (default bench/RESULTS.md)")
     p.add_argument("--no-sweep", action="store_true", help="no sweeps")
-    p.add_argument("--sequential", action="store_true", help="also each sweep with Hydra's basic launcher (one job after another)")
-    p.add_argument("--submitit", action="store_true", help="also each sweep with submitit's local executor (all jobs at once)")
+    p.add_argument("--sequential", action="store_true", help="also each sweep with Hydra's basic launcher (= sequential in --launchers)")
+    p.add_argument("--submitit", action="store_true", help="also each sweep with submitit's local executor, all jobs at once (= submitit in --launchers)")
+    p.add_argument("--launchers", type=comma_list(), default=["plain", "vectorized", "local_parallel"],
+                   help=f"each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): {','.join(bench_sweeps.ROWS)}")
     p.add_argument("--vectorized-only", action="store_true", help="only the canonical sweep's plain loops and vectorised run, the group sizes and a group's RSS")
     p.add_argument("--compile-sizes", type=comma_list(int), default=[1, 12], help="group sizes to time compiled too (default 1,12)")
     p.add_argument("--group-steps", type=int, default=200, help="training steps per group-size measurement (default 200)")
@@ -291,6 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     for s in args.set:
         if "=" not in s:
             p.error(f"--set {s!r} is not KEY=VALUES; write e.g. --set seed=1 or --set lr=0.01,0.03")
+    wrong = [r for r in args.launchers if r not in bench_sweeps.ROWS]
+    if wrong or not args.launchers:
+        p.error(f"--launchers {','.join(wrong)}: not a row; known: {','.join(bench_sweeps.ROWS)} (e.g. --launchers vectorized,local_parallel)")
     unknown = [k for k in (args.sweeps or []) + ([args.plain_sweep] if args.plain_sweep else []) if k not in bench_sweeps.SWEEPS]
     if unknown:
         p.error(f"--sweeps {','.join(unknown)}: not a sweep; known: {','.join(bench_sweeps.SWEEPS)} (e.g. --sweeps 7e)")
@@ -313,10 +318,9 @@ def main(argv: list[str] | None = None) -> None:
 
     # Named parts run alone; without any, every part runs.
     chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None
-    rows = [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED, bench_sweeps.PARALLEL]
-    rows += [bench_sweeps.SEQUENTIAL] * args.sequential + [bench_sweeps.SUBMITIT] * args.submitit
+    rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential, *["submitit"] * args.submitit])]
     if args.vectorized_only:
-        per_step_on, sweeps, flops, groups, rows = False, ["canonical"], False, args.groups or [1, 2, 4, 8, 16, 32], rows[:2]
+        per_step_on, sweeps, flops, groups, rows = False, ["canonical"], False, args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
     elif chosen:
         per_step_on, sweeps, flops, groups = args.per_step, args.sweeps or [], args.flops, args.groups or []
     else:

@@ -157,7 +157,7 @@ def secs(x: float) -> str:
 
 
 def report(res: dict[str, Any], sweep_res: dict[str, Any] | None, workers: int) -> list[str]:
-    rows = summary(sweep_res) if sweep_res else {}
+    rows = summary(sweep_res) if sweep_res else {}  # the mup_mlp sweep's rows, when it ran in the same command
     n_jobs = {w: 0 for w in res["widths"]}
     if sweep_res:
         for job in sweep_res["plan"]["jobs"]:
