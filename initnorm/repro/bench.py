@@ -1,9 +1,11 @@
 """What initnorm costs over a plain PyTorch loop: per step, per job's memory, for whole sweeps, and
 the floor under compute-bound work.
 
-    python -m initnorm.bench                  # every part (about 1.5 hours on 2 cores); appends to bench/RESULTS.md
+    python -m initnorm.bench                  # every part (about an hour on 2 cores); appends to bench/RESULTS.md
     python -m initnorm.bench --sweeps 7e      # one part alone: --per-step, --sweeps KEYS, --flops, --groups SIZES
-    python -m initnorm.bench --sweeps canonical,7b,7e,mup_mlp --flops --steps 20 --set seed=1 --out /tmp/b.md   # a smoke run
+    python -m initnorm.bench --sweeps 7e,mup_mlp --flops --steps 20 --set seed=1 --set width=64 --set lr=0.01 --out /tmp/b.md   # a smoke run
+
+docs/bench.md has the commands of the full measurement and how long each takes.
 
 Parts (named flags run only the parts they name; without any, all of them run):
 
