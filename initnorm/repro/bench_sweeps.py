@@ -45,6 +45,7 @@ class Sweep:
     fixed: tuple[str, ...]  # the overrides every job shares
     grid: tuple[str, ...] = ()  # swept keys as typed on the command line; () = the preset's own grid
     plain: str = ""  # "" = plain loops run too; otherwise why they do not
+    note: str = ""  # one more sentence under the table
 
 
 SWEEPS = {
@@ -53,7 +54,10 @@ SWEEPS = {
     "7b": Sweep("7b", "deck §7b: pre-LN vs post-LN, warmup, 6 blocks (as `make reproduce`)",
                 ("experiment=norm_warmup", "callbacks=none"), ("norm=pre,post", "warmup=0,200", "seed=1,2,3")),
     "7e": Sweep("7e", "deck §7e: width x lr x SP/µP (as `make reproduce`)",
-                ("experiment=mup_sweep", "callbacks=none"), ("width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3")),
+                ("experiment=mup_sweep", "callbacks=none"), ("width=16,64", "lr=0.01,0.03,0.1", "param=sp,mup", "seed=1,2,3"),
+                note="The plain loops train µP with initnorm's own build (init and forward multipliers) and the optimiser groups of its "
+                     "parameterisation table (per-role learning rates), not a second copy of µP; issue 14 calls this a 54-job sweep, "
+                     "`make reproduce` runs these 36."),
     "mup_mlp": Sweep("mup_mlp", "chapter step 4: the wide MLP, widths 64/256/1024 x 9 lrs x SP/µP, seed 0 (the preset's grid)",
                      ("experiment=mup_mlp_sweep", "callbacks=none"),
                      plain="the plain loop is the Decoder's language-model loop; this MLP classifier is compared against `local_parallel` (issue 14)"),
@@ -199,6 +203,8 @@ def report(res: dict[str, Any], workers: int) -> list[str]:
     lines += ["", "Commands:", ""] + [f"- {how}: `{r['command']}`" for how, r in rows.items()]
     if sweep.plain:
         lines += ["", f"No plain-loop row: {sweep.plain}."]
+    if sweep.note:
+        lines += ["", sweep.note]
     lines.append("")
     vec, par = rows.get(VECTORIZED), rows.get(PARALLEL)
     if vec and base_name != VECTORIZED:
