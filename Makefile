@@ -29,7 +29,7 @@ sweep: install
 	$(PY) -m initnorm.train -m norm=pre,post warmup=0,200 seed=1,2,3
 
 bench: install
-	$(PY) -m initnorm.bench --submitit
+	$(PY) -m initnorm.bench
 
 # Every experiment of the deck and the chapter at the documents' sizes -> results/README.md
 reproduce: install

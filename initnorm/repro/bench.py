@@ -1,24 +1,26 @@
-"""What initnorm costs over a plain PyTorch loop: per step, per job's memory, and for a whole sweep.
+"""What initnorm costs over a plain PyTorch loop: per step, per job's memory, for whole sweeps, and
+the floor under compute-bound work.
 
-    python -m initnorm.bench                          # about 10 minutes on 2 cores; writes bench/RESULTS.md
-    python -m initnorm.bench --steps 300 --repeats 1 --no-sequential --out /tmp/bench.md   # a quick look
+    python -m initnorm.bench                  # every part (about an hour on 2 cores); appends to bench/RESULTS.md
+    python -m initnorm.bench --sweeps 7e      # one part alone: --per-step, --sweeps KEYS, --flops, --groups SIZES
+    python -m initnorm.bench --sweeps 7e,mup_mlp --flops --steps 20 --set seed=1 --set width=64 --set lr=0.01 --out /tmp/b.md   # a smoke run
 
-Side by side on the default Decoder, the same batches, optimiser, schedule and validations:
+docs/bench.md has the commands of the full measurement and how long each takes.
 
-1. ``plain``: the loop in ``plain_run`` below, PyTorch only (no Lightning, no Hydra run);
-2. ``initnorm``: ``train(cfg)`` with ``callbacks=none``: TensorBoard logging, the progress bar and
-   checkpoints at their defaults, no per-layer statistics;
-3. ``initnorm + stats``: ``callbacks=default``: the per-layer statistics at their default interval.
+Parts (named flags run only the parts they name; without any, all of them run):
 
-(1)-(3) run in this process, interleaved, ``--repeats`` times each (medians reported); each also
-runs once as a process of its own for its peak RSS and its wall time with imports. The sweep is the
-12-job ``norm x warmup x seed`` grid: the plain loop for each job, one after the other in one
-process, against initnorm's ``local_parallel`` launcher (and the sequential one), whole wall time
-of the command, imports included. All of them must end on the same validation losses, bit for bit:
-the benchmark says so, or says where they differ.
+- ``--per-step``, on the default Decoder, the same batches, optimiser, schedule and validations:
+  (1) ``plain``: the loop in ``bench_measure.plain_run``, PyTorch only (no Lightning, no Hydra run);
+  (2) ``initnorm``: ``train(cfg)`` with ``callbacks=none``; (3) ``initnorm + stats``:
+  ``callbacks=default``. They run in this process, interleaved, ``--repeats`` times each (medians),
+  and once each as a process of their own for the peak RSS and the wall time with imports.
+- ``--sweeps``: whole sweeps as whole commands (``bench_sweeps``): plain loops in one process
+  against ``hydra/launcher=vectorized`` and ``local_parallel``, interleaved ``--sweep-repeats`` times.
+- ``--flops``: the wide MLPs' matmul FLOPs against this machine's matmul throughput (``bench_flops``).
+- ``--groups``: milliseconds per member-step of a vectorised group against its size, eager and compiled.
 
 The machine is shared and timings are noisy: CPU time (which leaves out the time spent waiting for
-a core) is reported beside wall time, and the load average before and after.
+a core) is reported beside wall time, and the load average before and after each timed row.
 """
 
 from __future__ import annotations
@@ -28,15 +30,12 @@ import json
 import logging
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,128 +44,17 @@ from initnorm.cli.compose import comma_list, compose_train
 from initnorm.config import to_plain
 from initnorm.data.corpus import load_corpus
 from initnorm.models.build import build_model
-from initnorm.training.module import validation_interval
-from initnorm.training.optim import make_optimizer, schedule_factor
+from initnorm.repro import bench_flops, bench_sweeps
+from initnorm.repro.bench_measure import bench_command, load, plain_run, run_command, timed
+from initnorm.training.optim import make_optimizer
 
-SWEEP = ["norm=pre,post", "warmup=0,200", "seed=1,2,3"]
 WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # local_parallel's n_jobs=-1
-TARGETS = {"initnorm": 1.10, "initnorm + stats": 1.25, "sweep": 0.5, "rss_mb": 600, "vectorized": 0.35, "group_rss_mb": 1000}
-VECTORIZED = "initnorm, `hydra/launcher=vectorized` (joblib)"
+TARGETS = {"initnorm": 1.10, "initnorm + stats": 1.25, "rss_mb": 600, "group_rss_mb": 1000}
 VARIANTS = {"plain": None, "initnorm": ["callbacks=none"], "initnorm + stats": ["callbacks=default"]}
+DEFAULT_STEPS = 1500  # the per-step part's run: the default Decoder's 1,500 steps
 
 
-# ---------------------------------------------------------------- the reference: a plain loop
-
-
-def plain_run(c: dict[str, Any]) -> dict[str, Any]:
-    """One job as a plain PyTorch loop: what ``train`` computes, without Lightning or logging."""
-    torch.set_num_threads(c["threads"])
-    torch.manual_seed(c["seed"])
-    corpus = load_corpus(c["data"]["name"], c["data"].get("path"))
-    built = build_model(c["model"], c["init"], c["param"], corpus.vocab_size)
-    model = built.model
-    opt = make_optimizer(model, built.roles, built.table, c["lr"], c["optim"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule_factor(s, c["steps"], c["warmup"], c["schedule"]))
-    context, batch = c["data"]["context"], c["batch_size"]
-    every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
-    windows = corpus.train.unfold(0, context + 1, 1)
-    n_val = (len(corpus.val) - 1) // context
-    val_x, val_y = corpus.val[: n_val * context].view(n_val, context), corpus.val[1 : n_val * context + 1].view(n_val, context)
-
-    def loss_of(x, y, reduction="mean"):
-        logits = model(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction=reduction)
-
-    def validate() -> float:
-        size = c["data"]["val_batch_size"]
-        model.eval()
-        with torch.no_grad():
-            total = sum(loss_of(val_x[i : i + size], val_y[i : i + size], "sum").item() for i in range(0, n_val, size))
-        model.train()
-        return total / val_y.numel()
-
-    history = [(0, validate())]  # as train(): validated before the first step
-    for step in range(c["steps"]):
-        # The data module's stream: batch s is drawn by a generator seeded from (seed, s).
-        w = windows[torch.randint(len(windows), (batch,), generator=torch.Generator().manual_seed(c["seed"] * 1_000_003 + step))]
-        loss = loss_of(w[:, :-1], w[:, 1:])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if (step + 1) % every == 0 or step + 1 == c["steps"]:
-            history.append((step + 1, validate()))
-    return {"final_val_loss": history[-1][1], "val_history": history}
-
-
-def sweep_configs(steps: int) -> list[tuple[str, dict[str, Any]]]:
-    """The sweep's jobs in Hydra's order (last key fastest), each as (folder name, resolved config)."""
-    jobs = [[]]
-    for arg in SWEEP:
-        key, values = arg.split("=")
-        jobs = [j + [f"{key}={v}"] for j in jobs for v in values.split(",")]
-    return [(f"{j[0]},{j[1]}/{j[2]}", to_plain(compose_train([*j, f"steps={steps}"]))) for j in jobs]
-
-
-# ---------------------------------------------------------------- measuring
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def tree_peaks(root: int) -> dict[int, int]:
-    """Peak RSS (VmHWM, kB) of ``root`` and every process below it, read from /proc (Linux)."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += [p for p, pp in parents.items() if pp == pid]
-    peaks = {}
-    for pid in tree:
-        try:
-            line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:"))
-            peaks[pid] = int(line.split()[1])
-        except (OSError, StopIteration):
-            continue
-    return peaks
-
-
-def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
-    """Run ``cmd``; its wall time, exit status, output, and the peak RSS in MB of each of its processes."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONWARNINGS": "ignore"}
-    peaks: dict[int, int] = {}
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    done = threading.Event()
-
-    def watch():
-        while not done.wait(0.1):
-            for pid, kb in tree_peaks(proc.pid).items():
-                peaks[pid] = max(kb, peaks.get(pid, 0))
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    out, _ = proc.communicate()
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process below it, once reaped
-    cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
-    done.set()
-    watcher.join()
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-    root = peaks.pop(proc.pid, 0)
-    return {"wall_s": wall, "cpu_s": cpu_s, "output": out, "root_mb": root / 1024, "children_mb": sorted((kb / 1024 for kb in peaks.values()), reverse=True)}
+# ---------------------------------------------------------------- per step
 
 
 def per_step(steps: int, repeats: int, workdir: Path) -> dict[str, dict[str, Any]]:
@@ -199,29 +87,10 @@ def per_step(steps: int, repeats: int, workdir: Path) -> dict[str, dict[str, Any
 def one_job(name: str, steps: int, workdir: Path) -> dict[str, Any]:
     """Variant ``name`` as a process of its own: peak RSS and wall time with imports."""
     if VARIANTS[name] is None:
-        cmd = [sys.executable, "-m", "initnorm.bench", "--plain-jobs", "1", "--steps", str(steps)]
+        cmd = bench_command("--plain-sweep", "canonical", "--plain-jobs", "1", "--steps", str(steps))
     else:
         cmd = [sys.executable, "-m", "initnorm.train", *VARIANTS[name], f"steps={steps}", f"hydra.run.dir={tempfile.mkdtemp(dir=workdir)}"]
     return run_command(cmd, workdir)
-
-
-def sweeps(steps: int, workdir: Path, sequential: bool, submitit: bool, parallel: bool = True) -> dict[str, dict[str, Any]]:
-    out = {"plain loops, one process": run_command([sys.executable, "-m", "initnorm.bench", "--plain-jobs", "12", "--steps", str(steps)], workdir)}
-    done = json.loads(out["plain loops, one process"]["output"].strip().splitlines()[-1])
-    out["plain loops, one process"] |= {"losses": {k: v[0] for k, v in done.items()}, "train_s": sum(v[1] for v in done.values())}
-    launchers = {"initnorm, `hydra/launcher=local_parallel` (joblib)": ["hydra/launcher=local_parallel"]} if parallel else {}
-    launchers[VECTORIZED] = ["hydra/launcher=vectorized"]  # norm=pre,post: two groups of 6, one per worker
-    if submitit:  # submitit's local executor starts every job at once, each in a new process
-        launchers["initnorm, `hydra/launcher=submitit_local`"] = ["hydra/launcher=submitit_local", "hydra.launcher.cpus_per_task=1"]
-    if sequential:
-        launchers["initnorm, sequential (Hydra's basic launcher)"] = []
-    for name, extra in launchers.items():
-        folder = Path(tempfile.mkdtemp(dir=workdir))
-        out[name] = run_command([sys.executable, "-m", "initnorm.train", "-m", *SWEEP, f"steps={steps}", *extra, f"hydra.sweep.dir={folder}"], workdir)
-        metrics = [json.loads((folder / job / "metrics.json").read_text()) for job, _ in sweep_configs(steps)]
-        train_s = sum(m["wall_s"] / m.get("vectorized", {}).get("group_size", 1) for m in metrics)  # a group's wall time once, not per member
-        out[name] |= {"losses": {job: m["final_val_loss"] for (job, _), m in zip(sweep_configs(steps), metrics)}, "train_s": train_s}
-    return out
 
 
 # ---------------------------------------------------------------- vectorised groups
@@ -304,7 +173,8 @@ def group_report(scan: dict[str, Any], rss: dict[str, Any] | None) -> list[str]:
     lines = ["", f"## Vectorised groups: ms per member-step against group size (default Decoder, {scan['steps']} training steps, 1 thread)", "",
              f"Eager: medians of {scan['repeats']} interleaved repeats (CPU-time spread in brackets); compiled: one run each, after the first step "
              f"(its time is the compile time; compiler cache {scan['cache']}, {'warm' if scan['cache_warm'] else 'cold'} at the start). "
-             "Training steps only: no validation, no logging.", "",
+             "Training steps only: no validation, no logging. "
+             f"Load average before → after: {scan['load'][0]:.2f} → {scan['load'][1]:.2f}.", "",
              "| group size | ms/member-step (wall) | ms/member-step (CPU) | speed-up over one plain model (CPU) | compiled: ms/member-step (CPU) | compiled: speed-up | compile (first step), wall |",
              "|---|---|---|---|---|---|---|",
              f"| plain loop, one model | {plain['wall_ms']:.3f} | {plain['cpu_ms']:.3f} ({plain['spread'][0]:.2f}–{plain['spread'][1]:.2f}) | 1.00 | | | |"]
@@ -340,33 +210,38 @@ def verdict(value: float, target: float) -> str:
     return f"{value:.3f} (target ≤ {target:g}: {'met' if value <= target else 'missed'})"
 
 
-def report(args, steps_res, jobs, sweep_res, loads, groups=None, group_rss=None) -> str:
+def report(args, parts: dict[str, Any], loads: tuple[float, float]) -> str:
+    """This run's section of bench/RESULTS.md: what ran, where, then each part that ran."""
     from initnorm.provenance import git_revision
 
     lines = [
-        "# initnorm against a plain PyTorch loop",
+        f"# Benchmark run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"`python -m initnorm.bench {' '.join(args.argv)}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, git {git_revision()}.",
+        f"`python -m initnorm.bench {' '.join(args.argv)}`, git {git_revision()}.",
         f"Machine: {machine()}.",
-        f"Load average (1 min) before / after: {loads[0]:.2f} / {loads[1]:.2f} (the machine is shared: read the ratios, not the absolute times).",
+        f"Load average (1 min) at the start / end: {loads[0]:.2f} / {loads[1]:.2f} (the machine may be shared: read the ratios, not the absolute times).",
     ]
-    if steps_res:
-        lines += per_step_report(args, steps_res, jobs)
-    if sweep_res:
-        lines += sweep_report(args, sweep_res, jobs)
-    if groups:
-        lines += group_report(groups, group_rss)
+    if parts.get("steps"):
+        lines += per_step_report(args, parts["steps"], parts["jobs"], parts["steps_load"])
+    for res in parts.get("sweeps", {}).values():
+        lines += bench_sweeps.report(res, WORKERS)
+    if parts.get("flops"):
+        lines += bench_flops.report(parts["flops"], parts.get("sweeps", {}).get("mup_mlp"), WORKERS)
+    if parts.get("groups"):
+        lines += group_report(parts["groups"], parts.get("group_rss"))
     return "\n".join(lines) + "\n"
 
 
-def per_step_report(args, steps_res, jobs) -> list[str]:
+def per_step_report(args, steps_res, jobs, loads: tuple[float, float]) -> list[str]:
     base = steps_res["plain"]
     lines = [
         "",
-        f"## Per step: the default Decoder, {args.steps} steps, batch 32, 1 torch thread",
+        f"## Per step: the default Decoder, {args.steps or DEFAULT_STEPS} steps, batch 32, 1 torch thread",
         "",
         f"Medians of {args.repeats} interleaved repeats in one process; a run's time includes its setup and its validations. "
-        "RSS and \"whole job\" come from one more run of each as a process of its own (imports included).",
+        "RSS and \"whole job\" come from one more run of each as a process of its own (imports included). "
+        f"Load average before → after the interleaved runs: {loads[0]:.2f} → {loads[1]:.2f}; "
+        f"the processes of their own: {'; '.join(f'{a:.2f} → {b:.2f}' for a, b in (j['load'] for j in jobs.values()))}.",
         "",
         "| variant | ms/step (wall) | ratio | ms/step (CPU) | ratio | final val loss | peak RSS | whole job, wall |",
         "|---|---|---|---|---|---|---|---|",
@@ -387,88 +262,104 @@ def per_step_report(args, steps_res, jobs) -> list[str]:
     return lines
 
 
-def sweep_report(args, sweep_res, jobs) -> list[str]:
-    lines = []
-    if True:
-        plain = sweep_res["plain loops, one process"]
-        lines += ["", f"## The sweep: {' '.join(SWEEP)} (12 jobs of {args.steps} steps), whole command, imports included", "",
-                  "| how | wall | ratio to plain | CPU time, all processes | the jobs' training, summed | peak RSS per process |", "|---|---|---|---|---|---|"]
-        for name, r in sweep_res.items():
-            workers = f"{r['root_mb']:.0f} MB" + (f" (parent); largest of {len(r['children_mb'])} child processes {r['children_mb'][0]:.0f} MB" if r["children_mb"] else "")
-            lines.append(f"| {name} | {r['wall_s']:.1f} s | {r['wall_s'] / plain['wall_s']:.3f} | {r['cpu_s']:.1f} s | {r['train_s']:.1f} s | {workers} |")
-        vec = sweep_res.get(VECTORIZED)
-        if vec:
-            worst = max(abs(vec["losses"][k] - v) / v for k, v in plain["losses"].items())
-            lines += ["", f"- vectorised sweep / plain loops: {verdict(vec['wall_s'] / plain['wall_s'], TARGETS['vectorized'])}; its 12 final validation "
-                      f"losses differ from the plain loops' by at most {worst:.1e} relative (float32 rounding of batched kernels, grown over "
-                      f"{args.steps} steps; docs/vectorized.md):", "", "| job | plain loop | vectorised |", "|---|---|---|"]
-            lines += [f"| {k} | {v:.6f} | {vec['losses'][k]:.6f} |" for k, v in plain["losses"].items()]
-        others = {k: r for k, r in sweep_res.items() if k != VECTORIZED}
-        par = others.get(next((k for k in others if "local_parallel" in k), ""), None)
-        if par is None:
-            return lines
-        same = all(par["losses"][k] == v for k, v in plain["losses"].items()) and all(r["losses"] == par["losses"] for r in others.values())
-        lines += ["", f"The 12 final validation losses are the same, bit for bit, in every row but the vectorised one: {'yes' if same else 'NO'}.", "",
-                  f"- sweep ratio (local_parallel / plain): {verdict(par['wall_s'] / plain['wall_s'], TARGETS['sweep'])}. "
-                  f"With {WORKERS} workers the jobs' training alone takes at least {par['train_s'] / WORKERS:.1f} s "
-                  f"({par['train_s'] / WORKERS / plain['wall_s']:.2f} of the plain sweep); the other "
-                  f"{par['wall_s'] - par['train_s'] / WORKERS:.1f} s are start-up (imports in the parent and in each worker, "
-                  "composing and checking the 12 jobs), uneven ends and the summary."]
-        rss = max(par["children_mb"], default=0.0)
-        lines.append(f"- peak RSS of a worker of the parallel sweep: {rss:.0f} MB (target ≤ {TARGETS['rss_mb']} MB: {'met' if rss <= TARGETS['rss_mb'] else 'missed'})")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m initnorm.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=1500, help="steps per job (default 1500, the default run)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the per-step variants (default 3)")
-    p.add_argument("--out", default="bench/RESULTS.md", help="the markdown table (default bench/RESULTS.md)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the 12-job sweeps")
-    p.add_argument("--no-sequential", action="store_true", help="skip initnorm's sequential sweep (the slowest row)")
-    p.add_argument("--submitit", action="store_true", help="also the sweep with submitit's local executor (all 12 jobs at once)")
-    p.add_argument("--vectorized-only", action="store_true", help="only the plain loops, the vectorised sweep, the group-size scan and a group's RSS")
-    p.add_argument("--groups", type=comma_list(int), default=[1, 2, 4, 8, 16, 32], help="group sizes to time (default 1,2,4,8,16,32; empty: none)")
+    p.add_argument("--per-step", action="store_true", help="the per-step part: plain loop vs train(), in one process")
+    p.add_argument("--sweeps", type=comma_list(), default=None, help=f"whole sweeps, comma-separated: {','.join(bench_sweeps.SWEEPS)}")
+    p.add_argument("--flops", action="store_true", help="the FLOP floor of experiment=mup_mlp_sweep's MLPs (beside its sweep when that runs too)")
+    p.add_argument("--groups", type=comma_list(int), default=None, help="vectorised group sizes to time (all parts: 1,2,4,8,16,32)")
+    p.add_argument("--steps", type=int, default=None, help=f"steps per job (default: each sweep's own; the per-step part {DEFAULT_STEPS})")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUES",
+                   help="in every sweep (and the FLOP part): replace a swept key's values (--set seed=1), or add an override (--set width=64)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the per-step variants and the group sizes (default 3)")
+    p.add_argument("--sweep-repeats", type=int, default=1, help="interleaved repeats of each sweep's rows (default 1)")
+    p.add_argument("--out", default="bench/RESULTS.md", help="the markdown file this run's section is appended to (default bench/RESULTS.md)")
+    p.add_argument("--no-sweep", action="store_true", help="no sweeps")
+    p.add_argument("--sequential", action="store_true", help="also each sweep with Hydra's basic launcher (= sequential in --launchers)")
+    p.add_argument("--submitit", action="store_true", help="also each sweep with submitit's local executor, all jobs at once (= submitit in --launchers)")
+    p.add_argument("--launchers", type=comma_list(), default=["plain", "vectorized", "local_parallel"],
+                   help=f"each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): {','.join(bench_sweeps.ROWS)}")
+    p.add_argument("--vectorized-only", action="store_true", help="only the canonical sweep's plain loops and vectorised run, the group sizes and a group's RSS")
     p.add_argument("--compile-sizes", type=comma_list(int), default=[1, 12], help="group sizes to time compiled too (default 1,12)")
     p.add_argument("--group-steps", type=int, default=200, help="training steps per group-size measurement (default 200)")
-    p.add_argument("--plain-jobs", type=int, default=0, help=argparse.SUPPRESS)  # internal: the plain loop as a process
-    p.add_argument("--group-job", type=int, default=0, help=argparse.SUPPRESS)  # internal: one vectorised group as a process
+    p.add_argument("--flops-seconds", type=float, default=5.0, help="seconds of matmuls per throughput measurement (default 5)")
+    # internal: parts of the benchmark as processes of their own
+    p.add_argument("--plain-sweep", default="", help=argparse.SUPPRESS)  # a sweep's jobs as plain loops
+    p.add_argument("--plain-jobs", type=int, default=0, help=argparse.SUPPRESS)  # only its first N jobs
+    p.add_argument("--group-job", type=int, default=0, help=argparse.SUPPRESS)  # one vectorised group
+    p.add_argument("--matmul-job", default="", help=argparse.SUPPRESS)  # the throughput at one width, started with its peers
+    p.add_argument("--matmul-barrier", default="", help=argparse.SUPPRESS)
+    p.add_argument("--matmul-peers", type=int, default=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    for s in args.set:
+        if "=" not in s:
+            p.error(f"--set {s!r} is not KEY=VALUES; write e.g. --set seed=1 or --set lr=0.01,0.03")
+    wrong = [r for r in args.launchers if r not in bench_sweeps.ROWS]
+    if wrong or not args.launchers:
+        p.error(f"--launchers {','.join(wrong)}: not a row; known: {','.join(bench_sweeps.ROWS)} (e.g. --launchers vectorized,local_parallel)")
+    unknown = [k for k in (args.sweeps or []) + ([args.plain_sweep] if args.plain_sweep else []) if k not in bench_sweeps.SWEEPS]
+    if unknown:
+        p.error(f"--sweeps {','.join(unknown)}: not a sweep; known: {','.join(bench_sweeps.SWEEPS)} (e.g. --sweeps 7e)")
+    if args.steps is not None and args.steps < 1:
+        p.error(f"--steps {args.steps}: must be at least 1; e.g. --steps 20 for a smoke run")
+
+    if args.plain_sweep:
+        print(json.dumps(bench_sweeps.plain_jobs(bench_sweeps.SWEEPS[args.plain_sweep], args.steps, args.set, args.plain_jobs)))
+        return
+    if args.matmul_job:
+        print(json.dumps(bench_flops.matmul_job(args.matmul_job, args.steps, args.set, args.flops_seconds, args.matmul_barrier, args.matmul_peers)))
+        return
     if args.group_job:
         from initnorm.training.ensemble import train_group
 
         with tempfile.TemporaryDirectory(prefix="initnorm-group-") as tmp:
-            results = train_group(group_members(args.group_job, args.steps, Path(tmp), ("compile=false",)))
+            results = train_group(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))
         print(json.dumps([r["final_val_loss"] for r in results]))
         return
-    if args.plain_jobs:
-        jobs = sweep_configs(args.steps)[: args.plain_jobs]
-        print(json.dumps({name: (lambda r: (r[0]["final_val_loss"], r[1]))(timed(lambda: plain_run(c))) for name, c in jobs}))
-        return
-    if args.steps < 200:
-        p.error("--steps must be at least 200: the sweep's warmup=200 must fit in the run")
 
-    loads = [os.getloadavg()[0]]
+    # Named parts run alone; without any, every part runs.
+    chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None
+    rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential, *["submitit"] * args.submitit])]
+    if args.vectorized_only:
+        per_step_on, sweeps, flops, groups, rows = False, ["canonical"], False, args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
+    elif chosen:
+        per_step_on, sweeps, flops, groups = args.per_step, args.sweeps or [], args.flops, args.groups or []
+    else:
+        per_step_on, sweeps, flops, groups = True, list(bench_sweeps.SWEEPS), True, [1, 2, 4, 8, 16, 32]
+    if args.no_sweep:
+        sweeps = []
+
+    loads = [load()]
+    parts: dict[str, Any] = {"sweeps": {}}
     with tempfile.TemporaryDirectory(prefix="initnorm-bench-") as tmp:
         work = Path(tmp)
-        steps_res, jobs, sweep_res, groups, group_rss = {}, {}, {}, None, None
-        if not args.vectorized_only:
+        if per_step_on:
+            steps = args.steps or DEFAULT_STEPS
             print("per step, interleaved ...", file=sys.stderr)
-            steps_res = per_step(args.steps, args.repeats, work)
+            before = load()
+            parts["steps"] = per_step(steps, args.repeats, work)
+            parts["steps_load"] = (before, load())
             print("one process per variant (RSS) ...", file=sys.stderr)
-            jobs = {name: one_job(name, args.steps, work) for name in VARIANTS}
-        if not args.no_sweep:
-            print("sweeps ...", file=sys.stderr)
-            sweep_res = sweeps(args.steps, work, sequential=not (args.no_sequential or args.vectorized_only), submitit=args.submitit, parallel=not args.vectorized_only)
-        if args.groups:
+            parts["jobs"] = {name: one_job(name, steps, work) for name in VARIANTS}
+        for key in sweeps:
+            print(f"sweep {key} ...", file=sys.stderr)
+            parts["sweeps"][key] = bench_sweeps.measure(bench_sweeps.SWEEPS[key], args.steps, args.set, args.sweep_repeats, rows, work)
+        if flops:
+            print("FLOP floor ...", file=sys.stderr)
+            parts["flops"] = bench_flops.measure(args.steps, args.set, args.flops_seconds)
+        if groups:
             print("group sizes ...", file=sys.stderr)
-            groups = group_scan(args.groups, args.compile_sizes, args.group_steps, args.repeats, work)
-            group_rss = run_command([sys.executable, "-m", "initnorm.bench", "--group-job", "12", "--steps", str(args.group_steps)], work) | {"steps": args.group_steps}
-    loads.append(os.getloadavg()[0])
-    text = report(args, steps_res, jobs, sweep_res, loads, groups, group_rss)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+            before = load()
+            parts["groups"] = group_scan(groups, args.compile_sizes, args.group_steps, args.repeats, work) | {"load": (before, load())}
+            parts["group_rss"] = run_command(bench_command("--group-job", "12", "--steps", str(args.group_steps)), work) | {"steps": args.group_steps}
+    loads.append(load())
+    text = report(args, parts, (loads[0], loads[1]))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Appended: the earlier measured sections stay, each with its date, command and machine.
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(("\n" if out.stat().st_size else "") + text)
     print(text)
 
 

@@ -1,0 +1,140 @@
+"""What the benchmark's parts share: the plain PyTorch loop (the reference) and how a command is measured."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from initnorm.data.corpus import load_corpus
+from initnorm.models.build import build_model
+from initnorm.training.module import validation_interval
+from initnorm.training.optim import make_optimizer, schedule_factor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plain_run(c: dict[str, Any]) -> dict[str, Any]:
+    """One job as a plain PyTorch loop: what ``train`` computes, without Lightning or logging.
+
+    The model and the optimiser's groups come from initnorm's build and its parameterisation table
+    (``build_model``, ``make_optimizer``), so µP jobs train here with the same per-role multipliers
+    as under ``train``. A non-finite loss stops the loop, as it stops the job."""
+    torch.set_num_threads(c["threads"])
+    torch.manual_seed(c["seed"])
+    corpus = load_corpus(c["data"]["name"], c["data"].get("path"))
+    built = build_model(c["model"], c["init"], c["param"], corpus.vocab_size)
+    model = built.model
+    opt = make_optimizer(model, built.roles, built.table, c["lr"], c["optim"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule_factor(s, c["steps"], c["warmup"], c["schedule"]))
+    context, batch = c["data"]["context"], c["batch_size"]
+    every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
+    windows = corpus.train.unfold(0, context + 1, 1)
+    n_val = (len(corpus.val) - 1) // context
+    val_x, val_y = corpus.val[: n_val * context].view(n_val, context), corpus.val[1 : n_val * context + 1].view(n_val, context)
+
+    def loss_of(x, y, reduction="mean"):
+        logits = model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction=reduction)
+
+    def validate() -> float:
+        size = c["data"]["val_batch_size"]
+        model.eval()
+        with torch.no_grad():
+            total = sum(loss_of(val_x[i : i + size], val_y[i : i + size], "sum").item() for i in range(0, n_val, size))
+        model.train()
+        return total / val_y.numel()
+
+    history = [(0, validate())]  # as train(): validated before the first step
+    for step in range(c["steps"]):
+        # The data module's stream: batch s is drawn by a generator seeded from (seed, s).
+        w = windows[torch.randint(len(windows), (batch,), generator=torch.Generator().manual_seed(c["seed"] * 1_000_003 + step))]
+        loss = loss_of(w[:, :-1], w[:, 1:])
+        if not torch.isfinite(loss):
+            return {"final_val_loss": float("nan"), "val_history": history, "diverged_step": step}
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if (step + 1) % every == 0 or step + 1 == c["steps"]:
+            history.append((step + 1, validate()))
+    return {"final_val_loss": history[-1][1], "val_history": history, "diverged_step": None}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def load() -> float:
+    """The 1-minute load average (the machine is shared: every timed row records it before and after)."""
+    return os.getloadavg()[0]
+
+
+def tree_peaks(root: int) -> dict[int, int]:
+    """Peak RSS (VmHWM, kB) of ``root`` and every process below it, read from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += [p for p, pp in parents.items() if pp == pid]
+    peaks = {}
+    for pid in tree:
+        try:
+            line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:"))
+            peaks[pid] = int(line.split()[1])
+        except (OSError, StopIteration):
+            continue
+    return peaks
+
+
+def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
+    """Run ``cmd``; its wall time, CPU time of all its processes, exit status, output, the peak RSS in
+    MB of each of its processes, and the load average before and after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    peaks: dict[int, int] = {}
+    load_before = load()
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.1):
+            for pid, kb in tree_peaks(proc.pid).items():
+                peaks[pid] = max(kb, peaks.get(pid, 0))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out, _ = proc.communicate()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process below it, once reaped
+    cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    done.set()
+    watcher.join()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
+    root = peaks.pop(proc.pid, 0)
+    return {"wall_s": wall, "cpu_s": cpu_s, "output": out, "root_mb": root / 1024, "children_mb": sorted((kb / 1024 for kb in peaks.values()), reverse=True),
+            "load": (load_before, load())}
+
+
+def bench_command(*args: str) -> list[str]:
+    """This benchmark as a process of its own (its internal modes: the plain loops, a group, a matmul timing)."""
+    return [sys.executable, "-m", "initnorm.bench", *args]

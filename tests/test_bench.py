@@ -1,0 +1,69 @@
+"""The benchmark's sweeps and FLOP floor: what they count and that a smoke run writes every row (no timings asserted)."""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from initnorm.cli.compose import compose_train
+from initnorm.config import to_plain
+from initnorm.models.build import build_model
+from initnorm.repro import bench_flops, bench_sweeps
+from initnorm.repro.bench_measure import plain_run
+from initnorm.training.tasks import TASKS
+from tests.conftest import run_cli
+
+
+def test_flop_count_equals_torch_counter():
+    """Our count from the Linear shapes is what torch's own counter sees in one training step."""
+    c = bench_flops.width_config("256", 5, [])
+    shapes = bench_flops.job_shapes(c)
+    data = TASKS.get(c["data"]["kind"]).make_data(c)
+    data.setup("fit")
+    model = build_model(c["model"], c["init"], c["param"], data.vocab_size).model
+    x, y = next(iter(data.train_dataloader()))
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), y).backward()
+    assert bench_flops.step_flops(shapes["train"], True) == counter.get_total_flops()
+    # 3 Linear layers of width 256 and the readout; 2 evaluations (step 0 and the last) of 4,096 windows
+    assert [i for _, i, _, _ in shapes["train"]] == [128, 256, 256, 256] and shapes["evals"] == 2
+    flops = bench_flops.job_flops(shapes)
+    assert flops["total"] == 5 * counter.get_total_flops() + 2 * bench_flops.step_flops(shapes["eval"], False)
+
+
+def test_plans_are_the_reproduce_commands_and_shrink():
+    sizes = {k: len(bench_sweeps.plan(s, None, [])["jobs"]) for k, s in bench_sweeps.SWEEPS.items()}
+    assert sizes == {"canonical": 12, "7b": 12, "7e": 36, "mup_mlp": 54}
+    assert bench_sweeps.plan(bench_sweeps.SWEEPS["mup_mlp"], None, [])["overrides"] == ["experiment=mup_mlp_sweep", "callbacks=none"]
+    small = bench_sweeps.plan(bench_sweeps.SWEEPS["7b"], 20, ["seed=1"])
+    assert small["overrides"] == ["experiment=norm_warmup", "callbacks=none", "norm=pre,post", "warmup=0,10", "seed=1", "steps=20"]
+    seeds = bench_sweeps.plan(bench_sweeps.SWEEPS["mup_mlp"], None, ["seed=0,1,2"])
+    assert len(seeds["jobs"]) == 162 and "seed=0,1,2" in seeds["overrides"]
+
+
+def test_plain_loop_trains_mup_as_train_does(tmp_path):
+    """The plain loop's µP job (initnorm's build and optimiser table, no second copy) ends where train() ends, bit for bit."""
+    from initnorm.cli.train import train
+
+    overrides = ["experiment=mup_sweep", "param=mup", "width=64", "lr=0.03", "steps=15", "callbacks=none", "trainer.enable_progress_bar=false"]
+    plain = plain_run(to_plain(compose_train(overrides)))
+    job = train(compose_train(overrides), tmp_path)
+    assert math.isfinite(plain["final_val_loss"]) and plain["final_val_loss"] == job["final_val_loss"]
+
+
+def test_smoke_run_appends_every_row(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# an earlier measured section\n")
+    r = run_cli("--sweeps", "7e,mup_mlp", "--flops", "--launchers", "plain,vectorized", "--steps", "3", "--set", "width=64", "--set", "lr=0.01",
+                "--set", "seed=1", "--flops-seconds", "0.02", "--out", str(out), cwd=tmp_path, module="initnorm.bench")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("# an earlier measured section\n") and "# Benchmark run of " in text
+    assert "## Sweep `7e`" in text and "## Sweep `mup_mlp`" in text and "## The FLOP floor" in text
+    assert "| plain loops, one process |" in text and text.count("| initnorm, `hydra/launcher=vectorized` (joblib) |") == 2
+    assert "No plain-loop row" in text  # the MLP sweep says why it has none
+    floor = next(ln for ln in text.splitlines() if ln.startswith("| 64 |"))
+    assert floor.count("|") == 11  # width, FLOPs, throughputs and floors, jobs, and the measured vectorised sweep beside them
+    assert "--steps 3" in text and "steps=3" in text  # the shrunk commands are printed, so a smoke run cannot pass for a full one
