@@ -12,7 +12,7 @@ import torch
 from initnorm.config import to_plain
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.optim import schedule_factor
-from initnorm.training.ensemble import Member, group_key, train_group, why_alone
+from initnorm.training.ensemble import Member, group_key, parameter_count, train_group, why_alone
 from initnorm.training.vec_optim import MemberHyper, VecOptimizer
 from tests.conftest import compose_cfg, run_cli
 
@@ -115,6 +115,21 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
         assert worst < 1e-5, f"{family} member {v}: relative difference {worst:.2e}"
         assert together[i]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)
         assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == 50
+
+
+def test_big_models_are_not_stacked_past_the_parameter_budget():
+    from initnorm.cli.vectorized import Job, units_of
+
+    assert parameter_count(to_plain(compose_cfg())) == 5_376  # the deck's count, from a model built on the meta device
+    wide = parameter_count(to_plain(compose_cfg("experiment=mup_mlp_sweep", "width=1024")))
+    assert wide == 2_298_896
+    jobs = [Job(i, [], None, ("small",)) for i in range(5)] + [Job(5 + i, [], None, ("big",)) for i in range(3)]
+    size = {"small": 5_376, "big": wide}
+    units = units_of(jobs, max_group=12, max_params=2_000_000, params_of=lambda j: size[j.key[0]])
+    assert [len(u) for u in units] == [5, 1, 1, 1]  # the big ones each alone, the small ones one group
+    units = units_of(jobs[:5], max_group=12, max_params=10_000, params_of=lambda j: 5_376)
+    assert [len(u) for u in units] == [1] * 5  # one member already fills the budget
+    assert [len(u) for u in units_of(jobs[:5], max_group=12, max_params=11_000, params_of=lambda j: 5_376)] == [2, 2, 1]
 
 
 def test_groups_are_split_by_shape_and_lone_jobs_named():

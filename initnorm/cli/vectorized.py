@@ -38,7 +38,7 @@ from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
 from initnorm.training.compiling import use_cache
-from initnorm.training.ensemble import Member, checkpoint_step, group_key, train_group, why_alone
+from initnorm.training.ensemble import Member, checkpoint_step, group_key, parameter_count, train_group, why_alone
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class Job:
     overrides: list[str]
     alone: str | None  # why it runs alone (None: it can be a member)
     key: tuple = ()
+    config: DictConfig | None = None  # its composed sweep config: composed once, here, not again in the worker
 
 
 def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int) -> DictConfig:
@@ -62,6 +63,14 @@ def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num
         sweep_config.hydra.job.num = num
     HydraConfig.instance().set_config(sweep_config)
     return sweep_config
+
+
+def _config_of(job: Job, hydra_context, config: DictConfig) -> DictConfig:
+    """The job's sweep config, set as Hydra's current one (composing takes a quarter of a second a job)."""
+    if job.config is None:
+        return _job_config(hydra_context, config, job.overrides, job.num)
+    HydraConfig.instance().set_config(job.config)
+    return job.config
 
 
 def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
@@ -87,12 +96,13 @@ def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: 
                 step = checkpoint_step(folder, c)
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
-        jobs.append(Job(num, list(overrides), alone, (group_key(c), step)))
+        jobs.append(Job(num, list(overrides), alone, (group_key(c), step), sc))
     return jobs
 
 
-def units_of(jobs: list[Job], max_group: int) -> list[list[Job]]:
-    """Groups of at most ``max_group`` jobs with one key; everything else one job at a time, in job order."""
+def units_of(jobs: list[Job], max_group: int, max_params: int | None = None, params_of=None) -> list[list[Job]]:
+    """Groups of at most ``max_group`` jobs with one key, and at most ``max_params`` parameters in all
+    (``params_of(job)``: one member's count); everything else one job at a time, in job order."""
     groups: dict[tuple, list[Job]] = {}
     for j in jobs:
         if j.alone is None:
@@ -104,7 +114,11 @@ def units_of(jobs: list[Job], max_group: int) -> list[list[Job]]:
         elif j.key not in seen:
             seen.add(j.key)
             members = groups[j.key]
-            n_chunks = math.ceil(len(members) / max_group)
+            most = max_group if max_params is None else max(1, min(max_group, max_params // max(1, params_of(j))))
+            if most == 1:  # too big to gain from stacking: each alone, through the ordinary path
+                units += [[m] for m in members]
+                continue
+            n_chunks = math.ceil(len(members) / most)
             size = math.ceil(len(members) / n_chunks)  # even chunks: 13 jobs at 12 -> 7 + 6, not 12 + 1
             units += [members[i : i + size] for i in range(0, len(members), size)]
     return units
@@ -124,7 +138,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     Singleton.set_state(singleton_state)
     use_cache(str(config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
     if len(unit) == 1:
-        sc = _job_config(hydra_context, config, unit[0].overrides, unit[0].num)
+        sc = _config_of(unit[0], hydra_context, config)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
 
     from initnorm import schema, tb
@@ -133,7 +147,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
 
     members, rets, labels = [], [], []
     for job in unit:
-        sc = _job_config(hydra_context, config, job.overrides, job.num)
+        sc = _config_of(job, hydra_context, config)
         prepared: dict[str, Any] = {}
 
         def prepare(cfg: DictConfig) -> None:  # inside Hydra's run_job: folder, .hydra/, logging set up
@@ -184,11 +198,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params)
-    engine, max_group = params["engine"], params["max_group"]
+    engine, max_group, max_params = params["engine"], params["max_group"], params.get("max_params")
     if engine not in ENGINES:
         raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with `hydra.launcher.engine=joblib`")
     if not isinstance(max_group, int) or max_group < 1:
         raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
+    if max_params is not None and (not isinstance(max_params, int) or isinstance(max_params, bool) or max_params < 1):
+        raise ConfigError(f"hydra.launcher.max_params={max_params!r} must be a positive integer or null; fix it with `hydra.launcher.max_params=2000000`")
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     # compile=true|auto: the compiler's on-disk cache where the next group and the next sweep find it
     # (set before the workers start, so they inherit it; `make clean` removes it with outputs/).
@@ -196,7 +212,14 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
-    units = units_of(jobs, max_group)
+    sizes: dict[tuple, int] = {}
+
+    def params_of(job: Job) -> int:  # one member's parameter count, once per group key
+        if job.key not in sizes:
+            sizes[job.key] = parameter_count(_plain_task(job.config))
+        return sizes[job.key]
+
+    units = units_of(jobs, max_group, max_params, params_of)
     grouped = [u for u in units if len(u) > 1]
     log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s", len(jobs), len(grouped),
              ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
