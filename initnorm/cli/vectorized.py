@@ -194,6 +194,43 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
     return rets
 
 
+def _imports() -> int:
+    """What a worker needs before its first unit (run in the workers while the parent composes)."""
+    import initnorm.cli.train  # noqa: F401  (the task function's module: torch, Lightning, the library)
+
+    return os.getpid()
+
+
+def _warm_workers(n_jobs: int):
+    """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
+    import threading
+
+    from joblib import Parallel, delayed
+
+    def start() -> None:
+        try:
+            n = Parallel(n_jobs=n_jobs, backend="loky")._effective_n_jobs()
+            Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(_imports)() for _ in range(n))
+        except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
+            log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)
+
+    thread = threading.Thread(target=start, name="initnorm-warm-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_workers() -> None:
+    """End joblib's idle workers now: left to the interpreter's exit, their shutdown took 1-2 s after
+    the summary. (They are loky's reusable workers; the next Parallel starts new ones.)"""
+    try:
+        from joblib.externals.loky import reusable_executor
+    except ImportError:
+        return
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False, kill_workers=True)
+
+
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
@@ -211,12 +248,22 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     use_cache(str(config.hydra.runtime.cwd))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    # joblib's workers start (and import torch, Lightning and initnorm, ~3 s each) while this process
+    # composes the jobs (~0.15 s a job): the sweep's Parallel below finds them ready.
+    warming = _warm_workers(params["n_jobs"]) if engine == "joblib" and len(job_overrides) > 1 else None
     jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
+    if warming is not None:
+        warming.join()
     sizes: dict[tuple, int] = {}
 
     def params_of(job: Job) -> int:  # one member's parameter count, once per group key
         if job.key not in sizes:
-            sizes[job.key] = parameter_count(_plain_task(job.config))
+            try:
+                sizes[job.key] = parameter_count(_plain_task(job.config))
+            except Exception as exc:  # a family that cannot be built on the meta device: stack it as before
+                log.warning("could not count the parameters of %s (%s: %s); its group is not capped by hydra.launcher.max_params",
+                            " ".join(job.overrides), type(exc).__name__, exc)
+                sizes[job.key] = 1
         return sizes[job.key]
 
     units = units_of(jobs, max_group, max_params, params_of)
@@ -237,6 +284,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         tasks = executor.map_array(run_unit, *zip(*args))
         results = [t.results()[0] for t in tasks]
     elif engine == "sequential" or len(units) == 1:
+        _stop_workers()  # warmed for nothing: one unit runs here
         results = [run_unit(*a) for a in args]
         Singleton.set_state(state)
     else:
@@ -246,6 +294,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
         out = Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(run_unit)(*args[k]) for k in order)
+        _stop_workers()
         results = [None] * len(args)
         for k, r in zip(order, out):
             results[k] = r
