@@ -9,7 +9,7 @@ def test_alice_normalised_to_28_symbols():
     c = load_corpus("alice")
     assert c.symbols == " .abcdefghijklmnopqrstuvwxyz"
     n = len(c.train) + len(c.val)
-    assert 130_000 < n < 140_000  # about 135,000 characters (shared/data/README.md)
+    assert 130_000 < n < 140_000  # about 135,000 characters
     assert len(c.train) == int(n * 0.9)
     text = c.decode(c.train[:40].tolist())
     assert text.startswith("chapter i.down the rabbit hole")
