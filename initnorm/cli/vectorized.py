@@ -114,10 +114,8 @@ def units_of(jobs: list[Job], max_group: int, max_params: int | None = None, par
         elif j.key not in seen:
             seen.add(j.key)
             members = groups[j.key]
+            # a job too big to gain from stacking (most = 1) becomes a unit of one: it runs alone
             most = max_group if max_params is None else max(1, min(max_group, max_params // max(1, params_of(j))))
-            if most == 1:  # too big to gain from stacking: each alone, through the ordinary path
-                units += [[m] for m in members]
-                continue
             n_chunks = math.ceil(len(members) / most)
             size = math.ceil(len(members) / n_chunks)  # even chunks: 13 jobs at 12 -> 7 + 6, not 12 + 1
             units += [members[i : i + size] for i in range(0, len(members), size)]
@@ -205,11 +203,11 @@ def _warm_workers(n_jobs: int):
     """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
     import threading
 
-    from joblib import Parallel, delayed
+    from joblib import Parallel, delayed, effective_n_jobs
 
     def start() -> None:
         try:
-            n = Parallel(n_jobs=n_jobs, backend="loky")._effective_n_jobs()
+            n = effective_n_jobs(n_jobs)
             Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(_imports)() for _ in range(n))
         except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
             log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)

@@ -255,7 +255,7 @@ class Group:
         # make every view's backward allocate, fill and add a zero tensor the size of the whole group.)
         self.grad = torch.zeros_like(self.flat)
         self.params = {n: v.requires_grad_() for n, v in self.views(self.flat).items()}
-        for (n, leaf), g in zip(self.params.items(), self.views(self.grad).values()):
+        for leaf, g in zip(self.params.values(), self.views(self.grad).values()):
             leaf.grad = g
         # The optimiser numbers come from each member's own optimiser (its LightningModule's
         # configure_optimizers): per-role lr, decay and eps of any parameterisation, as its job uses them.

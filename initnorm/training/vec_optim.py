@@ -91,8 +91,8 @@ class VecOptimizer:
         self.seg_eps = eps.to(device=dev, dtype=torch.float64)
         self.beta1 = betas[:, 0].to(device=dev, dtype=torch.float64)  # [E]
         self.beta2 = betas[:, 1].to(device=dev, dtype=torch.float64)
-        self._coupled = kind != "adamw" and bool(self.seg_wd.any())
-        self._decays = kind == "adamw" and bool(self.seg_wd.any())
+        decayed = bool(self.seg_wd.any())
+        self._coupled, self._decays = decayed and kind != "adamw", decayed and kind == "adamw"
         self.steps = torch.zeros(self.E, dtype=torch.float64, device=dev)  # optimiser steps taken per member
         self.exp_avg = torch.zeros_like(flat)  # Adam's m, or SGD's momentum buffer
         self.exp_avg_sq = torch.zeros_like(flat) if kind != "sgd" else None
@@ -115,10 +115,14 @@ class VecOptimizer:
         if bool((values == values[0]).all()):
             return float(values[0])
         if out is None:
-            return values[self.seg.long()].view(self.flat.shape)
+            return self._per_element(values)
         buf = self._buf(out, values.dtype)
         torch.index_select(values, 0, self.seg, out=buf.view(-1))
         return buf
+
+    def _per_element(self, values: torch.Tensor) -> torch.Tensor:
+        """A per-segment value for every element, in ``flat``'s shape (a new tensor)."""
+        return torch.index_select(values, 0, self.seg).view(self.flat.shape)
 
     def _buf(self, name: str, dtype=torch.float32) -> torch.Tensor:
         b = self._bufs.get(name)
@@ -130,19 +134,19 @@ class VecOptimizer:
     def rates(self) -> torch.Tensor:
         """Every element's group learning rate (float64, ``flat``'s shape; made once, when asked)."""
         if "rates" not in self._cache:
-            self._cache["rates"] = self.seg_rates[self.seg.long()].view(self.flat.shape)
+            self._cache["rates"] = self._per_element(self.seg_rates)
         return self._cache["rates"]
 
     @property
     def eps64(self) -> torch.Tensor:
         """Every element's eps as its group holds it (float64, ``flat``'s shape; made once, when asked)."""
         if "eps64" not in self._cache:
-            self._cache["eps64"] = self.seg_eps[self.seg.long()].view(self.flat.shape)
+            self._cache["eps64"] = self._per_element(self.seg_eps)
         return self._cache["eps64"]
 
     def member_mask(self, members: torch.Tensor) -> torch.Tensor:
         """Per element: does it belong to one of ``members`` (a [E] bool)?"""
-        return members.to(self.member.device)[self.member][self.seg.long()].view(self.flat.shape)
+        return self._per_element(members.to(self.member.device)[self.member])
 
     @classmethod
     def from_hypers(cls, kind: str, flat: torch.Tensor, hypers: Sequence[MemberHyper], lr_mult: torch.Tensor, decayed: torch.Tensor) -> "VecOptimizer":
@@ -252,7 +256,7 @@ class VecOptimizer:
 
     def _idx(self, i: int) -> torch.Tensor:
         """Member ``i``'s positions in ``flat.view(-1)``, in order."""
-        return (self.member[self.seg.long()] == i).nonzero().flatten()
+        return (self._per_element(self.member) == i).flatten().nonzero().flatten()
 
     def member_state(self, i: int) -> dict[str, torch.Tensor]:
         idx = self._idx(i)
