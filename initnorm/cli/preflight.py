@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices
+from initnorm.cli import devices, sweeper
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.disk import check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
@@ -40,7 +40,7 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def one_line(exc: BaseException) -> ConfigError:
 
 def expand(primary: DictConfig) -> list[list[str]]:
     """Every job's overrides, as Hydra's basic sweeper makes them (preset ``hydra.sweeper.params`` first, the command line wins)."""
-    if primary.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+    if primary.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return [[str(o) for o in primary.hydra.overrides.task]]  # another sweeper picks its own jobs: check the primary only
     parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
@@ -232,7 +232,7 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
             check_launcher_and_folder(primary, multirun)
             swept = parse_sweep(sweep_overrides(primary)) if multirun else []
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
-            jobs, seen = [], set()
+            jobs, seen, composed = [], set(), {}
             for num, overrides in enumerate(job_lists):
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
                 label = f"job {named or num}" if multirun else ""
@@ -244,6 +244,9 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
                     with open_dict(cfg):
                         cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
                 jobs.append(check_job(cfg, overrides, label, seen))
+                composed[tuple(overrides)] = cfg
+            if multirun:
+                sweeper.COMPOSED.update(composed)  # Hydra's sweeper need not compose them again, nor the vectorised launcher
             return jobs
     finally:
         GlobalHydra.instance().clear()

@@ -1,14 +1,16 @@
 """The work of ``hydra/launcher=vectorized``: group a sweep's jobs, train each group as one stacked model.
 
-1. Compose every job as Hydra would and look into its folder (``resume``): a finished job, a job
-   with a Lightning checkpoint, and a job that cannot be a member (``ensemble.why_alone``) run
-   alone through the ordinary task function, exactly as under the basic launcher.
+1. Take every job's config as the preflight composed it before Hydra started (checked equal to
+   Hydra's own composition on the first job; composed here otherwise) and look into its folder
+   (``resume``): a finished job, a job with a Lightning checkpoint, and a job that cannot be a
+   member (``ensemble.why_alone``) run alone through the ordinary task function, exactly as under
+   the basic launcher.
 2. The others are grouped by ``ensemble.group_key`` (everything that changes shapes or the graph)
    and by the step their vectorised checkpoint resumes from; a group larger than
    ``hydra.launcher.max_group`` is split; a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
-   joblib's worker processes (``engine: joblib``, one per core; with N GPUs, unit k on GPU k mod N),
-   or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
+   joblib's worker processes (``engine: joblib``, one per core, started as the command line is
+   read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
    ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
    ``ensemble.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -30,7 +33,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import console, devices
+from initnorm.cli import console, devices, sweeper, workers
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -56,8 +59,29 @@ class Job:
     config: DictConfig | None = None  # its composed sweep config: composed once, here, not again in the worker
 
 
-def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int) -> DictConfig:
-    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+# What Hydra's composition of a job takes from the running sweep and the preflight's (composed before
+# Hydra started) cannot know; everything else is the same composition of the same overrides.
+LAUNCH_KEYS = ("hydra.mode", "hydra.overrides.hydra", "hydra.job.name")
+
+
+def _preflight_config(config: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
+    """The job's config as the preflight composed it, completed with what the sweep knows (None: not composed)."""
+    composed = sweeper.COMPOSED.get(tuple(overrides))
+    if composed is None:
+        return None
+    sweep_config = copy.deepcopy(composed)
+    OmegaConf.set_readonly(sweep_config.hydra, None)  # the preflight's HydraConfig.set_config marked it read-only
+    with open_dict(sweep_config):
+        for key in LAUNCH_KEYS:
+            OmegaConf.update(sweep_config, key, copy.deepcopy(OmegaConf.select(config, key)), merge=False)
+    return sweep_config
+
+
+def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int, reuse: bool = False) -> DictConfig:
+    """The job's sweep config, as Hydra's launchers compose it; ``reuse``: from the preflight's composition where there is one."""
+    sweep_config = _preflight_config(config, overrides) if reuse else None
+    if sweep_config is None:
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
         sweep_config.hydra.job.num = num
@@ -78,11 +102,22 @@ def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
     return to_plain(task)
 
 
+def _same(a: DictConfig, b: DictConfig) -> bool:
+    return OmegaConf.to_container(a, resolve=False) == OmegaConf.to_container(b, resolve=False)
+
+
 def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> list[Job]:
     jobs = []
+    # The preflight composed every job already (1 s for 12 jobs): its configs are used once the first
+    # one is found equal to Hydra's own composition (another Hydra, or a sweep without the preflight: composed here).
+    first = list(job_overrides[0]) if job_overrides else []
+    reuse = bool(first) and tuple(first) in sweeper.COMPOSED and _same(
+        _job_config(hydra_context, config, first, initial_job_idx, reuse=True), _job_config(hydra_context, config, first, initial_job_idx))
+    if first and not reuse:
+        log.debug("the preflight's job configs differ from Hydra's: composing every job again")
     for idx, overrides in enumerate(job_overrides):
         num = initial_job_idx + idx
-        sc = _job_config(hydra_context, config, overrides, num)
+        sc = _job_config(hydra_context, config, overrides, num, reuse)
         c = _plain_task(sc)
         folder = Path(str(sc.hydra.sweep.dir)) / str(sc.hydra.sweep.subdir)
         alone = why_alone(c)
@@ -130,11 +165,19 @@ def _device(config: DictConfig, unit_index: int) -> str:
     return "cpu"
 
 
-def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state) -> list[JobReturn]:
-    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model."""
+def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state, env: dict[str, str] | None = None) -> list[JobReturn]:
+    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model.
+    ``env``: what the launching process set in its environment after this worker started."""
+    os.environ.update(env or {})
     setup_globals()
     Singleton.set_state(singleton_state)
     use_cache(str(config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
+    if config.hydra.launcher.get("engine") == "joblib":
+        # One worker per core: the compiler's own pool of compile processes would only share this
+        # core, and, killed with the worker, leave the resource tracker warning of leaked semaphores.
+        from torch._inductor import config as inductor_config
+
+        inductor_config.compile_threads = 1
     if len(unit) == 1:
         sc = _config_of(unit[0], hydra_context, config)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
@@ -177,7 +220,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
         log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
                     "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
-        return [ret for p in parts for ret in run_unit([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state)]
+        return [ret for p in parts for ret in run_unit([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -190,43 +233,6 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         ret.return_value = r["final_val_loss"]
         console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
     return rets
-
-
-def _imports() -> int:
-    """What a worker needs before its first unit (run in the workers while the parent composes)."""
-    import initnorm.cli.train  # noqa: F401  (the task function's module: torch, Lightning, the library)
-
-    return os.getpid()
-
-
-def _warm_workers(n_jobs: int):
-    """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
-    import threading
-
-    from joblib import Parallel, delayed, effective_n_jobs
-
-    def start() -> None:
-        try:
-            n = effective_n_jobs(n_jobs)
-            Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(_imports)() for _ in range(n))
-        except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
-            log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)
-
-    thread = threading.Thread(target=start, name="initnorm-warm-workers", daemon=True)
-    thread.start()
-    return thread
-
-
-def _stop_workers() -> None:
-    """End joblib's idle workers now: left to the interpreter's exit, their shutdown took 1-2 s after
-    the summary. (They are loky's reusable workers; the next Parallel starts new ones.)"""
-    try:
-        from joblib.externals.loky import reusable_executor
-    except ImportError:
-        return
-    executor = getattr(reusable_executor, "_executor", None)
-    if executor is not None:
-        executor.shutdown(wait=False, kill_workers=True)
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -246,9 +252,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     use_cache(str(config.hydra.runtime.cwd))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    # joblib's workers start (and import torch, Lightning and initnorm, ~3 s each) while this process
-    # composes the jobs (~0.15 s a job): the sweep's Parallel below finds them ready.
-    warming = _warm_workers(params["n_jobs"]) if engine == "joblib" and len(job_overrides) > 1 else None
+    # joblib's workers import torch, Lightning and initnorm (~3 s each) while this process composes the
+    # jobs (~0.15 s a job); started by the command line (workers.start_early) where it names this launcher.
+    warming = None
+    if engine == "joblib" and len(job_overrides) > 1:
+        warming = workers.started_early() or workers.warm(params["n_jobs"])
+    else:
+        workers.stop()
     jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
     if warming is not None:
         warming.join()
@@ -272,7 +282,8 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
     state = Singleton.get_state()
-    args = [(u, k, hydra_context, config, launcher.task_function, state) for k, u in enumerate(units)]
+    env = workers.shared_env()
+    args = [(u, k, hydra_context, config, launcher.task_function, state, env) for k, u in enumerate(units)]
     if engine == "submitit":  # one SLURM array task per unit, with hydra/launcher=slurm's keys
         import submitit
 
@@ -282,7 +293,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         tasks = executor.map_array(run_unit, *zip(*args))
         results = [t.results()[0] for t in tasks]
     elif engine == "sequential" or len(units) == 1:
-        _stop_workers()  # warmed for nothing: one unit runs here
+        workers.stop()  # warmed for nothing: one unit runs here
         results = [run_unit(*a) for a in args]
         Singleton.set_state(state)
     else:
@@ -292,7 +303,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
         out = Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(run_unit)(*args[k]) for k in order)
-        _stop_workers()
+        workers.stop()
         results = [None] * len(args)
         for k, r in zip(order, out):
             results[k] = r

@@ -1,0 +1,99 @@
+"""The vectorised launcher's worker processes (joblib's loky workers): started early, ended promptly.
+
+A worker spends ~3 s importing torch, Lightning and initnorm before its first group. The parent
+spends about as long importing the same, then composing and checking every job. So the workers are
+started first: ``start_early`` reads the command line before anything heavy is imported and, for a
+vectorised sweep on joblib, starts them in a thread; they import while the parent does, and the
+sweep's own ``Parallel`` (initnorm/cli/vectorized.py) finds them ready (loky reuses an executor
+asked for with the same arguments). This module imports nothing heavy: it runs first.
+
+What the parent sets in its environment after the workers started (the sweep's size, its swept
+keys, the stop signals) reaches them as an argument of each unit of work instead (``shared_env``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+
+# Read by the code a worker runs, set by the parent once the sweep is known (after the workers
+# started): console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, training.signals.STOP_ENV.
+SHARED_ENV = ("INITNORM_SWEEP_TOTAL", "INITNORM_SWEEP_START", "INITNORM_SWEPT_KEYS", "INITNORM_STOP_SIGNALS")
+DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
+
+_started: threading.Thread | None = None
+_stopping = False
+
+
+def imports() -> int:
+    """What a worker needs before its first unit of work."""
+    import initnorm.cli.train  # noqa: F401  (the task function's module: torch, Lightning, the library)
+
+    return os.getpid()
+
+
+def warm(n_jobs: int) -> threading.Thread:
+    """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
+    global _stopping
+    _stopping = False
+
+    def start() -> None:
+        try:
+            from joblib import Parallel, delayed, effective_n_jobs
+
+            n = effective_n_jobs(n_jobs)
+            Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(imports)() for _ in range(n))
+        except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
+            if not _stopping:  # stop() ended them on purpose (a command line that failed its checks)
+                log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)
+
+    thread = threading.Thread(target=start, name="initnorm-warm-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _launcher_args(argv: list[str]) -> tuple[bool, int | None]:
+    """(a vectorised sweep on joblib, its n_jobs) as far as the command line says."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    values = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
+    if not multirun or values.get("hydra/launcher") != "vectorized" or values.get("hydra.launcher.engine", "joblib") != "joblib":
+        return False, None
+    try:
+        return True, int(values.get("hydra.launcher.n_jobs", DEFAULT_N_JOBS))
+    except ValueError:  # a bad value: the launcher says so, in one line
+        return False, None
+
+
+def start_early(argv: list[str]) -> None:
+    """Start the workers of ``argv``'s vectorised sweep now (no-op for any other command line)."""
+    global _started
+    wanted, n_jobs = _launcher_args(argv)
+    if wanted and _started is None:
+        _started = warm(n_jobs)
+
+
+def started_early() -> threading.Thread | None:
+    return _started
+
+
+def stop() -> None:
+    """End joblib's workers now, idle or still importing: left to the interpreter's exit, their
+    shutdown took 1-2 s after the summary. (They are loky's reusable workers; the next Parallel
+    starts new ones.)"""
+    global _started, _stopping
+    _stopping, _started = True, None
+    try:
+        from joblib.externals.loky import reusable_executor
+    except ImportError:
+        return
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False, kill_workers=True)
+
+
+def shared_env() -> dict[str, str]:
+    """The part of this process's environment that a worker started earlier lacks."""
+    return {k: os.environ[k] for k in SHARED_ENV if k in os.environ}

@@ -1,0 +1,82 @@
+"""What a sweep does before its first step: the vectorised launcher's workers start from the command
+line (initnorm/cli/workers.py) and still get what the parent set later, and neither Hydra's sweeper
+nor the vectorised launcher composes again the jobs the preflight composed (initnorm/cli/sweeper.py)."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+from hydra import initialize_config_dir
+from hydra._internal.core_plugins import basic_sweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+
+from initnorm.cli import sweeper, workers
+from initnorm.cli.compose import CONF_DIR
+from initnorm.cli.preflight import check_command_line
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["-m", "seed=1,2", "hydra/launcher=vectorized"], (True, -1)),
+        (["--multirun", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2"], (True, 2)),
+        (["seed=1", "hydra/launcher=vectorized"], (False, None)),  # one run: no workers
+        (["-m", "seed=1,2", "hydra/launcher=local_parallel"], (False, None)),
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential"], (False, None)),
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=many"], (False, None)),  # the launcher reports it
+    ],
+)
+def test_workers_start_early_only_for_a_vectorised_sweep_on_joblib(argv, expected):
+    assert workers._launcher_args(argv) == expected
+
+
+def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
+    """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was composed by the preflight.
+    (The basic sweeper's class is looked up when used: Hydra's plugin discovery executes its module again.)"""
+    monkeypatch.setattr(sweeper, "COMPOSED", {})
+    argv = ["-m", "experiment=norm_type", "seed=1,2", "steps=5"]
+    jobs = check_command_line(argv)
+    assert jobs and len(sweeper.COMPOSED) == len(jobs)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = GlobalHydra.instance().config_loader().load_configuration("train", argv[1:], run_mode=RunMode.MULTIRUN)
+    basic = basic_sweeper.BasicSweeper(max_batch_size=None, params=dict(cfg.hydra.sweeper.get("params") or {}))
+    basic.config = cfg
+    arguments = basic._parse_config() + argv[1:]
+    batches = basic_sweeper.BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
+    made = [tuple(job) for batch in batches for job in batch]
+    assert len(made) == len(jobs) and set(made) == set(sweeper.COMPOSED)
+
+
+def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
+    composed = []
+    monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self, batch: composed.append([list(j) for j in batch]))
+    monkeypatch.setattr(sweeper, "COMPOSED", {("seed=1",): None, ("seed=2",): None})
+    s = sweeper.CheckedSweeper(max_batch_size=None)
+    s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
+    assert composed == []
+    s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch
+    assert composed == [[["seed=1"], ["seed=3"]]]
+
+
+def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
+    """Two groups in joblib's workers (started from the command line): job folders named by the swept
+    keys, and progress counted against the sweep's size, both set by the parent after the workers started."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none", "trainer.enable_progress_bar=false",
+                   "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    folders = sorted(str(p.parent.relative_to(sweep)) for p in sweep.rglob("metrics.json"))
+    assert folders == ["norm=post/seed=1", "norm=post/seed=2", "norm=pre/seed=1", "norm=pre/seed=2"]
+    records = [json.loads((sweep / f / "metrics.json").read_text()) for f in folders]
+    assert all(r["vectorized"]["group_size"] == 2 for r in records)
+    # The launcher took the preflight's compositions: each job's .hydra/ is still Hydra's own for that job.
+    for f, r in zip(folders, records):
+        hydra = OmegaConf.load(sweep / f / ".hydra" / "hydra.yaml").hydra
+        assert hydra.mode == "MULTIRUN" and hydra.job.name == "train" and hydra.job.id == f"train_{r['job_num']}" and hydra.job.num == r["job_num"]
+        assert "hydra.mode=MULTIRUN" in hydra.overrides.hydra and set(f.split("/")) <= set(hydra.overrides.task)
+        assert OmegaConf.load(sweep / f / ".hydra" / "config.yaml").norm == f.split("/")[0].split("=")[1]
+    assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
+    assert "leaked semaphore" not in proc.stderr and "could not start the workers" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
