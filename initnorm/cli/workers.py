@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,8 @@ def stop() -> None:
     starts new ones.)"""
     global _started, _stopping
     _stopping, _started = True, None
-    try:
-        from joblib.externals.loky import reusable_executor
-    except ImportError:
+    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")
+    if reusable_executor is None:  # no joblib pool in this process: nothing to end
         return
     executor = getattr(reusable_executor, "_executor", None)
     if executor is not None:
