@@ -33,6 +33,14 @@ def test_workers_start_early_only_for_a_vectorised_sweep_on_joblib(argv, expecte
     assert workers._launcher_args(argv) == expected
 
 
+def test_the_environment_handed_to_workers_names_the_keys_their_code_reads():
+    """workers.py spells them out (it runs before the modules that define them are imported)."""
+    from initnorm.cli import console, sweep
+    from initnorm.training import signals
+
+    assert workers.SHARED_ENV == (console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, signals.STOP_ENV)
+
+
 def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
     """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was composed by the preflight.
     (The basic sweeper's class is looked up when used: Hydra's plugin discovery executes its module again.)"""

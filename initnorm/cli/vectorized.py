@@ -10,8 +10,9 @@
    ``hydra.launcher.max_group`` is split; a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
    joblib's worker processes (``engine: joblib``, one per core, started as the command line is
-   read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
-   ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``).
+   read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
+   through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
+   ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
    ``ensemble.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
 """
@@ -297,12 +298,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         results = [run_unit(*a) for a in args]
         Singleton.set_state(state)
     else:
-        from joblib import Parallel, delayed
+        from joblib import delayed
 
         n_jobs = params["n_jobs"]
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
-        out = Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(run_unit)(*args[k]) for k in order)
+        out = workers.parallel(n_jobs)(delayed(run_unit)(*args[k]) for k in order)
         workers.stop()
         results = [None] * len(args)
         for k, r in zip(order, out):

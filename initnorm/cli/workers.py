@@ -36,6 +36,14 @@ def imports() -> int:
     return os.getpid()
 
 
+def parallel(n_jobs: int):
+    """The joblib ``Parallel`` of the vectorised launcher: the warm-up and the sweep must ask for the
+    same one, or loky makes a new pool instead of reusing the warm workers."""
+    from joblib import Parallel
+
+    return Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")
+
+
 def warm(n_jobs: int) -> threading.Thread:
     """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
     global _stopping
@@ -43,10 +51,9 @@ def warm(n_jobs: int) -> threading.Thread:
 
     def start() -> None:
         try:
-            from joblib import Parallel, delayed, effective_n_jobs
+            from joblib import delayed, effective_n_jobs
 
-            n = effective_n_jobs(n_jobs)
-            Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")(delayed(imports)() for _ in range(n))
+            parallel(n_jobs)(delayed(imports)() for _ in range(effective_n_jobs(n_jobs)))
         except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
             if not _stopping:  # stop() ended them on purpose (a command line that failed its checks)
                 log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)
