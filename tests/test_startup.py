@@ -3,6 +3,8 @@ line (initnorm/cli/workers.py) and still get what the parent set later, and neit
 nor the vectorised launcher composes again the jobs the preflight composed (initnorm/cli/sweeper.py)."""
 
 import json
+import os
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -88,3 +90,29 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
         assert OmegaConf.load(sweep / f / ".hydra" / "config.yaml").norm == f.split("/")[0].split("=")[1]
     assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
     assert "leaked semaphore" not in proc.stderr and "could not start the workers" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
+
+
+def _where_am_i() -> tuple[int, str, int, bool]:
+    """In a worker: the parent process, its command line, its thread count, whether the library is imported."""
+    parent = os.getppid()
+    with open(f"/proc/{parent}/cmdline", "rb") as f:
+        cmdline = f.read().replace(b"\0", b" ").decode()
+    return parent, cmdline, len(os.listdir(f"/proc/{parent}/task")), all(m in sys.modules for m in workers.WORKER_MODULES)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is used on Linux only")
+def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_library(monkeypatch):
+    """Forking is safe only from a process that started no threads (OpenMP's pool included); the server only imports."""
+    from joblib import delayed
+
+    monkeypatch.delenv(workers.FORKSERVER_ENV, raising=False)
+    assert workers.start_method() == "forkserver"
+    try:
+        seen = workers.parallel(2)(delayed(_where_am_i)() for _ in range(4))
+    finally:
+        workers.stop()
+    parents = {p for p, *_ in seen}
+    assert len(parents) == 1 and os.getpid() not in parents, seen
+    assert all("forkserver" in cmd and threads == 1 and imported for _, cmd, threads, imported in seen), seen
+    monkeypatch.setenv(workers.FORKSERVER_ENV, "0")
+    assert workers.start_method() == "loky"

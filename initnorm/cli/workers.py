@@ -1,11 +1,17 @@
 """The vectorised launcher's worker processes (joblib's loky workers): started early, ended promptly.
 
-A worker spends ~3 s importing torch, Lightning and initnorm before its first group. The parent
+A worker needs torch, Lightning and initnorm (~3 s of imports) before its first group. The parent
 spends about as long importing the same, then composing and checking every job. So the workers are
 started first: ``start_early`` reads the command line before anything heavy is imported and, for a
-vectorised sweep on joblib, starts them in a thread; they import while the parent does, and the
-sweep's own ``Parallel`` (initnorm/cli/vectorized.py) finds them ready (loky reuses an executor
-asked for with the same arguments). This module imports nothing heavy: it runs first.
+vectorised sweep on joblib, starts them in a thread; the sweep's own ``Parallel``
+(initnorm/cli/vectorized.py) finds them ready (loky reuses an executor asked for with the same
+arguments). This module imports nothing heavy: it runs first.
+
+On Linux the workers come from a fork server (``multiprocessing``'s "forkserver" start method,
+which loky supports): one server process imports ``WORKER_MODULES`` once, on the second core while
+the parent imports on the first, and every worker is forked from it with everything imported. With
+loky's own start method each worker imported for itself: three processes importing on two cores.
+Forking from the server is safe because it has run nothing but imports (one thread, no OpenMP pool).
 
 What the parent sets in its environment after the workers started (the sweep's size, its swept
 keys, the stop signals) reaches them as an argument of each unit of work instead (``shared_env``).
@@ -24,23 +30,44 @@ log = logging.getLogger(__name__)
 # started): console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, training.signals.STOP_ENV.
 SHARED_ENV = ("INITNORM_SWEEP_TOTAL", "INITNORM_SWEEP_START", "INITNORM_SWEPT_KEYS", "INITNORM_STOP_SIGNALS")
 DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
+# What a worker imports before its first unit: the task function's module (torch, Lightning, the library).
+WORKER_MODULES = ("initnorm.cli.train",)
+# Set to 0 for loky's own start method (every worker imports for itself), as on other platforms.
+FORKSERVER_ENV = "INITNORM_FORKSERVER"
 
 _started: threading.Thread | None = None
 _stopping = False
 
 
 def imports() -> int:
-    """What a worker needs before its first unit of work."""
-    import initnorm.cli.train  # noqa: F401  (the task function's module: torch, Lightning, the library)
+    """What a worker needs before its first unit of work (nothing left to do in a worker forked from the server)."""
+    import importlib
 
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
     return os.getpid()
+
+
+def start_method() -> str:
+    """How loky starts the workers: "forkserver" on Linux (``INITNORM_FORKSERVER=0`` turns it off), else loky's own."""
+    if sys.platform.startswith("linux") and os.environ.get(FORKSERVER_ENV, "1") != "0":
+        return "forkserver"
+    return "loky"
 
 
 def parallel(n_jobs: int):
     """The joblib ``Parallel`` of the vectorised launcher: the warm-up and the sweep must ask for the
     same one, or loky makes a new pool instead of reusing the warm workers."""
     from joblib import Parallel
+    from joblib.externals.loky.backend import context
 
+    method = start_method()
+    if method == "forkserver":
+        import multiprocessing
+
+        # Read when the server starts (with the first worker), so set before every pool is asked for.
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
+    context.set_start_method(method, force=True)  # joblib passes no start method to loky: its default
     return Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")
 
 
