@@ -102,7 +102,8 @@ def _where_am_i() -> tuple[int, str, int, bool]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is used on Linux only")
 def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_library(monkeypatch):
-    """Forking is safe only from a process that started no threads (OpenMP's pool included); the server only imports."""
+    """Forking is safe only from a process that started no threads (OpenMP's pool included); the server
+    only imports. After the sweep nothing of it is left."""
     from joblib import delayed
 
     monkeypatch.delenv(workers.FORKSERVER_ENV, raising=False)
@@ -110,9 +111,10 @@ def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_li
     try:
         seen = workers.parallel(2)(delayed(_where_am_i)() for _ in range(4))
     finally:
-        workers.stop()
+        workers.end()
     parents = {p for p, *_ in seen}
     assert len(parents) == 1 and os.getpid() not in parents, seen
     assert all("forkserver" in cmd and threads == 1 and imported for _, cmd, threads, imported in seen), seen
+    assert not os.path.exists(f"/proc/{parents.pop()}"), "the fork server outlived the sweep"  # killed and reaped by end()
     monkeypatch.setenv(workers.FORKSERVER_ENV, "0")
     assert workers.start_method() == "loky"

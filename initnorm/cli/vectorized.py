@@ -304,7 +304,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
         out = workers.parallel(n_jobs)(delayed(run_unit)(*args[k]) for k in order)
-        workers.stop()
+        workers.end()
         results = [None] * len(args)
         for k, r in zip(order, out):
             results[k] = r
