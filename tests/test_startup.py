@@ -118,3 +118,16 @@ def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_li
     assert not os.path.exists(f"/proc/{parents.pop()}"), "the fork server outlived the sweep"  # killed and reaped by end()
     monkeypatch.setenv(workers.FORKSERVER_ENV, "0")
     assert workers.start_method() == "loky"
+
+
+def test_a_vectorised_sweep_in_its_default_folder_writes_every_job_there(tmp_path):
+    """The default sweep folder draws a new random suffix each time it is resolved
+    (initnorm.unique_dir): the jobs the preflight composed must carry the sweep's resolved value,
+    or every job lands in a folder of its own and the summary finds none."""
+    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "steps=10", "callbacks=none", "trainer.enable_progress_bar=false",
+                   "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    sweeps = list((tmp_path / "outputs" / "multirun").iterdir())
+    assert len(sweeps) == 1, sweeps
+    assert len(list(sweeps[0].rglob("metrics.json"))) == 4 and (sweeps[0] / "summary.md").is_file()
+    assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]

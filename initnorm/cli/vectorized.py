@@ -75,6 +75,9 @@ def _preflight_config(config: DictConfig, overrides: Sequence[str]) -> DictConfi
     with open_dict(sweep_config):
         for key in LAUNCH_KEYS:
             OmegaConf.update(sweep_config, key, copy.deepcopy(OmegaConf.select(config, key)), merge=False)
+    # The sweep's resolved values (its folder: initnorm.unique_dir draws a new one per resolution; the
+    # timestamp), as Hydra's load_sweep_config hands them to every job it composes.
+    OmegaConf.copy_cache(from_config=config, to_config=sweep_config)
     return sweep_config
 
 
