@@ -131,3 +131,55 @@ def test_a_vectorised_sweep_in_its_default_folder_writes_every_job_there(tmp_pat
     assert len(sweeps) == 1, sweeps
     assert len(list(sweeps[0].rglob("metrics.json"))) == 4 and (sweeps[0] / "summary.md").is_file()
     assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
+
+
+def _with_mark(mark: str) -> list[int]:
+    """The processes whose environment holds ``mark``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark.encode() in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:  # gone meanwhile, or not ours
+                pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserver):
+    """kill -9 of the launching process alone: its joblib workers stop (leaving their checkpoints to
+    resume from) instead of training on and writing the folders that a rerun writes too."""
+    import secrets
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+
+    mark = f"INITNORM_TEST_MARK={secrets.token_hex(8)}"
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), workers.FORKSERVER_ENV: forkserver, mark.split("=")[0]: mark.split("=")[1]}
+    command = [sys.executable, "-m", "initnorm.train", "-m", "norm=pre,post", "seed=1,2", "steps=100000", "compile=false", "callbacks=none", "trainer.enable_progress_bar=false",
+               "checkpoint.every_n_steps=100", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(sweep.rglob("vectorized.ckpt"))) < 4:
+            assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before its first checkpoints"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while _with_mark(mark) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _with_mark(mark)
+    finally:
+        proc.kill()
+        for pid in _with_mark(mark):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes of the killed sweep still running: {left}"
+    logs = [p.read_text() for p in sweep.rglob("train.log")]
+    assert len(logs) == 4 and all("the sweep's process is gone" in t for t in logs)

@@ -42,7 +42,7 @@ from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
 from initnorm.training.compiling import use_cache
-from initnorm.training.ensemble import Member, checkpoint_step, group_key, parameter_count, train_group, why_alone
+from initnorm.training.ensemble import Abandoned, Member, checkpoint_step, group_key, parameter_count, train_group, why_alone
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,17 @@ def _config_of(job: Job, hydra_context, config: DictConfig) -> DictConfig:
         return _job_config(hydra_context, config, job.overrides, job.num)
     HydraConfig.instance().set_config(job.config)
     return job.config
+
+
+def _abandoned_check(config: DictConfig):
+    """In a joblib worker: whether the sweep's process has gone since this unit started. None elsewhere.
+    Asked of the process itself: a fork server's workers hold its "alive" pipe open, so the server
+    outlives the sweep's process as long as they do, and their parent does not change."""
+    launcher = os.environ.get(workers.LAUNCHER_PID_ENV)
+    if config.hydra.launcher.get("engine") != "joblib" or launcher is None or int(launcher) == os.getpid():
+        return None
+    pid = int(launcher)
+    return lambda: not workers.alive(pid)
 
 
 def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
@@ -219,7 +230,12 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         rets.append(ret)
     device = _device(config, unit_index)
     try:
-        results = train_group(members, device)
+        results = train_group(members, device, abandoned=_abandoned_check(config))
+    except Abandoned:
+        # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
+        # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
+        logging.shutdown()
+        os._exit(1)
     except NotStackable as exc:  # found while building the group, before any step: smaller groups, or each job alone
         parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
         log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
@@ -286,7 +302,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
     state = Singleton.get_state()
-    env = workers.shared_env()
+    env = workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}
     args = [(u, k, hydra_context, config, launcher.task_function, state, env) for k, u in enumerate(units)]
     if engine == "submitit":  # one SLURM array task per unit, with hydra/launcher=slurm's keys
         import submitit

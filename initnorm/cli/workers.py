@@ -33,6 +33,8 @@ SHARED_ENV = ("INITNORM_SWEEP_TOTAL", "INITNORM_SWEEP_START", "INITNORM_SWEPT_KE
 DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
 # What a worker imports before its first unit: the task function's module (torch, Lightning, the library).
 WORKER_MODULES = ("initnorm.cli.train",)
+# The launching process's pid, handed to each unit: a worker tells from it that it is a worker.
+LAUNCHER_PID_ENV = "INITNORM_LAUNCHER_PID"
 # Set to 0 for loky's own start method (every worker imports for itself), as on other platforms.
 FORKSERVER_ENV = "INITNORM_FORKSERVER"
 
@@ -149,6 +151,21 @@ def end() -> None:
         # 0.9 s. The workers' CPU time it collected still reaches this process when it is reaped.
         os.kill(pid, signal.SIGKILL)
         server._stop()  # reaps it and forgets it (multiprocessing has no public call for this)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process under a reused pid: not ours to judge
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:  # no /proc (macOS): os.kill's answer
+        return True
 
 
 def shared_env() -> dict[str, str]:

@@ -447,8 +447,18 @@ def _eval_sets(data) -> list[tuple[str, list]]:
     return [(name, list(loader)) for name, loader in zip(names, loaders)]
 
 
-def train_group(members: Sequence[Member], device: str | torch.device = "cpu", on_done: Callable[[int, dict], None] | None = None) -> list[dict[str, Any]]:
-    """Train ``members`` as one stacked model; write each one's job folder; return their metrics in order."""
+class Abandoned(Exception):
+    """The process that launched this group is gone: its results have no one to go to."""
+
+
+# Steps between two calls of ``train_group``'s ``abandoned`` (a system call; ~2 s of a 6-member Decoder group).
+ABANDON_CHECK_EVERY = 100
+
+
+def train_group(members: Sequence[Member], device: str | torch.device = "cpu", on_done: Callable[[int, dict], None] | None = None,
+                abandoned: Callable[[], bool] | None = None) -> list[dict[str, Any]]:
+    """Train ``members`` as one stacked model; write each one's job folder; return their metrics in order.
+    ``abandoned``: asked every ABANDON_CHECK_EVERY steps; True raises ``Abandoned``, with the last checkpoint left to resume from."""
     c0 = dict(members[0].cfg)
     if c0["threads"]:
         torch.set_num_threads(int(c0["threads"]))
@@ -518,6 +528,10 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         validate_now(0)  # every curve starts where training starts (as Trainable.on_train_start)
     step = resumed
     while step < steps and bool(g.active.any()):
+        if abandoned is not None and step % ABANDON_CHECK_EVERY == 0 and abandoned():
+            for log in logs:
+                log.warning("the sweep's process is gone: stopped at step %d; rerun the command in this sweep folder to resume", step)
+            raise Abandoned(step)
         if ckpt_every > 0 and step > 0 and step % ckpt_every == 0 and step != resumed:
             g.save(step)
         xs, ys = _stack([next(s) for s in streams], g.device)
