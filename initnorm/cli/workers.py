@@ -121,14 +121,17 @@ def stop() -> None:
     """End joblib's workers now, idle or still importing: left to the interpreter's exit, their
     shutdown took 1-2 s after the summary. (They are loky's reusable workers; the next Parallel
     starts new ones.)"""
+    _kill_workers(wait=False)
+
+
+def _kill_workers(wait: bool) -> None:
+    """Kill loky's reusable workers, if this process made any; ``wait``: until they are joined."""
     global _started, _stopping
     _stopping, _started = True, None
-    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")
-    if reusable_executor is None:  # no joblib pool in this process: nothing to end
-        return
+    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")  # None: no joblib pool here
     executor = getattr(reusable_executor, "_executor", None)
     if executor is not None:
-        executor.shutdown(wait=False, kill_workers=True)
+        executor.shutdown(wait=wait, kill_workers=True)
 
 
 def end() -> None:
@@ -137,12 +140,7 @@ def end() -> None:
     (``time``, the benchmark), which it does only once the server has reaped them and this process
     the server. Not for a command that failed its checks (``stop``): a server still importing would
     keep it waiting."""
-    global _started, _stopping
-    _stopping, _started = True, None
-    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")
-    executor = getattr(reusable_executor, "_executor", None)
-    if executor is not None:
-        executor.shutdown(wait=True, kill_workers=True)  # joined: the server has reaped them
+    _kill_workers(wait=True)  # joined: the server has reaped them
     forkserver = sys.modules.get("multiprocessing.forkserver")
     server = getattr(forkserver, "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)

@@ -54,8 +54,7 @@ class Attention(nn.Module):
         # x + -inf is -inf, so the scores and, after the softmax, the gradients are bit for bit those of
         # masked_fill, without its copy and masked write forward and backward (~12% of the attention's
         # time for a stacked group of 6 on a 2-core CPU, docs/performance.md).
-        causal = torch.zeros(max_context, max_context).masked_fill(torch.ones(max_context, max_context, dtype=torch.bool).triu(1), float("-inf"))
-        self.register_buffer("causal_bias", causal, persistent=False)
+        self.register_buffer("causal_bias", torch.full((max_context, max_context), float("-inf")).triu(1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
