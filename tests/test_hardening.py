@@ -133,6 +133,43 @@ def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path):
     assert "last.ckpt" in refused(["steps=5", f"hydra.run.dir={job}"]) and not marker.exists()
 
 
+@pytest.mark.parametrize("content", ["planted", "bare pickle", "foreign"])
+def test_a_planted_vectorised_checkpoint_is_refused_and_runs_nothing(tmp_path, content):
+    """A stacked group member's ``vectorized.ckpt`` is read as tensors and plain values too (issue 23,
+    item 1): in the preflight, in the launcher's grouping and in the group's own load."""
+    from initnorm.training.ensemble import checkpoint_step
+    from initnorm.training.resume import read_vec_checkpoint, vec_checkpoint
+
+    job = tmp_path / "sweep" / "default" / "seed=1"
+    (job / "checkpoints").mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    path = vec_checkpoint(job)
+    if content == "planted":
+        torch.save({"vectorized": True, "global_step": 5, "x": Planted(marker)}, path)
+    elif content == "bare pickle":
+        path.write_bytes(pickle.dumps(Planted(marker)))
+    else:  # loads as tensors, but is not what a group writes
+        torch.save({"x": torch.zeros(3)}, path)
+    line = refused(["-m", "seed=1,2", "steps=5", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])
+    assert "vectorized.ckpt is not" in line and "delete it" in line, line
+    for read in (lambda: read_vec_checkpoint(path), lambda: checkpoint_step(job, {"seed": 1})):
+        with pytest.raises(ConfigError, match="delete it"):
+            read()
+    assert not marker.exists()
+
+
+def test_a_planted_vectorised_checkpoint_stops_the_command_in_one_line(tmp_path):
+    job = tmp_path / "sweep" / "default" / "seed=2"
+    (job / "checkpoints").mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    torch.save({"x": Planted(marker)}, job / "checkpoints" / "vectorized.ckpt")
+    proc = run_cli("-m", "seed=1,2", *TINY, "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert proc.returncode == 2 and not marker.exists(), proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "vectorized.ckpt is not a checkpoint initnorm wrote" in lines[0], proc.stderr[-2000:]
+    assert not (tmp_path / "sweep" / "default" / "seed=1").exists()  # refused before any job trained
+
+
 # ---- atomic writes: unique names, fsync before rename, readable modes
 
 

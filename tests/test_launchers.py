@@ -83,7 +83,7 @@ def wait_for(path, proc: subprocess.Popen) -> None:
 def checkpoint_step(folder) -> int:
     import torch
 
-    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"])
+    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"])
 
 
 def test_slurm_launcher_submits_what_its_config_says(tmp_path):

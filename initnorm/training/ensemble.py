@@ -52,13 +52,12 @@ from initnorm.training.compiling import should_compile
 from initnorm.training.module import validation_interval
 from initnorm.training.optim import schedule_factor
 from initnorm.provenance import describe
-from initnorm.training.resume import CKPT_DIR, comparable, differences
+from initnorm.training.resume import comparable, differences, read_vec_checkpoint, vec_checkpoint
 from initnorm.results import write_metrics
 from initnorm.training.member_instruments import member_instruments, unstackable_callbacks
 from initnorm.training.tasks import TASKS
 from initnorm.training.vec_optim import KINDS, NotStackable, VecOptimizer
 
-VEC_CKPT = "vectorized.ckpt"
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 # Optimiser numbers need no list: the stacked step reads them from each member's own torch optimiser.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
@@ -118,17 +117,13 @@ class Member:
     logger: Any = None  # a Lightning logger with .experiment (default: TensorBoard in out_dir/tb)
 
 
-def vec_checkpoint(folder: Path | str) -> Path:
-    return Path(folder) / CKPT_DIR / VEC_CKPT
-
-
 def checkpoint_step(folder: Path | str, c: Mapping[str, Any]) -> int:
     """The step a vectorised checkpoint in ``folder`` resumes from (0: none); a different config's checkpoint is refused."""
     path = vec_checkpoint(folder)
     if not path.is_file():
         return 0
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if diff := differences(state.get("initnorm", {}).get("config"), c):
+    state = read_vec_checkpoint(path)
+    if diff := differences(state["initnorm"].get("config"), c):
         raise ConfigError(f"{folder} holds a vectorised checkpoint (step {state.get('global_step')}) of a different config ({', '.join(diff[:3])}); "
                           f"rerun the command that made it, or pick a new folder with `hydra.sweep.dir=...`, or delete {folder}")
     return int(state["global_step"])
@@ -375,7 +370,7 @@ class Group:
     @torch.no_grad()
     def load(self) -> int:
         """Restore every member from its checkpoint; all must be at one step (the launcher groups by it)."""
-        states = [torch.load(vec_checkpoint(m.out_dir), map_location="cpu", weights_only=False) for m in self.members]
+        states = [read_vec_checkpoint(vec_checkpoint(m.out_dir)) for m in self.members]  # tensors and plain values only
         steps = {int(s["global_step"]) for s in states}
         if len(steps) != 1:
             raise ConfigError(f"the members' checkpoints are at different steps ({sorted(steps)}); group them by step")

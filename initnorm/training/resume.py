@@ -45,6 +45,7 @@ from initnorm.results import METRICS_FILE, read_record, write_metrics
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
 CKPT_FILE = "last.ckpt"
+VEC_CKPT = "vectorized.ckpt"  # a member of a stacked group (training/ensemble.py)
 STATE_KEY = "initnorm"
 # Keys that change how a run is watched or where it runs, not the experiment: a rerun may change them.
 IGNORED = (
@@ -96,6 +97,7 @@ class Prior:
     finished: dict[str, Any] | None = None
     checkpoint: Path | None = None
     step: int = 0
+    vectorized: Path | None = None  # a stacked group's checkpoint of this job (the vectorised launcher resumes it)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -121,7 +123,13 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
         return Prior(finished=done)
     ckpt = folder / CKPT_DIR / CKPT_FILE
     if not ckpt.is_file():
-        return Prior()
+        vec = vec_checkpoint(folder)
+        if not vec.is_file():
+            return Prior()
+        state = read_vec_checkpoint(vec)
+        if diff := differences(state["initnorm"].get("config") if isinstance(state["initnorm"].get("config"), dict) else None, c):
+            raise _refuse(folder, f"a vectorised checkpoint (step {state['global_step']})", diff)
+        return Prior(vectorized=vec, step=state["global_step"])
     state = load_checkpoint(ckpt)
     mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
     if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
@@ -143,6 +151,26 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
         raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); {refuse}") from None
     if not isinstance(state, dict):
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote (it holds a {type(state).__name__}); {refuse}")
+    return state
+
+
+def vec_checkpoint(folder: Path | str) -> Path:
+    return Path(folder) / CKPT_DIR / VEC_CKPT
+
+
+# What a member's checkpoint holds (``ensemble.Group.save``); a file without them was not written by initnorm.
+VEC_KEYS = ("vectorized", "global_step", "params", "optim", "train_losses", "evals", "initnorm")
+
+
+def read_vec_checkpoint(path: Path) -> dict[str, Any]:
+    """A stacked group member's checkpoint, read as tensors and plain values only (``load_checkpoint``:
+    a planted pickle cannot run code); one that lacks what ``Group.save`` writes is refused in one line."""
+    state = load_checkpoint(path)
+    missing = [k for k in VEC_KEYS if k not in state]
+    if missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int or not isinstance(state["params"], torch.Tensor):
+        what = f"it lacks {', '.join(missing)}" if missing else "its fields have the wrong types"
+        raise ConfigError(f"{path} is not a vectorised checkpoint initnorm wrote ({what}); delete it (or move it away) to train "
+                          f"{path.parent.parent} from the start")
     return state
 
 

@@ -88,7 +88,7 @@ def squeue_state(job: str) -> str:
 
 
 def checkpoint_step(folder: Path) -> int:
-    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"])
+    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"])
 
 
 def submitted_script(sweep: Path) -> str:
