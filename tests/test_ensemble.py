@@ -12,7 +12,7 @@ import torch
 from initnorm.config import to_plain
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.optim import schedule_factor
-from initnorm.training.ensemble import Member, group_key, parameter_count, train_group, why_alone
+from initnorm.training.group import Member, group_key, parameter_count, train_group, why_alone
 from initnorm.training.vec_optim import MemberHyper, VecOptimizer
 from tests.conftest import compose_cfg, run_cli
 
@@ -139,11 +139,8 @@ def test_groups_are_split_by_shape_and_lone_jobs_named():
     assert group_key(base) != group_key(to_plain(compose_cfg("width=32")))
     assert "dropout" in why_alone(to_plain(compose_cfg("experiment=regularization", "regularizer=dropout_0.2")))
     mine = to_plain(compose_cfg())
-    mine["callbacks"]["mine"] = {"_target_": "my.Callback"}  # a callback with no per-member version
-    assert "mine" in why_alone(mine)
-    mine = to_plain(compose_cfg())
-    mine["callbacks"]["stats"]["_target_"] = "my.Stats"  # a user's own class under a stacked callback's name
-    assert "stats" in why_alone(mine)
+    mine["callbacks"]["mine"] = {"_target_": "my.Callback"}  # a user's own callback runs in the group (it sees pl_module.members)
+    assert why_alone(mine) is None
 
 
 def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
@@ -222,7 +219,7 @@ def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
 
 def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_training(tmp_path, monkeypatch):
     from initnorm.models.decoder import Attention
-    from initnorm.training.ensemble import Group
+    from initnorm.training.group import build_group
     from initnorm.training.vec_optim import NotStackable
 
     plain = Attention.forward
@@ -235,7 +232,7 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
     monkeypatch.setattr(Attention, "forward", branching)
     members = [Member(to_plain(compose_cfg("width=32", f"param={p}", *QUIET)), tmp_path / p) for p in ("sp", "mup")]
     with pytest.raises(NotStackable, match="cannot run over stacked members") as caught:
-        Group(members).check_forward()
+        build_group(members)[0].check_forward()
     assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
     assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]  # nothing written: the launcher runs them alone
 

@@ -137,8 +137,7 @@ def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path):
 def test_a_planted_vectorised_checkpoint_is_refused_and_runs_nothing(tmp_path, content):
     """A stacked group member's ``vectorized.ckpt`` is read as tensors and plain values too (issue 23,
     item 1): in the preflight, in the launcher's grouping and in the group's own load."""
-    from initnorm.training.ensemble import checkpoint_step
-    from initnorm.training.resume import read_vec_checkpoint, vec_checkpoint
+    from initnorm.training.resume import checkpoint_step, read_vec_checkpoint, vec_checkpoint
 
     job = tmp_path / "sweep" / "default" / "seed=1"
     (job / "checkpoints").mkdir(parents=True)

@@ -10,7 +10,7 @@ import torch
 
 from initnorm.callbacks.diagnostics import top_singular, top_singulars
 from initnorm.config import to_plain
-from initnorm.training.ensemble import Member, group_key, train_group, why_alone
+from initnorm.training.group import Member, group_key, train_group, why_alone
 from tests.conftest import compose_cfg
 
 # sp and µP members, different seeds, rates and warmups, in one group

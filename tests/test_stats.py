@@ -43,7 +43,8 @@ def test_hooks_are_gone_after_training(tmp_path, monkeypatch):
 def test_hooks_exist_only_on_logging_steps():
     model = Decoder(28, width=16, depth=2)
     cb, module = LayerStats(every_n_steps=5), SimpleNamespace(model=model)
-    cb._sinks = [SimpleNamespace(add_scalar=lambda *a: None)]
+    writer = SimpleNamespace(experiment=SimpleNamespace(add_scalar=lambda *a: None))
+    cb.on_fit_start(SimpleNamespace(loggers=[writer], default_root_dir=".", optimizers=[]), module)
     hooked = lambda: sum(len(m._forward_hooks) for m in model.modules())  # noqa: E731
     for step, expected in ((1, 0), (5, len(model.probe_points()))):
         cb.on_train_batch_start(SimpleNamespace(global_step=step), module, None, 0)

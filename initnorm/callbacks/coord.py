@@ -8,7 +8,9 @@ changes are the same at every width; under SP they grow with it.
 
 Records are flat, ``(step, layer, role, "coord_delta_rms", value)``, written to TensorBoard and,
 at the end of the fit, to ``coord.csv`` in the job folder with the run's width, depth and
-parameterisation, so ``initnorm.coord_check`` can put many jobs side by side.
+parameterisation, so ``initnorm.coord_check`` can put many jobs side by side. Every member of a
+stacked group is measured at once, on its own windows, through the module's member view
+(``callbacks/members.py``), and gets its own records and ``coord.csv``.
 """
 
 from __future__ import annotations
@@ -20,13 +22,23 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from initnorm.callbacks.stats import Points, Record, capture, probe_points, rms, write, writers
+from initnorm.callbacks.members import members_of
+from initnorm.callbacks.probes import Points, Record, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
 from initnorm.results import write_atomic
 
 COORD_FILE = "coord.csv"
 FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
 STAT = "coord_delta_rms"
+
+
+def _clone(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
+
+
+def member_rms(t: torch.Tensor) -> torch.Tensor:
+    """The RMS of each member's slice of ``t`` [E, ...] ([E])."""
+    return t.detach().float().pow(2).reshape(t.shape[0], -1).mean(1).sqrt()
 
 
 class CoordCheck(L.Callback):
@@ -39,41 +51,46 @@ class CoordCheck(L.Callback):
             raise bad_value("callbacks.coord.windows", windows, "a positive integer", "callbacks.coord.windows=16")
         self.steps, self.n_windows = steps, windows
         self.meta = {"width": width, "depth": depth, "param": param, "seed": seed}
-        self.records: list[Record] = []
+        self.records: list[list[Record]] = []  # per member
         self._last = 0
 
-    def _measure(self, model) -> dict[str, torch.Tensor]:
-        was_training = model.training
-        model.eval()
-        with torch.no_grad(), capture(self.points, reduce=lambda t: t.detach().clone()) as seen:
-            model(self.inputs)
-        model.train(was_training)
-        return dict(seen)
+    def _metas(self, view) -> list[dict]:
+        """Each member's (width, depth, param, seed) for coord.csv: its own config's ``callbacks.coord``, else this callback's."""
+        out = []
+        for c in view.configs:
+            node = ((c or {}).get("callbacks") or {}).get("coord") if c is not None else None
+            out.append({k: node.get(k) for k in self.meta} if node else dict(self.meta))
+        return out
 
     def on_train_start(self, trainer, pl_module):
         if trainer.global_step != 0:  # a resumed job: its step 0 is gone
             raise resumed_error(trainer.global_step, trainer.default_root_dir)
-        model = pl_module.model
-        self.points, self.last_stream = watched_points(model)
-        self.inputs = fixed_windows(trainer.datamodule, self.n_windows).to(pl_module.device)
-        self.reference = self._measure(model)
-        self.records, self._last = [], 0
-        self._sinks = writers(trainer)
+        self._view = view = members_of(pl_module, trainer)
+        self.points, self.last_stream = watched_points(view.model)
+        self.inputs = torch.stack([fixed_windows(d, self.n_windows) for d in view.datamodules()]).to(pl_module.device)
+        self.reference = view.forward(self.inputs, self.points, _clone)
+        self.records, self._last = [[] for _ in range(view.E)], 0
+        self._sinks = view.writers()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step  # optimiser steps taken so far
         if step == self._last or step > self.steps:
             return
         self._last = step
-        now = self._measure(pl_module.model)
+        view = self._view
+        now = view.forward(self.inputs, self.points, _clone)
         names = list(self.points)
-        values = torch.stack([rms(now[n] - self.reference[n]) for n in names]).tolist()
-        records = delta_records(step, names, values, self.last_stream)
-        self.records += records
-        write(records, self._sinks)
+        values = torch.stack([member_rms(now[n] - self.reference[n]) for n in names], 1).tolist()  # [E][points]
+        active = view.active()
+        records = [delta_records(step, names, member, self.last_stream) if alive else [] for member, alive in zip(values, active)]
+        for mine, recs in zip(self.records, records):
+            mine += recs
+        write_members(records, self._sinks, active)
 
     def on_fit_end(self, trainer, pl_module):
-        write_atomic(Path(trainer.default_root_dir) / COORD_FILE, to_csv(self.records, self.meta))
+        view = self._view
+        for folder, records, meta in zip(view.folders, self.records, self._metas(view)):
+            write_atomic(Path(folder) / COORD_FILE, to_csv(records, meta))
 
 
 def resumed_error(step: int, folder) -> ConfigError:

@@ -16,8 +16,9 @@ tags as ``callbacks.stats``):
 ``callbacks.stats`` keeps ‖ΔW‖/‖W‖ (``update_ratio``). Nothing here touches the global RNG (the
 cold start of the power iteration has its own generator), so runs with and without diagnostics
 train the same numbers. The functions take a leading member dimension where a vectorised group
-needs one (``top_singulars``, ``eps_below``, ``SpectralTracker.member_records``);
-``training/member_instruments.py`` runs them per member of a stacked group.
+needs one (``top_singulars``, ``eps_below``, ``SpectralTracker.member_records``), and the callback
+reads every member through the module's member view (``callbacks/members.py``): a job alone and a
+stacked group's members get the same records.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import lightning as L
 import torch
 from torch import nn
 
-from initnorm.callbacks.stats import Record, grouped, parameter_role, write, writers
+from initnorm.callbacks.members import members_of
+from initnorm.callbacks.probes import Record, grouped, parameter_role, write_members
 from initnorm.errors import bad_value
 
 POWER_STEPS = 20  # per call, after a warm start; a cold start runs COLD_STEPS
@@ -101,44 +103,6 @@ def eps_fraction(exp_avg_sq: torch.Tensor, step: int | float, beta2: float, eps:
     return float(eps_below(exp_avg_sq, float(step), beta2, eps).float().mean())
 
 
-def _groups_by_param(optimizer: torch.optim.Optimizer) -> dict[int, dict]:
-    return {id(p): g for g in optimizer.param_groups for p in g["params"]}
-
-
-def lr_records(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> list[Record]:
-    """The learning rate each parameter is stepped with (base x table multiplier x schedule)."""
-    by_param = _groups_by_param(optimizer)
-    out = []
-    for layer, named in grouped(model).items():
-        for name, p in named:
-            g = by_param.get(id(p))
-            if g is not None:
-                out.append(Record(step, layer, parameter_role(name), "eff_lr", float(g["lr"])))
-    return out
-
-
-def is_adam(optimizer: torch.optim.Optimizer) -> bool:
-    return any("betas" in g and "eps" in g for g in optimizer.param_groups)
-
-
-def eps_records(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> list[Record]:
-    """Per layer, the fraction of its coordinates (all its parameters) where eps dominates Adam's step."""
-    by_param = _groups_by_param(optimizer)
-    out = []
-    for layer, named in grouped(model).items():
-        below, total = 0.0, 0
-        for _, p in named:
-            state, g = optimizer.state.get(p, {}), by_param.get(id(p))
-            if g is None or "exp_avg_sq" not in state:
-                continue
-            t = state.get("step", 0)
-            below += eps_fraction(state["exp_avg_sq"], float(t), g["betas"][1], g["eps"]) * p.numel()
-            total += p.numel()
-        if total:
-            out.append(Record(step, layer, "params", "eps_frac", below / total))
-    return out
-
-
 class SpectralTracker:
     """Top singular values of each weight matrix and of its update, warm-started between calls.
     ``member_records`` measures a stack of models at once (a vectorised group's [E, *shape] weights),
@@ -188,15 +152,43 @@ class SpectralTracker:
         table = torch.stack(values, 1).tolist()  # [E][rows]: one transfer from the device
         return [[Record(step, layer, role, stat, v) for (layer, role, stat), v in zip(rows, member)] for member in table]
 
-    def records(self, model: nn.Module, before: dict[str, torch.Tensor] | None, step: int) -> list[Record]:
-        weights = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
-        stacked = None if before is None else {n: b.unsqueeze(0) for n, b in before.items()}
-        return self.member_records(model, weights, stacked, step)[0]
+
+def member_lr_records(model: nn.Module, rates: dict[str, torch.Tensor], step: int, E: int) -> list[list[Record]]:
+    """``eff_lr`` per member: the rate each parameter is stepped with (``rates``: ``{name: [E]}``, float64)."""
+    rows, values = [], []
+    for layer, named in grouped(model).items():
+        for name, _ in named:
+            if name in rates:
+                rows.append((layer, parameter_role(name)))
+                values.append(rates[name].reshape(E))
+    table = torch.stack(values, 1).tolist() if values else [[] for _ in range(E)]
+    return [[Record(step, layer, role, "eff_lr", v) for (layer, role), v in zip(rows, member)] for member in table]
+
+
+def member_eps_records(model: nn.Module, adam: dict[str, tuple], step: int, E: int) -> list[list[Record]]:
+    """``eps_frac`` per member and layer: the fraction of the layer's coordinates where eps sets Adam's step."""
+    layers, fractions = [], []
+    for layer, named in grouped(model).items():
+        below, total = torch.zeros(E, dtype=torch.float64), 0
+        for name, p in named:
+            if name not in adam:
+                continue
+            v, steps, beta2, eps = adam[name]
+            v = v.reshape(E, -1)
+            eps = eps.reshape(E, -1) if eps.numel() > E else eps.reshape(E, 1)
+            below += eps_below(v, steps.reshape(E, 1).to(v.device), beta2.reshape(E, 1).to(v.device), eps.to(v.device)).sum(1).double().cpu()
+            total += v.shape[1]
+        if total:
+            layers.append(layer)
+            fractions.append(below / total)
+    if not layers:
+        return [[] for _ in range(E)]
+    return [[Record(step, layer, "params", "eps_frac", v) for layer, v in zip(layers, member)] for member in torch.stack(fractions, 1).tolist()]
 
 
 class Diagnostics(L.Callback):
     """Effective lr, Adam's eps fraction, and top singular values of W and ΔW relative to
-    sqrt(fan_out/fan_in), per layer, every ``every_n_steps`` optimiser steps
+    sqrt(fan_out/fan_in), per layer and member, every ``every_n_steps`` optimiser steps
     (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test."""
 
     def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True, power_steps: int = POWER_STEPS):
@@ -207,40 +199,40 @@ class Diagnostics(L.Callback):
         self.every = every_n_steps
         self.want_lr, self.want_eps, self.want_spectral = effective_lr, eps, spectral
         self.spectral = SpectralTracker(power_steps)
-        self._sinks: list = []
+        self._view = None
+        self._sinks: list[list] = []
         self._step: int | None = None
-        self._optimizer = None
         self._before: dict[str, torch.Tensor] | None = None
 
-    @staticmethod
-    def _model(pl_module) -> nn.Module:
-        return getattr(pl_module, "model", pl_module)
-
     def on_fit_start(self, trainer, pl_module):
-        self._sinks = writers(trainer)
+        self._view = members_of(pl_module, trainer)
+        self._sinks = self._view.writers()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         step = trainer.global_step
-        self._step = None if step % self.every or not self._sinks else step
+        self._step = None if step % self.every or not any(self._sinks) else step
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self._step is None:
             return
-        model = self._model(pl_module)
-        self._optimizer = optimizer
+        view = self._view
         if self.want_lr:
-            write(lr_records(model, optimizer, self._step), self._sinks)
+            write_members(member_lr_records(view.model, view.rates(), self._step, view.E), self._sinks, view.active())
         if self.want_spectral:
-            self._before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2}
+            self._before = {n: p.clone() for n, p in view.params().items() if p.dim() >= 3}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self._step is None:
             return
-        model, records = self._model(pl_module), []
-        opt = getattr(self._optimizer, "optimizer", self._optimizer)  # Lightning may wrap it
-        if self.want_eps and opt is not None and is_adam(opt):
-            records += eps_records(model, opt, self._step)
+        view = self._view
+        records = [[] for _ in range(view.E)]
+        adam = view.adam() if self.want_eps else None
+        if adam:
+            for member, recs in zip(records, member_eps_records(view.model, adam, self._step, view.E)):
+                member += recs
         if self.want_spectral:
-            records += self.spectral.records(model, self._before, self._step)
-        write(records, self._sinks)
-        self._step, self._before, self._optimizer = None, None, None
+            weights = {n: p for n, p in view.params().items() if p.dim() >= 3}
+            for member, recs in zip(records, self.spectral.member_records(view.model, weights, self._before, self._step)):
+                member += recs
+        write_members(records, self._sinks, view.active())
+        self._step, self._before = None, None

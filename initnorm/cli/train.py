@@ -32,7 +32,9 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
-from initnorm.training.resume import Checkpoint, comparable, inspect_folder, record_failure
+from initnorm.training.group import Member, train_group
+from initnorm.training.record import hp_metrics, job_metrics
+from initnorm.training.resume import Checkpoint, inspect_folder, record_failure
 from initnorm.results import write_metrics
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.training.compiling import should_compile, use_cache
@@ -70,9 +72,13 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder
     schema.check_text(c)
     out_dir = Path(out_dir)
-    prior = inspect_folder(out_dir, c)  # finished: skip; killed: resume (initnorm/resume.py)
+    prior = inspect_folder(out_dir, c)  # finished: skip; killed: resume (training/resume.py)
     if prior.finished is not None:
         return prior.finished | {"skipped": True}
+    if prior.vectorized is not None:  # checkpointed as a member of a stacked group: resumes as a group of one
+        device = devices.for_job(c["trainer"], job_overrides()[1])
+        gpu = device.get("accelerator") == "gpu"
+        return train_group([as_member(cfg, c, out_dir)], f"cuda:{device['devices'][0]}" if gpu else "cpu")[0]
     if c["threads"]:
         torch.set_num_threads(int(c["threads"]))
     # Chapter 003 flushes denormals: vanishing activations (N(0, 0.01) through 30 layers) are otherwise very slow on a CPU.
@@ -88,7 +94,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
                          compile=compiled)
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
-    overrides, job_num, choices = job_overrides()
+    _, job_num, _ = job_overrides()
     bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
     if not bar:  # Lightning refuses a bar callback then
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
@@ -106,40 +112,36 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
         trainer.validate(module, datamodule=data, verbose=False)
 
-    diverged = module.diverged_step is not None
-    metrics = {
-        "status": "finished",
-        "final_val_loss": math.nan if diverged else module.final_val_loss,
-        "best_val_loss": min((v for _, v in module.val_history), default=math.nan),
-        "val_history": module.val_history,
-        "diverged": diverged,
-        "diverged_step": module.diverged_step,
-        "steps": steps_done,
-        "ms_per_step": 1000.0 * wall / max(1, steps_done - prior.step),
-        "resumed_from_step": prior.step,
-        "compiled": compiled,
-        "wall_s": wall,
-        "params": sum(p.numel() for p in built.model.parameters()),
-        "seed": c["seed"],
-        "job_num": job_num,
-        "overrides": overrides,
-        "swept": swept_keys(),
-        "choices": choices,
-        "summary_metrics": list(c["summary"]["metrics"]),
-        "summary_plots": list(c["summary"]["plots"]),
-        "provenance": describe(),
-        "config": comparable(c),  # what a rerun in this folder must match (initnorm/resume.py)
-    }
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
-    metrics |= extra
+    metrics = job_metrics(c, val_history=module.val_history, diverged_step=module.diverged_step, steps=steps_done, resumed=prior.step, wall=wall,
+                          ms_per_step=1000.0 * wall / max(1, steps_done - prior.step), compiled=compiled,
+                          params=sum(p.numel() for p in built.model.parameters()), extra=extra, meta=job_meta())
     write_metrics(out_dir, metrics)
-    hp_metrics = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(diverged), "hp/diverged_step": module.diverged_step}
-    hp_metrics |= {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    # HPARAMS: what varies first (the swept keys; a single run's overrides), the trial named by it, the metrics at the last step.
-    varying = [k for k in (metrics["swept"] if metrics["swept"] is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
-    tb.write_hparams(logger.experiment, hparams_of(c, overrides), hp_metrics, varying, run_label(overrides, metrics["swept"], c["seed"]), steps_done)
+    hparams_writer(c)(logger.experiment, hp_metrics(metrics, extra), steps_done)
     logger.finalize("success")
     return metrics
+
+
+def job_meta() -> dict[str, Any]:
+    """What Hydra knows of this job, for its record: its number, overrides, swept keys and group choices."""
+    overrides, num, choices = job_overrides()
+    return {"job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
+
+
+def hparams_writer(c: dict[str, Any]):
+    """``(writer, hp metrics, step)`` -> this job's HPARAMS entry: what varies first (the swept keys; a single run's
+    overrides), the trial named by it, the metrics at the last step."""
+    overrides, _, _ = job_overrides()
+    swept = swept_keys()
+    varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
+    hparams, label = hparams_of(c, overrides), run_label(overrides, swept, c["seed"])
+    return lambda writer, metrics, step: tb.write_hparams(writer, hparams, metrics, varying, label, step)
+
+
+def as_member(cfg: DictConfig, c: dict[str, Any], out_dir: str | Path) -> Member:
+    """This job (inside Hydra's run of it) as a member of a stacked group: its config, folder, record fields, logger and HPARAMS."""
+    return Member(c, Path(out_dir), meta=job_meta(), hparams=hparams_of(c, job_overrides()[0]), logger=instantiate(cfg.logger, save_dir=str(out_dir)),
+                  write_hparams=hparams_writer(c))
 
 
 register_resolvers()

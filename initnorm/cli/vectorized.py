@@ -3,9 +3,9 @@
 1. Take every job's config as the preflight composed it before Hydra started (checked equal to
    Hydra's own composition on the first job; composed here otherwise) and look into its folder
    (``resume``): a finished job, a job with a Lightning checkpoint, and a job that cannot be a
-   member (``ensemble.why_alone``) run alone through the ordinary task function, exactly as under
+   member (``group.why_alone``) run alone through the ordinary task function, exactly as under
    the basic launcher.
-2. The others are grouped by ``ensemble.group_key`` (everything that changes shapes or the graph)
+2. The others are grouped by ``group.group_key`` (everything that changes shapes or the graph)
    and by the step their vectorised checkpoint resumes from; a group larger than
    ``hydra.launcher.max_group`` is split; a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
@@ -14,7 +14,7 @@
    through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
    ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
-   ``ensemble.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
+   ``group.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import copy
 import logging
 import math
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,12 @@ from initnorm.cli import console, devices, sweeper, workers
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
-from initnorm.training.resume import CKPT_DIR, CKPT_FILE, record_failure
 from initnorm.results import METRICS_FILE
 from initnorm.cli.sweep import swept_keys
 from initnorm.training.compiling import use_cache
-from initnorm.training.ensemble import Abandoned, Member, checkpoint_step, group_key, parameter_count, train_group, why_alone
+from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
+from initnorm.training import signals
+from initnorm.training.resume import CKPT_DIR, CKPT_FILE, checkpoint_step, record_failure
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
@@ -180,10 +182,19 @@ def _device(config: DictConfig, unit_index: int) -> str:
     return "cpu"
 
 
-def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state, env: dict[str, str] | None = None) -> list[JobReturn]:
-    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model.
+Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``signals.Interrupted``'s fields)
+
+
+def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state,
+             env: dict[str, str] | None = None) -> tuple[list[JobReturn], Stop | None]:
+    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model; and
+    whether a stop signal ended it (its checkpoints taken: ``signals.CheckpointOnSignal``) or kept it from starting.
     ``env``: what the launching process set in its environment after this worker started."""
     os.environ.update(env or {})
+    console.quiet()  # a worker has not the parent's filters: no accelerator banners or tips from each group's Trainer
+    signals.install()  # a worker records SIGTERM/SIGINT from its first unit on (the parent passes its own on: launch)
+    if signals.requested() is not None:
+        return [], (signals.requested(), None, None, False)  # stopped before this unit began: it starts nothing
     setup_globals()
     Singleton.set_state(singleton_state)
     use_cache(str(config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
@@ -193,44 +204,45 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         from torch._inductor import config as inductor_config
 
         inductor_config.compile_threads = 1
+    try:
+        return _run(unit, unit_index, hydra_context, config, task_function, singleton_state, env), None
+    except signals.Interrupted as stop:
+        return [], (stop.signum, stop.folder, stop.step, stop.hard)
+
+
+def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state, env) -> list[JobReturn]:
     if len(unit) == 1:
         sc = _config_of(unit[0], hydra_context, config)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
 
-    from initnorm import schema, tb
-    from initnorm.cli import sweep
-    from initnorm.cli.train import hparams_of, job_overrides, launch_folder, run_label  # the same fields a job alone records
+    from initnorm import schema
+    from initnorm.cli.train import as_member, job_overrides, launch_folder, run_label
 
-    members, rets, labels = [], [], []
+    members, rets, labels, nodes = [], [], [], []
     for job in unit:
         sc = _config_of(job, hydra_context, config)
         prepared: dict[str, Any] = {}
 
         def prepare(cfg: DictConfig) -> None:  # inside Hydra's run_job: folder, .hydra/, logging set up
             c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder, as train() does
-            overrides, num, choices = job_overrides()
-            swept = swept_keys()
-            varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
-            label, hparams = run_label(overrides, swept, c["seed"]), hparams_of(c, overrides)
+            overrides, num, _ = job_overrides()
+            label = run_label(overrides, swept_keys(), c["seed"])
             console.job_started(label, num)  # the same start line as the other launchers' jobs
             prepared["label"] = label
-            prepared["member"] = Member(
-                c, Path(os.getcwd()),
-                meta={"job_num": num, "overrides": overrides, "swept": swept, "choices": choices},
-                hparams=hparams,
-                logger=instantiate(cfg.logger, save_dir=os.getcwd()),
-                write_hparams=lambda writer, hp, steps: tb.write_hparams(writer, hparams, hp, varying, label, steps),
-            )
+            prepared["callbacks"] = cfg.get("callbacks")  # the config's nodes, instantiated once for the group
+            prepared["member"] = as_member(cfg, c, os.getcwd())  # the same record fields a job alone writes
 
         ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         if ret.status != JobStatus.COMPLETED:
             return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
         members.append(prepared["member"])
+        nodes.append(prepared["callbacks"])
         labels.append(prepared["label"])
         rets.append(ret)
     device = _device(config, unit_index)
     try:
-        results = train_group(members, device, abandoned=_abandoned_check(config))
+        callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]  # one set for the group: each sees every member (pl_module.members)
+        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks)
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
@@ -240,7 +252,7 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
         log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
                     "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
-        return [ret for p in parts for ret in run_unit([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state, env)]
+        return [ret for p in parts for ret in _run([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -314,7 +326,11 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         results = [t.results()[0] for t in tasks]
     elif engine == "sequential" or len(units) == 1:
         workers.stop()  # warmed for nothing: one unit runs here
-        results = [run_unit(*a) for a in args]
+        results = []
+        for a in args:
+            results.append(run_unit(*a))
+            if results[-1][1] is not None:
+                break  # stopped by a signal: no further unit starts
         Singleton.set_state(state)
     else:
         from joblib import delayed
@@ -322,10 +338,19 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         n_jobs = params["n_jobs"]
         # Longest units first: a big group that starts last would leave the other cores idle at the end.
         order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
-        out = workers.parallel(n_jobs)(delayed(run_unit)(*args[k]) for k in order)
-        workers.end()
+        try:
+            # A stop signal to this process alone reaches the workers too (as SIGTERM: one sent to the
+            # whole process group has reached them already, and a second SIGINT would mean "at once").
+            with signals.passed_on(lambda signum: workers.send(signal.SIGTERM)):
+                out = workers.parallel(n_jobs)(delayed(run_unit)(*args[k]) for k in order)
+        finally:
+            workers.end()  # nothing outlives the command, stopped or not
         results = [None] * len(args)
         for k, r in zip(order, out):
             results[k] = r
-    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets in results for ret in rets}
+    stops = [stop for _, stop in results if stop is not None]
+    if stops:
+        saved = next((s for s in stops if s[1] is not None), stops[0])  # a unit that checkpointed, for the report
+        raise signals.Interrupted(signals.requested() or saved[0], saved[1], saved[2], any(s[3] for s in stops))
+    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets, _ in results for ret in rets}
     return [by_num[j.num] for j in jobs if j.num in by_num]

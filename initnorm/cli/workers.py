@@ -134,6 +134,17 @@ def _kill_workers(wait: bool) -> None:
         executor.shutdown(wait=wait, kill_workers=True)
 
 
+def send(signum: int) -> None:
+    """Send ``signum`` to every loky worker of this process (a stop signal passed on); none before a pool exists."""
+    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(reusable_executor, "_executor", None)
+    for pid in list(getattr(executor, "_processes", None) or {}):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # ended already
+            pass
+
+
 def end() -> None:
     """End the workers of a finished sweep and the fork server they came from, and wait for both:
     nothing outlives the command, and the workers' CPU time counts as this process's children's

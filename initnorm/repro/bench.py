@@ -97,7 +97,7 @@ def one_job(name: str, steps: int, workdir: Path) -> dict[str, Any]:
 
 
 def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] = ()) -> list:
-    from initnorm.training.ensemble import Member
+    from initnorm.training.group import Member
 
     return [Member(to_plain(compose_train([f"seed={i + 1}", f"steps={steps}", "callbacks=none", *extra])), Path(tempfile.mkdtemp(dir=workdir))) for i in range(size)]
 
@@ -105,18 +105,21 @@ def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] =
 def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[str, float]:
     """ms per member-step of a group of ``size`` default Decoders (training steps only, no validation),
     and for ``compiled`` the first step's time (compiling)."""
-    from initnorm.training.ensemble import Group, _stack
+    from initnorm.training.group import build_group
+    from initnorm.training.stacked import _stack
 
     torch.set_num_threads(1)
-    g = Group(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
+    g, _ = build_group(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
     streams = [iter(d.train_dataloader().dataset) for d in g.datas]
     fn = g._fast if compiled else (lambda xs, ys: g.losses(xs, ys)[0])
 
     def step(s: int) -> None:
-        xs, ys = _stack([next(t) for t in streams], g.device)
+        xs, ys = _stack([next(t) for t in streams], g.flat.device)
         losses = fn(xs, ys)
         torch.isfinite(losses.detach()).all()
-        g.opt.step(g.backward(losses.sum()), g.factors(s), g.active)
+        g.grad.zero_()
+        losses.sum().backward()
+        g.vec.step(g.grad, g.factors(s), g.active)
 
     _, first, first_cpu = timed(lambda: step(0))
     for s in range(1, 6):
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(bench_flops.matmul_job(args.matmul_job, args.steps, args.set, args.flops_seconds, args.matmul_barrier, args.matmul_peers)))
         return
     if args.group_job:
-        from initnorm.training.ensemble import train_group
+        from initnorm.training.group import train_group
 
         with tempfile.TemporaryDirectory(prefix="initnorm-group-") as tmp:
             results = train_group(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))

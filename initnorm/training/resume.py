@@ -45,7 +45,7 @@ from initnorm.results import METRICS_FILE, read_record, write_metrics
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
 CKPT_FILE = "last.ckpt"
-VEC_CKPT = "vectorized.ckpt"  # a member of a stacked group (training/ensemble.py)
+VEC_CKPT = "vectorized.ckpt"  # a member of a stacked group (training/group.py)
 STATE_KEY = "initnorm"
 # Keys that change how a run is watched or where it runs, not the experiment: a rerun may change them.
 IGNORED = (
@@ -126,10 +126,7 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
         vec = vec_checkpoint(folder)
         if not vec.is_file():
             return Prior()
-        state = read_vec_checkpoint(vec)
-        if diff := differences(state["initnorm"].get("config") if isinstance(state["initnorm"].get("config"), dict) else None, c):
-            raise _refuse(folder, f"a vectorised checkpoint (step {state['global_step']})", diff)
-        return Prior(vectorized=vec, step=state["global_step"])
+        return Prior(vectorized=vec, step=checkpoint_step(folder, c))
     state = load_checkpoint(ckpt)
     mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
     if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
@@ -158,13 +155,13 @@ def vec_checkpoint(folder: Path | str) -> Path:
     return Path(folder) / CKPT_DIR / VEC_CKPT
 
 
-# What a member's checkpoint holds (``ensemble.Group.save``); a file without them was not written by initnorm.
+# What a member's checkpoint holds (``MemberCheckpoints.save``); a file without them was not written by initnorm.
 VEC_KEYS = ("vectorized", "global_step", "params", "optim", "train_losses", "evals", "initnorm")
 
 
 def read_vec_checkpoint(path: Path) -> dict[str, Any]:
     """A stacked group member's checkpoint, read as tensors and plain values only (``load_checkpoint``:
-    a planted pickle cannot run code); one that lacks what ``Group.save`` writes is refused in one line."""
+    a planted pickle cannot run code); one that lacks what ``MemberCheckpoints.save`` writes is refused in one line."""
     state = load_checkpoint(path)
     missing = [k for k in VEC_KEYS if k not in state]
     if missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int or not isinstance(state["params"], torch.Tensor):
@@ -172,6 +169,28 @@ def read_vec_checkpoint(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not a vectorised checkpoint initnorm wrote ({what}); delete it (or move it away) to train "
                           f"{path.parent.parent} from the start")
     return state
+
+
+def resume_loop_at(trainer: L.Trainer, step: int) -> None:
+    """Lightning's loop counters at ``step`` optimiser steps, for a module that restores its own state
+    (a stacked group from its members' checkpoints): the step count (``global_step``, ``max_steps``)
+    and the batch count (validation every n batches) go on from there, as from a Lightning checkpoint."""
+    loop = trainer.fit_loop.epoch_loop
+    total = loop.batch_progress.total
+    total.ready = total.started = total.processed = total.completed = step
+    steps = loop.manual_optimization.optim_step_progress.total
+    steps.ready = steps.completed = step
+
+
+def checkpoint_step(folder: Path | str, c: Mapping[str, Any]) -> int:
+    """The step a member's checkpoint in ``folder`` resumes from (0: none); a different config's checkpoint is refused."""
+    path = vec_checkpoint(folder)
+    if not path.is_file():
+        return 0
+    state = read_vec_checkpoint(path)
+    if diff := differences(state["initnorm"].get("config") if isinstance(state["initnorm"].get("config"), dict) else None, c):
+        raise _refuse(Path(folder), f"a vectorised checkpoint (step {state['global_step']})", diff)
+    return state["global_step"]
 
 
 def rng_states() -> dict[str, Any]:
@@ -208,18 +227,10 @@ class Checkpoint(L.Callback):
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # A name no other process uses: two runs in one folder by mistake must not write one temporary file.
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         self._saving = True
         try:
-            trainer.save_checkpoint(tmp, weights_only=False)  # the full state: optimiser, schedule, loops
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old checkpoint or the new one
-            os.replace(tmp, self.path)  # atomic: a reader sees the old checkpoint or the new one, never half
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            # A temporary name no other process uses: two runs in one folder by mistake must not write one file.
+            save_atomically(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))  # the full state: optimiser, schedule, loops
         finally:
             self._saving = False
 
@@ -248,6 +259,43 @@ class Checkpoint(L.Callback):
             datamodule.start_step = self._resumed_at  # batch s is a function of (seed, s)
         # The stream restarts at the right batch by itself; Lightning cannot know that.
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
+
+
+def save_atomically(path: Path, write) -> None:
+    """``write(tmp)`` into a temporary file beside ``path`` (a name no other process uses), on disk, then renamed onto ``path``:
+    a reader sees the old file or the new one, never half; a failed write leaves neither a half file nor the temporary one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old checkpoint or the new one
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class MemberCheckpoints(L.Callback):
+    """A stacked group's checkpoints: every ``every_n_steps`` steps (and on a stop signal, through
+    ``CheckpointOnSignal``), each member's ``checkpoints/vectorized.ckpt`` in its own folder, taken at
+    the start of the step as ``Checkpoint`` takes a job's. ``module``: a ``StackedModule``."""
+
+    def __init__(self, module, every_n_steps: int):
+        self.module, self.every = module, int(every_n_steps)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.every > 0 and step > 0 and step % self.every == 0 and step != self.module.resumed:
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        m = self.module
+        for e, (folder, c) in enumerate(zip(m.folders, m.cs)):
+            own = m.member_state(e)
+            state = {"vectorized": True, "global_step": int(step), "params": own["params"], "optim": own["optim"], "train_losses": own["train_losses"],
+                     "evals": own["evals"], "initnorm": {"config": comparable(c), "val_history": own["val_history"], "diverged_step": own["diverged_step"]}}
+            save_atomically(vec_checkpoint(folder), lambda tmp, state=state: torch.save(state, tmp))
 
 
 def error_line(exc: BaseException) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable
 
 import lightning as L
 
@@ -28,6 +29,7 @@ DEFAULT = (signal.SIGTERM, signal.SIGINT)
 
 _requested: int | None = None  # the first signal received, until ``clear()``
 _where: dict[str, Any] = {}  # what the job in progress saved: folder, step
+_listeners: list[Callable[[int], None]] = []  # told of the first signal (a launcher passes it on to its workers)
 
 
 class Interrupted(BaseException):
@@ -64,6 +66,21 @@ def _record(signum: int, frame) -> None:
         raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
     if _requested is None:
         _requested = signum
+        for tell in list(_listeners):
+            tell(signum)
+
+
+@contextmanager
+def passed_on(tell: Callable[[int], None]):
+    """While the block runs, ``tell(signum)`` at the first stop signal (at once if one came already):
+    a parent whose work runs in other processes asks them to stop the same way."""
+    _listeners.append(tell)
+    try:
+        if _requested is not None:
+            tell(_requested)
+        yield
+    finally:
+        _listeners.remove(tell)
 
 
 def install(extra: Iterable[int] = ()) -> tuple[signal.Signals, ...]:

@@ -1,0 +1,53 @@
+"""A job's record, written in one place whichever engine path trained it: ``metrics.json`` and the HPARAMS entry.
+
+A job alone (``cli/train.py``) and each member of a stacked group (``training/group.py``) hand
+the same facts to ``job_metrics``, so ``metrics.json`` has the same keys under every launcher (a
+member adds ``vectorized``: its group's size, its place and the group's own step time).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from initnorm.provenance import describe
+from initnorm.training.resume import comparable
+
+
+def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int | None, steps: int, resumed: int, wall: float, ms_per_step: float,
+                compiled: bool, params: int, extra: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``metrics.json`` holds: the result, how long it took, what made it (``meta``: job number,
+    overrides, swept keys, group choices; ``extra``: the family's own numbers)."""
+    diverged = diverged_step is not None
+    metrics = {
+        "status": "finished",
+        "final_val_loss": math.nan if diverged else (val_history[-1][1] if val_history else math.nan),
+        "best_val_loss": min((v for _, v in val_history), default=math.nan),
+        "val_history": val_history,
+        "diverged": diverged,
+        "diverged_step": diverged_step,
+        "steps": steps,
+        "ms_per_step": ms_per_step,
+        "resumed_from_step": resumed,
+        "compiled": compiled,
+        "wall_s": wall,
+        "params": params,
+        "seed": c["seed"],
+        "summary_metrics": list(c["summary"]["metrics"]),
+        "summary_plots": list(c["summary"]["plots"]),
+        "provenance": describe(),
+        "config": comparable(c),  # what a rerun in this folder must match (training/resume.py)
+    }
+    return metrics | dict(meta) | dict(extra)
+
+
+def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, float | None]:
+    """The HPARAMS tab's metrics: the final and best losses, divergence, and every number of the family's own."""
+    out = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(metrics["diverged"]),
+           "hp/diverged_step": metrics["diverged_step"]}
+    return out | {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def status_line(metrics: Mapping[str, Any]) -> str:
+    """``final validation loss 1.8157`` or ``diverged at step 412``."""
+    return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
