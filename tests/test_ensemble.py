@@ -194,6 +194,13 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     tags = set(acc.Tags()["scalars"])
     for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/", "eff_lr/", "eps_frac/", "sigma_w/", "sigma_dw/"):
         assert any(t.startswith(prefix) for t in tags), prefix
+    # metrics.json: every key a job alone writes (the same record, training/record.py), and the group's own numbers
+    alone = run_cli("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
+                    f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    alone_keys = set(json.loads((tmp_path / "alone" / "metrics.json").read_text()))
+    assert all(set(r) == alone_keys | {"vectorized"} for r in records), [sorted(set(r) ^ alone_keys) for r in records][:1]
+    assert all(r["compiled"] == r["vectorized"]["compiled"] for r in records)
     # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from initnorm.callbacks.progress import PROGRESS_FILE, duration
 from initnorm.results import fmt
 
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
@@ -45,33 +46,37 @@ def quiet() -> None:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")  # processes this one starts
 
 
-def duration(seconds: float) -> str:
-    """``45s``, ``3m05s``, ``1h02m``."""
-    s = int(round(max(0.0, seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+def _share_done(folder: Path) -> float:
+    """How much of an unfinished job is done, from the ``.progress`` its group writes (0: none)."""
+    try:
+        step, steps = (int(v) for v in (folder / PROGRESS_FILE).read_text(encoding="utf-8").split()[:2])
+    except (OSError, ValueError):
+        return 0.0
+    return min(1.0, max(0.0, step / steps)) if steps > 0 else 0.0
 
 
 def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
-    """``5/12 done, about 1m20s left`` from the finished jobs in the sweep folder ('' outside a sweep)."""
+    """``5/12 done, about 1m20s left`` from the finished jobs in the sweep folder ('' outside a sweep).
+    Time left counts the share done of jobs still training in groups (their ``.progress``), so groups
+    that run side by side and end together are not read as the sweep's first half."""
     total = int(os.environ.get(TOTAL_ENV, "0") or 0)
     if not total:
         return ""
     import json
 
-    done = 0
+    done, finished = 0, set()
     for path in Path(sweep_dir).rglob("metrics.json"):
         try:
-            done += json.loads(path.read_text(encoding="utf-8")).get("status") in ("finished", "failed")
+            if json.loads(path.read_text(encoding="utf-8")).get("status") in ("finished", "failed"):
+                done += 1
+                finished.add(path.parent)
         except (OSError, ValueError):
             continue
     done = min(done, total)
+    work = min(float(total), done + sum(_share_done(p.parent) for p in Path(sweep_dir).rglob(PROGRESS_FILE) if p.parent not in finished))
     start = float(os.environ.get(START_ENV, "0") or 0)
     elapsed = (now or time.time()) - start if start else 0.0
-    left = f", about {duration(elapsed / done * (total - done))} left" if start and done and done < total else ""
+    left = f", about {duration(elapsed / work * (total - work))} left" if start and work and done < total else ""
     return f"{done}/{total} done{left}"
 
 

@@ -242,7 +242,7 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
     device = _device(config, unit_index)
     try:
         callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]  # one set for the group: each sees every member (pl_module.members)
-        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks)
+        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.

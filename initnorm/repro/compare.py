@@ -165,7 +165,7 @@ def chapter_probe(folder: Path) -> str:
     for (act, init), theirs in ref.CHAPTER_PROBE.items():
         s = series.get((act, init))
         if not s:
-            rows.append([act, init] + ["—", f"{t:.2e}"] * 4 + ["not run"])
+            rows.append([act, init] + [c for t in theirs for c in ("—", f"{t:.2e}")] + ["not run"])
             continue
         ours = (s[0][0], s[-1][0], s[0][1], s[-1][1])
         same = [f"{o:.2e}" == f"{t:.2e}" for o, t in zip(ours, theirs)]

@@ -25,6 +25,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ProgressBar
 
+from initnorm.callbacks.progress import GroupProgress
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
@@ -191,11 +192,12 @@ def _trainer_kwargs(c: Mapping[str, Any], device: torch.device) -> dict[str, Any
 
 
 def train_group(members: Sequence[Member], device: str | torch.device = "cpu", on_done: Callable[[int, dict], None] | None = None,
-                abandoned: Callable[[], bool] | None = None, callbacks: Sequence[L.Callback] | None = None) -> list[dict[str, Any]]:
+                abandoned: Callable[[], bool] | None = None, callbacks: Sequence[L.Callback] | None = None, label: str | None = None) -> list[dict[str, Any]]:
     """Train ``members`` as one stacked model under Lightning; write each one's job folder; return their metrics in order.
     ``callbacks``: one instance of each for the group (each sees every member through ``pl_module.members``); None: the
     first member's ``callbacks`` config, instantiated.
-    ``abandoned``: asked every ABANDON_CHECK_EVERY steps; True raises ``Abandoned``, with the last checkpoint left to resume from."""
+    ``abandoned``: asked every ABANDON_CHECK_EVERY steps; True raises ``Abandoned``, with the last checkpoint left to resume from.
+    ``label``: the group's name in its progress lines (default: its members' seeds)."""
     c0 = dict(members[0].cfg)
     if c0["threads"]:
         torch.set_num_threads(int(c0["threads"]))
@@ -217,7 +219,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         callbacks = [instantiate(node) for node in (c0["callbacks"] or {}).values()]
     saver = MemberCheckpoints(module, c0["checkpoint"]["every_n_steps"])
     extra = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]  # a sweep prints one line per job instead
-    extra += [saver, CheckpointOnSignal(lambda trainer: saver.save(trainer.global_step), members[0].out_dir)]
+    extra += [saver, CheckpointOnSignal(lambda trainer: saver.save(trainer.global_step), members[0].out_dir),
+              GroupProgress(label or "seed=" + ",".join(str(c["seed"]) for c in module.cs), c0["steps"])]
     if abandoned is not None:
         extra.append(AbandonCheck(abandoned, module.logs))
     steps = c0["steps"]
