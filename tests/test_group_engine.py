@@ -110,3 +110,25 @@ def test_a_job_checkpointed_in_a_group_resumes_alone_bit_for_bit(tmp_path, unint
     # a group of one sums its batch in one stacked kernel: float32 rounding from the group of two it left
     for k, v in uninterrupted.items():
         assert abs(resumed[k][0] - v) <= 1e-5 * v, (k, resumed[k], v)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 400 KB tmpfs (root only; skipped elsewhere)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk):
+    proc = run_cli("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized", "hydra.launcher.max_group=2",
+                   f"hydra.sweep.dir={small_disk / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and "No space left on device" in lines[0] and lines[1].startswith("resume with: "), proc.stderr[-3000:]
+    assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]  # no temporary checkpoint left behind

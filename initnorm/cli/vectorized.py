@@ -35,7 +35,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import console, devices, sweeper, workers
+from initnorm.cli import console, devices, disk, sweeper, workers
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -256,8 +256,13 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if err := disk.disk_error(exc):  # a full disk: the next group would fail the same way; one line, the sweep stops
+            raise err from exc
         for m, ret in zip(members, rets):
-            line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
+            try:
+                line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
+            except OSError as write_exc:
+                raise (disk.disk_error(write_exc) or write_exc) from exc
             print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
             ret.return_value = math.nan
         return rets
