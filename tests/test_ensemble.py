@@ -13,10 +13,36 @@ from initnorm.config import to_plain
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.optim import schedule_factor
 from initnorm.training.group import Member, group_key, parameter_count, train_group, why_alone
-from initnorm.training.vec_optim import MemberHyper, VecOptimizer
+from dataclasses import dataclass
+
+from initnorm.training.vec_optim import VecOptimizer
 from tests.conftest import compose_cfg, run_cli
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
+
+
+@dataclass
+class MemberHyper:
+    """One member's optimiser numbers, for a step without a torch optimiser."""
+
+    lr: float
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    momentum: float = 0.0
+
+
+def from_hypers(kind: str, flat: torch.Tensor, hypers, lr_mult: torch.Tensor, decayed: torch.Tensor) -> VecOptimizer:
+    """Members described by numbers, ``flat`` [E, N]: lr x ``lr_mult`` per element, decay on ``decayed`` elements (adam: none)."""
+    E, N = flat.shape
+    col = lambda values: torch.tensor(list(values), dtype=torch.float64).unsqueeze(1)  # noqa: E731
+    rates = col([h.lr for h in hypers]) * lr_mult.to(torch.float64)
+    wd = torch.where(decayed.unsqueeze(0), col([0.0 if kind == "adam" else h.weight_decay for h in hypers]), torch.zeros((), dtype=torch.float64))
+    eps = col([h.eps for h in hypers]).expand_as(rates)
+    member = torch.arange(E).unsqueeze(1).expand(E, N)
+    keys, seg = torch.unique(torch.stack([member.double(), rates, wd, eps], -1).view(-1, 4), dim=0, return_inverse=True)
+    betas = torch.tensor([list(h.betas) for h in hypers], dtype=torch.float64)
+    return VecOptimizer(kind, flat, seg.view(E, N), keys[:, 0].long(), keys[:, 1], keys[:, 2], keys[:, 3], betas, torch.tensor([h.momentum for h in hypers]))
 
 
 # ------------------------------------------------------------------------------------------ the optimiser
@@ -66,7 +92,7 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
 
 def test_a_frozen_member_keeps_its_parameters_and_state():
     flat = torch.randn(2, 6)
-    vec = VecOptimizer.from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
+    vec = from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
     before = flat.clone()
     vec.step(torch.randn(2, 6), torch.ones(2, dtype=torch.float64), active=torch.tensor([True, False]))
     assert torch.equal(flat[1], before[1]) and not torch.equal(flat[0], before[0])

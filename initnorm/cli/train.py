@@ -195,7 +195,7 @@ def hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    """``python -m initnorm.train``: check every job of the command line first (initnorm/preflight.py),
+    """``python -m initnorm.train``: check every job of the command line first (cli/preflight.py),
     then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed, or a
     cluster stopped it before it finished (the summary lists it and the command that resumes it)."""
     console.quiet()

@@ -28,7 +28,7 @@ class _Multiplied:
         self.scale_input = False
 
     def unit(self) -> bool:
-        """No multiplier to apply. A stacked ensemble puts a per-member tensor here (training/ensemble.py),
+        """No multiplier to apply. A stacked ensemble puts a per-member tensor here (training/stacked.py),
         which must take the multiplied path even where its values are 1."""
         c = self.forward_mult
         return isinstance(c, float) and c == 1.0

@@ -80,7 +80,7 @@ class Classifier(Trainable):
         self.on_validation_epoch_end()
         self.model.train()
 
-    # Resume (initnorm/resume.py) restores the model and val_history; these records travel too.
+    # Resume (training/resume.py) restores the model and val_history; these records travel too.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["classifier"] = {"train_losses": list(self.train_losses), "evals": {k: list(v) for k, v in self.evals.items()}}
 

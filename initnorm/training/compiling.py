@@ -1,7 +1,7 @@
 """When a run goes through ``torch.compile`` (``compile=auto|true|false``), and where the compiler keeps its cache.
 
 One decision for both paths: a job run alone (``training/module.py`` compiles its training loss)
-and a vectorised group (``training/ensemble.py`` compiles the stacked step). ``auto`` compiles a
+and a vectorised group (``training/stacked.py`` compiles the stacked step). ``auto`` compiles a
 run only when it is long enough to pay back the compile; the thresholds below come from
 measurements (docs/performance.md).
 """
@@ -21,17 +21,12 @@ from initnorm.errors import bad_value
 COMPILE_CACHE = "outputs/.torch_compile_cache"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
-# compile=auto compiles a vectorised group from this many member-steps (steps x members) on: a cold
-# compile of the Decoder's stacked step took 60-120 s on the 2-core benchmark machine and saves
-# about 1.4 ms of CPU per member-step (bench/RESULTS.md).
+# compile=auto compiles when the run is long enough to pay back a cold compile (docs/performance.md,
+# "Why 30,000 steps", and bench/RESULTS.md for the groups): a stacked group from this many member-steps
+# (steps x members) on, since a cold compile of its step costs about a minute and saves about 1.4 ms of
+# CPU per member-step; a job alone from ALONE_FROM steps on (a 28 s compile against about 1 ms a step).
+# The MLPs gain nothing compiled; every preset (<= 1,500 steps) stays eager.
 GROUP_FROM = 50_000
-# compile=auto compiles a job run alone from this many steps on. Measured 2026-11-30 on the 2-core
-# machine (load 1.6-2.8, one process, one thread; docs/performance.md): the default Decoder takes
-# 4.0-4.5 ms/step eager and 3.2-3.4 compiled, so compiling saves about 1 ms a step, against a compile
-# of 28 s with the cache cold (1.7-2.1 s warm): a cold compile pays from about 28,000 steps. The MLPs
-# gain nothing (wide MLP width 256: 2.45 ms eager, 2.6-2.7 compiled; deep MLP 7.4 vs 7.1; char MLP even),
-# but no preset of theirs comes near this length. Every preset (<= 1,500 steps) stays eager: even a
-# warm cache (2 s) does not pay back at 1,500 steps x 1 ms.
 ALONE_FROM = 30_000
 
 

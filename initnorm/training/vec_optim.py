@@ -1,6 +1,6 @@
 """One optimiser step for E stacked jobs at once: AdamW, Adam and SGD on a flat [E, N] parameter.
 
-A vectorised group (``training/ensemble.py``) keeps every member's parameters as one row of a
+A vectorised group (``training/stacked.py``) keeps every member's parameters as one row of a
 flat ``[E, N]`` tensor, so a step is a dozen element-wise operations on the whole group instead
 of a dozen per parameter tensor per job. Every number that may differ between jobs is a column
 or a row here, not a Python scalar:
@@ -20,7 +20,6 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
@@ -42,21 +41,6 @@ class NotStackable(ValueError):
     def __init__(self, message: str, parts: list[list[int]] | None = None):
         super().__init__(message)
         self.parts = parts
-
-
-@dataclass
-class MemberHyper:
-    """One member's optimiser numbers, for tests and callers without a torch optimiser."""
-
-    lr: float
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    momentum: float = 0.0
-
-
-def _col(values: Sequence[float], dtype=torch.float64) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=dtype).unsqueeze(1)
 
 
 class VecOptimizer:
@@ -147,18 +131,6 @@ class VecOptimizer:
     def member_mask(self, members: torch.Tensor) -> torch.Tensor:
         """Per element: does it belong to one of ``members`` (a [E] bool)?"""
         return self._per_element(members.to(self.member.device)[self.member])
-
-    @classmethod
-    def from_hypers(cls, kind: str, flat: torch.Tensor, hypers: Sequence[MemberHyper], lr_mult: torch.Tensor, decayed: torch.Tensor) -> "VecOptimizer":
-        """Members described by numbers, ``flat`` [E, N]: lr x ``lr_mult`` per element, decay on ``decayed`` elements (adam: none)."""
-        E, N = flat.shape
-        rates = _col([h.lr for h in hypers]) * lr_mult.to(torch.float64)
-        wd = torch.where(decayed.unsqueeze(0), _col([0.0 if kind == "adam" else h.weight_decay for h in hypers]), torch.zeros((), dtype=torch.float64))
-        eps = _col([h.eps for h in hypers]).expand_as(rates)
-        member = torch.arange(E).unsqueeze(1).expand(E, N)
-        keys, seg = torch.unique(torch.stack([member.double(), rates, wd, eps], -1).view(-1, 4), dim=0, return_inverse=True)
-        betas = torch.tensor([list(h.betas) for h in hypers], dtype=torch.float64)
-        return cls(kind, flat, seg.view(E, N), keys[:, 0].long(), keys[:, 1], keys[:, 2], keys[:, 3], betas, torch.tensor([h.momentum for h in hypers]))
 
     @classmethod
     def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer], where: Sequence[Mapping[int, tuple[int, int]]]) -> "VecOptimizer":
