@@ -29,6 +29,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from initnorm.nn.param import PARAMS, stable_across
+
 HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the parabola through them)
 LEVEL = 0.95  # bootstrap interval
 N_BOOT = 1000
@@ -251,13 +253,25 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         loss = loss if _finite(loss) else math.nan
         cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
-    mup = cells.get((("param", "mup"),))
-    if axis == "depth" and mup:  # at the base depth a depth variant is param=mup exactly: one run may serve them all
-        base = min(mup)
-        for setting, by_size in cells.items():
-            if len(setting) == 1 and base < min(by_size):
-                by_size[base] = mup[base]
+    if axis == "depth":  # at the base depth a depth variant is its width-only table exactly: one run may serve them all
+        share_base_depth(cells)
     return axis, cells
+
+
+def share_base_depth(cells: dict) -> None:
+    """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
+    (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
+    one run may serve them all. The tables' declared kinds say which is which."""
+    kinds = {setting: PARAMS.about(setting[0][1], strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] == "param"}
+    width_only = [cells[s] for s, k in kinds.items() if k == "width"]
+    if len(width_only) != 1:
+        return
+    source = width_only[0]
+    base = min(source)
+    for setting, kind in kinds.items():
+        by_size = cells[setting]
+        if stable_across(kind, "depth") and base < min(by_size):
+            by_size[base] = source[base]
 
 
 def transfer_table(records: list[dict], **kw) -> list[Row]:
@@ -272,13 +286,11 @@ def transfer_table(records: list[dict], **kw) -> list[Row]:
 
 # ---------------------------------------------------------------- rendering
 
-NAMES = {"sp": "SP", "mup": "µP"}
-
-
 def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
+    """``SP``, ``µP, norm=post``: a parameterisation by its display name, any other key as set."""
     if not setting:
         return "all"
-    return ", ".join(NAMES.get(v, v) if k == "param" else f"{k}={v}" for k, v in setting)
+    return ", ".join(PARAMS.display(v) if k == "param" else f"{k}={v}" for k, v in setting)
 
 
 def _g(x: float, digits: int = 2) -> str:

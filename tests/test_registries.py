@@ -166,6 +166,12 @@ def test_readme_custom_scheme_example_runs(tmp_path, monkeypatch):
     assert stds[Role.ATTN_QKV] == pytest.approx(0.02, rel=0.05)
     m = train(compose_cfg(*TINY, "init=custom", "init.fn=mypkg.inits.fancy"), tmp_path / "run")
     assert math.isfinite(m["final_val_loss"])
+    # by its path alone, with the key it declares (one it does not declare is refused)
+    torch.manual_seed(0)
+    assert role_std(build("init.name=mypkg.inits:fancy", "init.std=0.05", "width=128", "depth=4"))[Role.ATTN_QKV] == pytest.approx(0.05, rel=0.05)
+    with pytest.raises(ConfigError, match=r"init.sdt is not a key initnorm reads \(the keys of init for init.name=mypkg.inits:fancy: fn, name, nonlinearity, per_role, std\)"):
+        validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "+init.sdt=0.05")))
+    validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "init.std=0.05")))
 
 
 def group_options():

@@ -45,7 +45,6 @@ from initnorm.callbacks.stats import Record, capture, grouped, parameter_role, p
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
-from initnorm.nn.param import make_table
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS, write_layout
 from initnorm.training.classifier import EVAL_LABELS
 from initnorm.training.compiling import should_compile
@@ -96,9 +95,8 @@ def parameter_count(c: Mapping[str, Any]) -> int:
     """One member's parameter count: the family's model built on the meta device (no memory, no init)."""
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     data.setup("fit")
-    table = make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])
     with torch.device("meta"):
-        model = MODELS.get(c["model"]["family"]).build(c["model"], data.vocab_size, table)
+        model = MODELS.get(c["model"]["family"]).build(c["model"], data.vocab_size)
     return sum(p.numel() for p in model.parameters())
 
 
