@@ -274,6 +274,10 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     if not isinstance(c, Mapping):
         raise ConfigError(f"the config is a {type(c).__name__}, not a mapping of keys")
     values = flat(c)
+    for group, name_key in REGISTERED.items():  # the names first: what else a group may hold depends on them
+        key = f"{group}.{name_key}"
+        if key in values:
+            check_value(key, values[key], RULES[key], values)
     rules = RULES | declared(c)
     for key, value in values.items():
         rule = rule_for(key, rules)

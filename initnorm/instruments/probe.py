@@ -36,9 +36,9 @@ from initnorm.nn.roles import Role
 
 # The model activations (nn.layers) and, for the chapter's linear network, none at all.
 PROBE_ACTIVATIONS = {**ACTIVATIONS, "linear": nn.Identity}
-# The chapter's four initialisations, by registry name, with its labels; the tanh table omits He as it does.
+# The chapter's four initialisations, by registry name (their labels: the schemes' display names); the tanh table omits He as it does.
 CHAPTER_INITS = {"tanh": ["normal", "small", "xavier"], "relu": ["normal", "small", "xavier", "he"]}
-LABELS = {"small": "N(0, 0.01)", "xavier": "Xavier", "he": "He", "lecun": "LeCun", "orthogonal": "Orthogonal"}
+OTHER_INITS = ["small", "xavier", "he", "lecun", "orthogonal"]  # for an activation the chapter does not probe
 
 
 
@@ -118,7 +118,8 @@ def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 2
 
 
 def init_label(init: str, std: float) -> str:
-    return f"N(0, {std:g})" if init == "normal" else LABELS.get(init, init)
+    """A scheme's name in the tables: its display name (``Xavier``); ``normal`` by its std."""
+    return f"N(0, {std:g})" if init == "normal" else INITS.display(init)
 
 
 def mlp_table(activation: str, results: dict[str, tuple[list[float], list[float]]]) -> str:
