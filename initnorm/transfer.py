@@ -31,6 +31,8 @@ from typing import Any, Iterable, Mapping
 
 from initnorm.nn.param import PARAMS, stable_across
 
+PARAM_KEYS = ("param", "param.name")  # a swept parameterisation: a conf/param option, or a table's name or dotted path
+
 HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the parabola through them)
 LEVEL = 0.95  # bootstrap interval
 N_BOOT = 1000
@@ -262,7 +264,7 @@ def share_base_depth(cells: dict) -> None:
     """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
     (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
     one run may serve them all. The tables' declared kinds say which is which."""
-    kinds = {setting: PARAMS.about(setting[0][1], strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] == "param"}
+    kinds = {setting: PARAMS.about(setting[0][1], strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
     width_only = [cells[s] for s, k in kinds.items() if k == "width"]
     if len(width_only) != 1:
         return
@@ -290,7 +292,7 @@ def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
     """``SP``, ``µP, norm=post``: a parameterisation by its display name, any other key as set."""
     if not setting:
         return "all"
-    return ", ".join(PARAMS.display(v) if k == "param" else f"{k}={v}" for k, v in setting)
+    return ", ".join(PARAMS.display(v) if k in PARAM_KEYS else f"{k}={v}" for k, v in setting)
 
 
 def _g(x: float, digits: int = 2) -> str:

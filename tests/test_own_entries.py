@@ -108,6 +108,13 @@ def test_init_schemes_and_norms_take_dotted_paths_too():
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_transfer_report_prints_the_display_name():
+    from initnorm.transfer import setting_label
+
+    assert setting_label((("param.name", OWN_PARAM),)) == "µP, hidden lr x m^-p"
+    assert setting_label((("param", "depth_mup"), ("norm", "post"))) == "depth-µP, norm=post"
+
+
 def test_the_coordinate_check_reads_the_declared_kind_not_the_name(tmp_path, capsys):
     flat, grows = {16: 1.0, 64: 1.1}, {16: 1.0, 64: 3.0}
     mine = {"tests.own_param:plain": {"logits/output": grows}, OWN_PARAM: {"logits/output": flat}}

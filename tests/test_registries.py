@@ -205,3 +205,20 @@ def test_every_model_composes_with_some_data():
             except Exception:  # a family that needs another kind of data does not compose with this one
                 continue
         assert ok, f"model={model} composes with no data option"
+
+
+def test_every_registration_describes_itself():
+    """Display name and kind on every shipped entry; a table's kind is one the coordinate check reads,
+    an init scheme's kind says whether its std depends on the shape (``fan_std``), a family's is its data."""
+    from initnorm.models.build import MODELS
+    from initnorm.nn.param import KINDS
+    from initnorm.training.tasks import TASKS
+
+    for registry in (MODELS, PARAMS, INITS, NORMS):
+        for name in registry.names():
+            about = registry.about(name)
+            assert about.display and about.display != name or name in ("normal", "orthogonal"), (registry.kind, name)
+            assert about.kind, (registry.kind, name)
+    assert {PARAMS.about(n).kind for n in PARAMS.names()} <= set(KINDS)
+    assert all((INITS.about(n).kind == "fan") == hasattr(INITS.get(n), "fan_std") for n in INITS.names())
+    assert all(MODELS.about(n).kind in TASKS.names() for n in MODELS.names())
