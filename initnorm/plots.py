@@ -266,7 +266,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
             ov = r.get("overrides", {})
             if r.get("status") == "finished" and "lr" in ov:
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
-                setting = (("param", str(ov.get("param", "sp"))),)
+                setting = (("param", transfer.swept_value(r, "param")),)
                 curve = cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})
                 curve[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}

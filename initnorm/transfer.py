@@ -229,6 +229,17 @@ def sweep_axis(records: list[dict]) -> str | None:
     return varying[0] if varying else None
 
 
+def swept_value(record: dict, key: str) -> str:
+    """A job's value of a setting key: its override, else for ``param`` the table its config
+    composed (``sp`` in conf/train.yaml, the one default a record without its config can have)."""
+    overrides = record.get("overrides", {})
+    if key in overrides:
+        return str(overrides[key])
+    if key == "param":
+        return str(((record.get("config") or {}).get("param") or {}).get("name", "sp"))
+    return ""
+
+
 def metric_of(records: list[dict]) -> str:
     return (records[0].get("summary_metrics") or ["final_loss"])[0] if records else "final_loss"
 
@@ -251,7 +262,7 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
         ov = r.get("overrides", {})
         if r.get("status") != "finished" or "lr" not in ov or axis not in ov:
             continue
-        setting = tuple((k, str(ov.get(k, "sp" if k == "param" else ""))) for k in varying)
+        setting = tuple((k, swept_value(r, k)) for k in varying)
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         loss = loss if _finite(loss) else math.nan
         cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
