@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from initnorm import transfer
-from initnorm.registry import Registry
+from initnorm.nn.param import PARAMS
+from initnorm.registry import GROUPS, Registry, is_dotted
 from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, settings
 
 Record = dict[str, Any]
@@ -81,20 +82,27 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-# Plain-language names for swept values in legends (``norm=post`` -> ``post-LN``).
+# Plain-language names for swept values in legends (``norm=post`` -> ``post-LN``) that no registry
+# describes; a family, parameterisation, init scheme or norm prints its own display name (``About``).
 VALUE_NAMES = {
     ("norm", "pre"): "pre-LN", ("norm", "post"): "post-LN",
-    ("norm_type", "layernorm"): "LayerNorm", ("norm_type", "rmsnorm"): "RMSNorm", ("norm_type", "none"): "no norm",
-    ("param", "sp"): "standard parameterisation (SP)", ("param", "mup"): "µP",
-    ("init", "unit_normal"): "N(0, 1)", ("init", "small"): "N(0, 0.01)", ("init", "xavier"): "Xavier", ("init", "he"): "He",
-    ("init", "lecun"): "LeCun", ("init", "orthogonal"): "orthogonal", ("init", "normal"): "normal",
+    ("init", "unit_normal"): "N(0, 1)",  # an option of conf/init/ (init.name=normal, std 1), not a registry name
     ("model.activation", "tanh"): "tanh", ("model.activation", "relu"): "ReLU", ("model.activation", "gelu"): "GELU",
     ("regularizer", "none"): "no regularisation", ("regularizer", "dropout_0.2"): "dropout 0.2", ("regularizer", "dropout_0.5"): "dropout 0.5",
     ("regularizer", "weight_decay_1.0"): "weight decay 1.0",
 }
-FAMILY_NAMES = {"decoder": "Decoder", "deep_mlp": "deep MLP", "char_mlp": "char MLP", "wide_mlp": "wide MLP"}
 CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
 OPTIM_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+
+
+def display(group: str, value: str) -> str | None:
+    """The display name of the entry ``value`` of a registry's config group (``param``, ``init.name``,
+    ``model.family`` ...), or None when the group has no registry or the registry no such entry."""
+    head, _, rest = group.partition(".")
+    if head not in GROUPS or rest not in ("", GROUPS[head][0]):
+        return None
+    registry = GROUPS[head][1].registry()
+    return registry.display(value) if value in registry.names() or is_dotted(value) else None
 
 
 def plain(setting: str) -> str:
@@ -102,6 +110,9 @@ def plain(setting: str) -> str:
     key, _, value = setting.partition("=")
     if (key, value) in VALUE_NAMES:
         return VALUE_NAMES[(key, value)]
+    shown = display(key, value)
+    if shown is not None:
+        return shown
     if key == "warmup":
         return "no warmup" if value in ("0", "0.0") else f"warmup {value} steps"
     return f"{key.rsplit('.', 1)[-1].replace('_', ' ')} {value}"
@@ -116,7 +127,7 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
     swept = set(records[0].get("swept") or records[0].get("overrides", {})) | set(leave_out)
     model, data, optim = c.get("model") or {}, c.get("data") or {}, c.get("optim") or {}
     family = model.get("family", "")
-    parts = [FAMILY_NAMES.get(family, family.replace("_", " "))] if family else []
+    parts = [display("model", family) or family.replace("_", " ")] if family else []
     if "width" not in swept and c.get("width") is not None:
         parts.append(f"width {c['width']}")
     if "depth" not in swept and c.get("depth") is not None:
@@ -232,10 +243,18 @@ def lr_transfer_depth(records: list[Record]) -> Plot:
     return _lr_transfer(records, "depth")
 
 
+# A panel's title: the parameterisation's display name and what its declared kind scales on the axis.
 PANEL_TITLES = {
-    "width": {"mup": "µP: lr scaled with width", "sp": "standard parameterisation"},
-    "depth": {"mup": "µP: branches not scaled with depth", "depth_mup": "depth-µP: branches x (L/L0)^-1/2", "completep": "CompleteP: branches x (L/L0)^-1"},
+    "width": {"neither": "lr not scaled with width", "width": "lr scaled with width", "width+depth": "lr scaled with width"},
+    "depth": {"neither": "branches not scaled with depth", "width": "branches not scaled with depth",
+              "width+depth": "branches scaled with depth"},
 }
+
+
+def panel_title(param: str, axis: str) -> str:
+    about = PARAMS.about(param, strict=False)
+    what = PANEL_TITLES.get(axis, {}).get(about.kind)
+    return f"{PARAMS.display(param)}: {what}" if what else plain(f"param={param}")
 
 
 def _lr_transfer(records: list[Record], axis: str) -> Plot:
@@ -247,7 +266,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
             ov = r.get("overrides", {})
             if r.get("status") == "finished" and "lr" in ov:
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
-                setting = (("param", str(ov.get("param", "sp"))),)
+                setting = (("param", transfer.swept_value(r, "param")),)
                 curve = cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})
                 curve[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
@@ -283,7 +302,8 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
         base_lr = "peak learning rate (at the base width)" if axis == "width" else "peak learning rate (at the base depth)"
-        ax.set(xscale="log", xlabel=base_lr if name != "sp" else "peak learning rate", title=PANEL_TITLES.get(axis, {}).get(name, plain(f"param={name}")))
+        scaled = PARAMS.about(name, strict=False).kind != "neither"  # a baseline's rate is not relative to a base size
+        ax.set(xscale="log", xlabel=base_lr if scaled else "peak learning rate", title=panel_title(name, axis))
         shown = grid[::2] if len(grid) > 5 else grid
         ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" if powers else _rate(x, powers) for x in shown])
         ax.minorticks_off()

@@ -19,72 +19,23 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
+from initnorm.keyrules import Bool, Choice, Entry, Int, KeyRule, Num, Text
+from initnorm.registry import GROUPS, Names, Registry
 
 PASSED_ON = ("trainer.", "logger.", "callbacks.")  # their other keys are Lightning's to check
 ACCELERATORS = ("cpu", "auto", "gpu", "cuda", "mps")
 
-
-@dataclass(frozen=True)
-class Rule:
-    """What one key may hold. ``lo``/``hi`` are numbers or the name of another key (``warmup <= steps``)."""
-
-    kind: str  # int | number | bool | auto_bool | choice | text | path | dotted | names
-    lo: float | str | None = None
-    hi: float | str | None = None
-    lo_open: bool = False  # lo itself is not allowed
-    hi_open: bool = False
-    null: bool = False  # None allowed (it means "not set")
-    choices: tuple[str, ...] | Callable[[], Iterable[str]] | None = None
-    fix: Any = None  # the value the error suggests
-    note: str = ""  # what a special value means ("0: no checkpoints")
-
-
-def Int(lo=None, hi=None, fix=1, **kw) -> Rule:
-    return Rule("int", lo, hi, fix=fix, **kw)
-
-
-def Num(lo=None, hi=None, fix=0.01, **kw) -> Rule:
-    return Rule("number", lo, hi, fix=fix, **kw)
-
-
-def Bool(fix=True, **kw) -> Rule:
-    return Rule("bool", fix=fix, **kw)
-
-
-def Choice(choices, fix=None, **kw) -> Rule:
-    return Rule("choice", choices=choices, fix=fix, **kw)
-
-
-def Text(**kw) -> Rule:
-    return Rule("text", **kw)
-
-
-class _registry:
-    """The names of a registry (and ``more``), looked up when needed (``initnorm.optim.OPTIMIZERS``);
-    an unknown name gets the registry's own line (it names the group override: ``init=xavier``)."""
-
-    def __init__(self, module: str, name: str, *more: str):
-        self.module, self.name, self.more = module, name, more
-
-    def registry(self):
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.name)
-
-    def __call__(self) -> list[str]:
-        return [*self.registry().names(), *self.more]
-
-
-ACTIVATIONS = ("tanh", "relu", "gelu")
-GAIN_NAMES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu", "gelu")
+# The config groups whose entry comes from a registry (registry.GROUPS): the keys of each beyond
+# RULES' common ones are what the named entry declares (``About.rules``), so a key no one reads is
+# refused, and a user's own entry brings its own keys.
+REGISTERED = {group: key for group, (key, _) in GROUPS.items()}
 
 # One line per key a user can set. ``*`` stands for one part of a dotted key.
-RULES: dict[str, Rule] = {
+RULES: dict[str, KeyRule] = {
     # what people sweep
     "seed": Int(0, 2**32 - 1, fix=1, note="numpy's seed range"),
     "steps": Int(1, fix=1500),
@@ -92,21 +43,21 @@ RULES: dict[str, Rule] = {
     "warmup": Int(0, "steps", fix=0),
     "schedule": Choice(("cosine", "constant"), fix="cosine"),
     "batch_size": Int(1, fix=32),
-    "norm": Choice(("pre", "post"), fix="pre"),
+    "norm": Choice(Names("initnorm.models.decoder", "PLACEMENTS"), fix="pre"),
     "width": Int(1, fix=16),
     "depth": Int(1, fix=2),
     "threads": Int(0, fix=1, note="0: torch's default"),
     "log_every": Int(1, fix=25),
     "flush_denormal": Bool(fix=False),
-    "compile": Rule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a vectorised group from 50,000 member-steps on"),
+    "compile": KeyRule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a vectorised group from 50,000 member-steps on"),
     "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),
-    "summary.metrics": Rule("names", fix="final_val_loss"),
-    "summary.plots": Rule("names", choices=_registry("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
+    "summary.metrics": KeyRule("names", fix="final_val_loss"),
+    "summary.plots": KeyRule("names", choices=Names("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
     "summary.tail_steps": Int(1, fix=50),
     # data (one group per corpus or task)
-    "data.kind": Choice(_registry("initnorm.training.tasks", "TASKS"), fix="char_lm"),
+    "data.kind": Choice(Names("initnorm.training.tasks", "TASKS"), fix="char_lm"),
     "data.name": Text(fix="alice"),
-    "data.path": Rule("path", null=True, fix="/path/to/text.txt"),
+    "data.path": KeyRule("path", null=True, fix="/path/to/text.txt"),
     "data.context": Int(1, fix=32),
     "data.val_batch_size": Int(1, fix=512),
     "data.train_chars": Int(1, null=True, fix=20000),
@@ -116,50 +67,30 @@ RULES: dict[str, Rule] = {
     "data.dim": Int(1, fix=32),
     "data.n_train": Int(1, fix=4096),
     "data.n_val": Int(1, fix=2048),
-    # model (each family's yaml has some of these)
-    "model.family": Choice(_registry("initnorm.models.build", "MODELS"), fix="decoder"),
+    # model: the keys every family has (the others are the family's own, ``Family.about.rules``)
+    "model.family": Entry("initnorm.models.build", "MODELS", fix="decoder"),
     "model.width": Int(1, fix=16),
     "model.depth": Int(1, fix=2),
-    "model.n_heads": Int(1, fix=2),
-    "model.mlp_ratio": Int(1, fix=2),
-    "model.max_context": Int(1, fix=64),
-    "model.norm": Choice(("pre", "post"), fix="pre"),
-    "model.norm_type": Text(fix="layernorm"),
-    "model.norm_eps": Num(0, fix=1e-5),
-    "model.activation": Choice(ACTIVATIONS, fix="relu"),
-    "model.context": Int(1, fix=16),
-    "model.d_in": Int(1, fix=32),
-    "model.emb": Int(1, fix=16),
-    "model.dropout": Num(0, 1, hi_open=True, fix=0.2),
-    "model.readout_bias": Bool(),
+    "model.activation": Choice(Names("initnorm.nn.layers", "ACTIVATIONS"), fix="relu"),
     "model.mup.base_width": Int(1, fix=16),
-    "model.mup.readout": Choice(("logits", "zero"), fix="logits"),
+    "model.mup.readout": Choice(Names("initnorm.nn.param", "READOUTS"), fix="logits"),
     "model.mup.base_depth": Int(1, null=True, fix=2),
-    # init scheme
-    "init.name": Choice(_registry("initnorm.nn.init", "INITS", "custom"), fix="normal"),
-    "init.std": Num(0, fix=0.02),
-    "init.emb_std": Num(0, fix=1.0),
-    "init.gain": Num(0, lo_open=True, fix=1.0),
-    "init.distribution": Choice(("normal", "uniform"), fix="normal"),
-    "init.nonlinearity": Choice(GAIN_NAMES, null=True, fix="relu"),
-    "init.fn": Rule("dotted", null=True, fix="mypkg.inits.fancy"),
-    "init.per_role.*": Choice(_registry("initnorm.nn.init", "INITS"), fix="xavier"),
-    # parameterisation, norm, optimiser
-    "param.name": Choice(_registry("initnorm.nn.param", "PARAMS"), fix="sp"),
+    # init scheme: its name (or init.fn), init.per_role; the rest is each scheme's own
+    "init.name": Entry("initnorm.nn.init", "INITS", "normal", "custom"),
+    "init.fn": KeyRule("dotted", null=True, fix="mypkg.inits.fancy"),
+    "init.nonlinearity": Choice(Names("initnorm.nn.init", "GAIN_NAMES"), null=True, fix="relu"),
+    "init.per_role.*": Entry("initnorm.nn.init", "INITS", "xavier"),
+    # parameterisation (the rest is each table's own), norm, optimiser
+    "param.name": Entry("initnorm.nn.param", "PARAMS", "sp"),
     "param.base_width": Int(1, fix=16),
-    "param.readout": Choice(("logits", "zero"), fix="logits"),
-    "param.base_depth": Int(1, null=True, fix=2),
-    "param.depth_alpha": Num(0, 1, fix=0.5, note="0: µP, 0.5: depth-µP, 1: CompleteP"),
-    "param.scale_eps": Bool(),
-    "param.optimizer": Choice(_registry("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
-    "norm_type.name": Choice(_registry("initnorm.nn.norms", "NORMS"), fix="layernorm"),
+    "norm_type.name": Entry("initnorm.nn.norms", "NORMS", "layernorm"),
     "norm_type.eps": Num(0, fix=1e-5),
-    "optim.name": Choice(_registry("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
-    "optim.betas": Rule("betas", fix="[0.9,0.999]"),
+    "optim.name": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+    "optim.betas": KeyRule("betas", fix="[0.9,0.999]"),
     "optim.eps": Num(0, lo_open=True, fix=1e-8),
     "optim.weight_decay": Num(0, fix=0.01),
     "optim.momentum": Num(0, 1, hi_open=True, fix=0.9),
-    "optim.weight_decay_mode": Choice(("coupled", "scaled", "independent"), fix="scaled"),
+    "optim.weight_decay_mode": Choice(Names("initnorm.training.optim", "WEIGHT_DECAY_MODES"), fix="scaled"),
     # what Lightning gets (other trainer/logger/callbacks keys go to it unchecked)
     "trainer.accelerator": Choice(ACCELERATORS, fix="cpu"),
     "trainer.max_steps": Int(1, fix=1500),
@@ -178,11 +109,13 @@ RULES: dict[str, Rule] = {
     "callbacks.stats.per_param": Bool(fix=False),
     "callbacks.coord.windows": Int(1, fix=16),
     "callbacks.coord.steps": Int(1, fix=10),
+    "callbacks.diagnostics.every_n_steps": Int(1, fix=50),
+    "callbacks.diagnostics.power_steps": Int(1, fix=20),
 }
 
 # hydra.launcher keys (checked by the command-line preflight against the launcher the command picks)
-LAUNCHER_RULES: dict[str, Rule] = {
-    "n_jobs": Rule("n_jobs", fix=-1),
+LAUNCHER_RULES: dict[str, KeyRule] = {
+    "n_jobs": KeyRule("n_jobs", fix=-1),
     "timeout_min": Int(1, fix=60),
     "cpus_per_task": Int(1, fix=1),
     "mem_gb": Num(0, lo_open=True, fix=4),
@@ -205,7 +138,7 @@ def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def rule_for(key: str, rules: Mapping[str, Rule] = RULES) -> Rule | None:
+def rule_for(key: str, rules: Mapping[str, KeyRule] = RULES) -> KeyRule | None:
     if key in rules:
         return rules[key]
     parts = key.split(".")
@@ -216,7 +149,7 @@ def rule_for(key: str, rules: Mapping[str, Rule] = RULES) -> Rule | None:
     return None
 
 
-def _fix(key: str, rule: Rule) -> str:
+def _fix(key: str, rule: KeyRule) -> str:
     return f"{key}={rule.fix}"
 
 
@@ -227,7 +160,7 @@ def _bound(bound, values: Mapping[str, Any]) -> float | None:
     return bound
 
 
-def _range_text(rule: Rule, values: Mapping[str, Any]) -> str:
+def _range_text(rule: KeyRule, values: Mapping[str, Any]) -> str:
     def show(bound):
         return f"{bound}={_bound(bound, values)}" if isinstance(bound, str) else f"{bound:g}" if isinstance(bound, float) else str(bound)
 
@@ -247,7 +180,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | None = None) -> Any:
+def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] | None = None) -> Any:
     """``value`` if ``rule`` allows it (``values``: the other keys, for bounds such as ``steps``); else ``ConfigError``."""
     values = values or {}
     if value is None:
@@ -276,10 +209,14 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | No
         if not isinstance(value, str) or value not in names:
             import difflib
 
-            if isinstance(rule.choices, _registry):
+            if isinstance(rule.choices, Names) and isinstance(rule.choices.registry(), Registry):
                 rule.choices.registry().get(str(value))  # raises the registry's line
             best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
             raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
+        return value
+    if kind == "entry":
+        if not isinstance(value, str) or value not in rule.choices.more:
+            rule.choices.registry().get(value, key=key)  # a name or a dotted path; else the registry's one line
         return value
     if kind in ("text", "path", "dotted"):
         if not isinstance(value, str) or not value.strip():
@@ -312,7 +249,7 @@ def check_value(key: str, value: Any, rule: Rule, values: Mapping[str, Any] | No
     raise AssertionError(f"rule kind {kind!r}")
 
 
-def _allowed(rule: Rule, values: Mapping[str, Any]) -> str:
+def _allowed(rule: KeyRule, values: Mapping[str, Any]) -> str:
     if rule.kind == "int" and rule.lo == 1 and rule.hi is None:
         text = "a positive integer"
     elif rule.kind == "number" and rule.lo == 0 and rule.lo_open and rule.hi is None:
@@ -337,12 +274,17 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     if not isinstance(c, Mapping):
         raise ConfigError(f"the config is a {type(c).__name__}, not a mapping of keys")
     values = flat(c)
+    for group, name_key in REGISTERED.items():  # the names first: what else a group may hold depends on them
+        key = f"{group}.{name_key}"
+        if key in values:
+            check_value(key, values[key], RULES[key], values)
+    rules = RULES | declared(c)
     for key, value in values.items():
-        rule = rule_for(key)
+        rule = rule_for(key, rules)
         if rule is None:
-            if key.startswith(PASSED_ON) or key.endswith("._target_"):
+            if key.startswith(PASSED_ON):
                 continue
-            raise unknown_key(key)
+            raise unknown_key(key, rules, c)
         check_value(key, value, rule, values)
     out = copy.deepcopy(dict(c))
     check_relations(out, data_options or {})
@@ -352,16 +294,55 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     return out
 
 
-def unknown_key(key: str) -> ConfigError:
-    """``lrr is not a key initnorm reads; ... the nearest: lr``: a misspelt ``+`` override."""
+def declared(c: Mapping[str, Any]) -> dict[str, KeyRule]:
+    """The keys the config's registrations read beyond RULES (``About.rules``), as dotted keys: the
+    family's ``model.*``, the table's ``param.*``, the init scheme's (and ``init.per_role``'s and
+    ``init.fn``'s) ``init.*``, the norm's ``norm_type.*``. A name no registry knows raises its line."""
+    out: dict[str, KeyRule] = {}
+    for group, name_key in REGISTERED.items():
+        node = c.get(group)
+        if not isinstance(node, Mapping):
+            continue
+        names = [node.get(name_key)]
+        if group == "init":
+            names = [node.get("fn") if names[0] == "custom" else names[0], *(node.get("per_role") or {}).values()]
+        registry = GROUPS[group][1].registry()
+        for name in names:
+            if name is None or not isinstance(name, str):
+                continue  # a missing or mistyped name: its own rule says so
+            out |= {f"{group}.{k}": rule for k, rule in registry.about(name, strict=False).rules.items()}
+    return out
+
+
+def every_rule() -> dict[str, KeyRule]:
+    """RULES and every shipped registration's own keys (for the tests: each rule's fix passes it)."""
+    out = dict(RULES)
+    for group, (_, names) in GROUPS.items():
+        registry = names.registry()
+        for name in registry.names():
+            out |= {f"{group}.{k}": rule for k, rule in registry.about(name).rules.items()}
+    return out
+
+
+def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, Any] | None = None) -> ConfigError:
+    """``lrr is not a key initnorm reads; ... the nearest: lr``: a misspelt ``+`` override, or a key
+    that the chosen family / table / scheme / norm does not read (it says which one it asked)."""
     import difflib
 
     group, _, rest = key.rpartition(".")
-    siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in RULES if k.startswith(f"{group}.")} if group else {k.split(".")[0] for k in [*RULES, *PASSED_ON]})
+    siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in rules if k.startswith(f"{group}.")} if group else {k.split(".")[0] for k in [*rules, *PASSED_ON]})
     near = difflib.get_close_matches(rest, siblings, n=1)
     where = f"the keys of {group}" if group else "the top-level keys"
+    top = group.split(".")[0]
+    node = (c or {}).get(top)
+    if top in REGISTERED and isinstance(node, Mapping) and node.get(REGISTERED[top]) is not None:
+        where += f" for {top}.{REGISTERED[top]}={node[REGISTERED[top]]}"
+    own = (f", or declare it in your own entry's About.rules and name that by `{top}.{REGISTERED[top]}=mypkg.module:Thing`"
+           if top in REGISTERED else "")
+    if rest == "_target_" and top in REGISTERED:
+        own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
     return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); "
-                       + (f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`"))
+                       + (f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"))
 
 
 def absolute(path: str, base: str | Path | None) -> Path:
@@ -394,9 +375,13 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
         if role not in roles:
             raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role], f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
-    from initnorm.training.optim import weight_decay_mode
+    from initnorm.training.optim import DECOUPLED
 
-    weight_decay_mode(c["optim"])
+    optim = c["optim"]
+    if optim.get("weight_decay") and optim.get("weight_decay_mode") == "independent" and optim["name"] not in DECOUPLED:
+        raise bad_value("optim.weight_decay_mode", "independent",
+                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); optim={optim['name']} decays through its gradient",
+                        "optim.weight_decay_mode=scaled")
     resolve(c["init"])
     make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])  # width below µP's base width, an optimiser without a µP table
 

@@ -29,6 +29,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from initnorm.nn.param import PARAMS, stable_across
+
+PARAM_KEYS = ("param", "param.name")  # a swept parameterisation: a conf/param option, or a table's name or dotted path
+
 HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the parabola through them)
 LEVEL = 0.95  # bootstrap interval
 N_BOOT = 1000
@@ -225,6 +229,17 @@ def sweep_axis(records: list[dict]) -> str | None:
     return varying[0] if varying else None
 
 
+def swept_value(record: dict, key: str) -> str:
+    """A job's value of a setting key: its override, else for ``param`` the table its config
+    composed (``sp`` in conf/train.yaml, the one default a record without its config can have)."""
+    overrides = record.get("overrides", {})
+    if key in overrides:
+        return str(overrides[key])
+    if key == "param":
+        return str(((record.get("config") or {}).get("param") or {}).get("name", "sp"))
+    return ""
+
+
 def metric_of(records: list[dict]) -> str:
     return (records[0].get("summary_metrics") or ["final_loss"])[0] if records else "final_loss"
 
@@ -247,17 +262,29 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
         ov = r.get("overrides", {})
         if r.get("status") != "finished" or "lr" not in ov or axis not in ov:
             continue
-        setting = tuple((k, str(ov.get(k, "sp" if k == "param" else ""))) for k in varying)
+        setting = tuple((k, swept_value(r, k)) for k in varying)
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         loss = loss if _finite(loss) else math.nan
         cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
-    mup = cells.get((("param", "mup"),))
-    if axis == "depth" and mup:  # at the base depth a depth variant is param=mup exactly: one run may serve them all
-        base = min(mup)
-        for setting, by_size in cells.items():
-            if len(setting) == 1 and base < min(by_size):
-                by_size[base] = mup[base]
+    if axis == "depth":  # at the base depth a depth variant is its width-only table exactly: one run may serve them all
+        share_base_depth(cells)
     return axis, cells
+
+
+def share_base_depth(cells: dict) -> None:
+    """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
+    (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
+    one run may serve them all. The tables' declared kinds say which is which."""
+    kinds = {setting: PARAMS.about(setting[0][1], strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
+    width_only = [cells[s] for s, k in kinds.items() if k == "width"]
+    if len(width_only) != 1:
+        return
+    source = width_only[0]
+    base = min(source)
+    for setting, kind in kinds.items():
+        by_size = cells[setting]
+        if stable_across(kind, "depth") and base < min(by_size):
+            by_size[base] = source[base]
 
 
 def transfer_table(records: list[dict], **kw) -> list[Row]:
@@ -272,13 +299,11 @@ def transfer_table(records: list[dict], **kw) -> list[Row]:
 
 # ---------------------------------------------------------------- rendering
 
-NAMES = {"sp": "SP", "mup": "µP"}
-
-
 def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
+    """``SP``, ``µP, norm=post``: a parameterisation by its display name, any other key as set."""
     if not setting:
         return "all"
-    return ", ".join(NAMES.get(v, v) if k == "param" else f"{k}={v}" for k, v in setting)
+    return ", ".join(PARAMS.display(v) if k in PARAM_KEYS else f"{k}={v}" for k, v in setting)
 
 
 def _g(x: float, digits: int = 2) -> str:

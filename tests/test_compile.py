@@ -10,6 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import initnorm.training.module as module_py
 from initnorm.cli.train import train
+from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.training.compiling import ALONE_FROM, COMPILE_CACHE, GROUP_FROM, should_compile, use_cache
 from tests.conftest import ROOT, compose_cfg
@@ -25,8 +26,9 @@ def test_auto_decides_by_the_run_length():
     assert not should_compile("auto", 1500), "the default run (1,500 steps) must stay eager under auto"
     # a vectorised group: member-steps against GROUP_FROM
     assert should_compile("auto", GROUP_FROM // 4, members=4) and not should_compile("auto", GROUP_FROM // 4 - 1, members=4)
+    # any other value is refused in one place, the schema, before a job starts
     with pytest.raises(ConfigError, match=r"compile='maybe'.*auto, true, false.*`compile=auto`"):
-        should_compile("maybe", 10)
+        validate(to_plain(compose_cfg("compile=maybe")))
 
 
 def test_the_cache_sits_below_the_launch_folder_unless_the_user_set_one(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@ import csv
 import pytest
 
 from initnorm.cli.coord_check import main
-from initnorm.instruments.coord import sweep_axis
+from initnorm.instruments.coord import coord_axis
 from initnorm.errors import ConfigError
 
 
@@ -24,8 +24,8 @@ def test_mup_logits_stay_put_while_sp_grows(tmp_path, capsys):
 def test_one_axis_at_a_time():
     rows = [{"width": w, "depth": d} for w in (16, 32) for d in (2, 4)]
     with pytest.raises(ConfigError, match="one axis at a time"):
-        sweep_axis(rows)
-    assert sweep_axis([{"width": 64, "depth": d} for d in (2, 4)]) == "depth"
+        coord_axis(rows)
+    assert coord_axis([{"width": 64, "depth": d} for d in (2, 4)]) == "depth"
 
 
 def test_depth_verdict_on_the_default_decoder(tmp_path, capsys):
@@ -33,7 +33,7 @@ def test_depth_verdict_on_the_default_decoder(tmp_path, capsys):
     residual stream and per-block update x depth stay within 1.5x, µP's last stream grows by more."""
     assert main(["--widths", "16", "--depths", "2,8", "--params", "mup,completep", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Verdict: PASS" in out and "completep: last stream max/min" in out and "(flat: bound 1.5)" in out
+    assert "Verdict: PASS" in out and "CompleteP: last stream max/min" in out and "(flat: bound 1.5)" in out
     assert "blocks/update_x_depth" in (tmp_path / "verdict.txt").read_text()
 
 
@@ -45,6 +45,6 @@ def test_depth_verdict_fails_where_a_depth_variant_is_not_flat():
     ok, line = depth_verdict({"mup": {"stream/last": grows}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
     assert ok and line.endswith("Verdict: PASS")
     ok, line = depth_verdict({"mup": {"stream/last": grows}, "depth_mup": {"stream/last": {2: 3.6, 4: 2.7, 8: 2.0}, BLOCK_UPDATE: flat}}, 1.5)
-    assert not ok and "depth_mup: last stream max/min 1.80" in line and "NOT flat" in line
+    assert not ok and "depth-µP: last stream max/min 1.80" in line and "NOT flat" in line
     ok, line = depth_verdict({"mup": {"stream/last": flat}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
     assert not ok and "does NOT grow" in line

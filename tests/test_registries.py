@@ -166,6 +166,12 @@ def test_readme_custom_scheme_example_runs(tmp_path, monkeypatch):
     assert stds[Role.ATTN_QKV] == pytest.approx(0.02, rel=0.05)
     m = train(compose_cfg(*TINY, "init=custom", "init.fn=mypkg.inits.fancy"), tmp_path / "run")
     assert math.isfinite(m["final_val_loss"])
+    # by its path alone, with the key it declares (one it does not declare is refused)
+    torch.manual_seed(0)
+    assert role_std(build("init.name=mypkg.inits:fancy", "init.std=0.05", "width=128", "depth=4"))[Role.ATTN_QKV] == pytest.approx(0.05, rel=0.05)
+    with pytest.raises(ConfigError, match=r"init.sdt is not a key initnorm reads \(the keys of init for init.name=mypkg.inits:fancy: fn, name, nonlinearity, per_role, std\)"):
+        validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "+init.sdt=0.05")))
+    validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "init.std=0.05")))
 
 
 def group_options():
@@ -199,3 +205,20 @@ def test_every_model_composes_with_some_data():
             except Exception:  # a family that needs another kind of data does not compose with this one
                 continue
         assert ok, f"model={model} composes with no data option"
+
+
+def test_every_registration_describes_itself():
+    """Display name and kind on every shipped entry; a table's kind is one the coordinate check reads,
+    an init scheme's kind says whether its std depends on the shape (``fan_std``), a family's is its data."""
+    from initnorm.models.build import MODELS
+    from initnorm.nn.param import KINDS
+    from initnorm.training.tasks import TASKS
+
+    for registry in (MODELS, PARAMS, INITS, NORMS):
+        for name in registry.names():
+            about = registry.about(name)
+            assert about.display and about.display != name or name in ("normal", "orthogonal"), (registry.kind, name)
+            assert about.kind, (registry.kind, name)
+    assert {PARAMS.about(n).kind for n in PARAMS.names()} <= set(KINDS)
+    assert all((INITS.about(n).kind == "fan") == hasattr(INITS.get(n), "fan_std") for n in INITS.names())
+    assert all(MODELS.about(n).kind in TASKS.names() for n in MODELS.names())

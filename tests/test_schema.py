@@ -4,7 +4,7 @@ import pytest
 
 from initnorm import schema
 from initnorm.errors import ConfigError
-from tests.conftest import compose_cfg
+from tests.conftest import ROOT, compose_cfg
 
 PRESETS = [[], ["experiment=deep_mlp_train"], ["experiment=mup_mlp_sweep"], ["experiment=regularization"], ["experiment=coord_check"],
            ["experiment=mup_sweep_wide"], ["experiment=norm_warmup"], ["experiment=norm_type"], ["data=shakespeare"], ["param=mup"],
@@ -116,7 +116,20 @@ def test_launcher_values(launcher, says):
 def test_every_rule_names_a_fix_that_passes_its_own_rule():
     from omegaconf import OmegaConf
 
-    for key, rule in schema.RULES.items():
+    for key, rule in schema.every_rule().items():  # the common keys and every registration's own
         if rule.kind in ("int", "number", "bool") and not isinstance(rule.lo, str) and not isinstance(rule.hi, str):
             value = OmegaConf.create(f"v: {rule.fix}")["v"]  # as the command line would parse the suggested value
             schema.check_value(key, value, rule)
+
+
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_job_of_every_shipped_preset_passes(experiment, tmp_path):
+    """Every job each preset's sweep would run (all four families among them) passes the schema, whose
+    keys come from the chosen registrations: a key no family, table, scheme or norm reads would fail here.
+    One learning rate and one seed (they change no key) keep the big sweeps short."""
+    from initnorm.cli.preflight import check_command_line
+
+    assert check_command_line(["-m", f"experiment={experiment}", "lr=0.01", "seed=1", f"hydra.sweep.dir={tmp_path}"])

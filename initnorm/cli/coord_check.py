@@ -32,13 +32,16 @@ from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
 from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.coord import NAMES, summarize
+from initnorm.instruments.coord import display_name, summarize
+from initnorm.registry import is_dotted
 
 
 def jobs(params, widths, depths, steps: int, lr: float, seed: int, extra: list[str]) -> dict[str, list[str]]:
-    """Every job's folder name (``param=..,depth=..,width=..``) and training overrides."""
+    """Every job's folder name (``param=..,depth=..,width=..``) and training overrides; a dotted
+    path in ``params`` (``mypkg.tables:mine``) is a table of one's own, named by ``param.name``."""
     return {
-        f"param={p},depth={d},width={w}": ["experiment=coord_check", f"param={p}", f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
+        f"param={p},depth={d},width={w}": ["experiment=coord_check", f"param.name={p}" if is_dotted(p) else f"param={p}",
+                                           f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
         for p in params for d in depths for w in widths
     }
 
@@ -49,7 +52,7 @@ def run_jobs(todo: dict[str, list[str]], out: Path) -> None:
         start = time.perf_counter()
         train(compose_train(overrides), out / name)
         settings = dict(part.split("=") for part in name.split(","))
-        print(f"  {NAMES.get(settings['param'], settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: {time.perf_counter() - start:5.1f} s", flush=True)
+        print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: {time.perf_counter() - start:5.1f} s", flush=True)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -36,7 +36,7 @@ from initnorm.cli.compose import comma_list, split_overrides
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.probe import ACTIVATIONS, CHAPTER_INITS, LABELS, check_prompt, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
+from initnorm.instruments.probe import CHAPTER_INITS, OTHER_INITS, PROBE_ACTIVATIONS, check_prompt, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
 from initnorm.nn.init import INITS
 from initnorm.plots import probe_decoder_png, probe_mlp_png
 from initnorm.results import write_atomic
@@ -90,8 +90,8 @@ def check_args(a: argparse.Namespace) -> None:
         if getattr(a, key) <= 0:
             raise bad_value(f"--{key.replace('_', '-')}", getattr(a, key), "a positive integer")
     for act in a.activations:
-        if act not in ACTIVATIONS:
-            raise bad_value("--activations", act, f"one of {', '.join(ACTIVATIONS)}", "--activations tanh,relu")
+        if act not in PROBE_ACTIVATIONS:
+            raise bad_value("--activations", act, f"one of {', '.join(PROBE_ACTIVATIONS)}", "--activations tanh,relu")
     for init in a.inits or []:
         INITS.get(init)
     if not (math.isfinite(a.std) and a.std >= 0):
@@ -122,7 +122,7 @@ def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
     if a.kind in ("mlp", "both"):
         mlp = {}
         for act in a.activations:
-            names = a.inits or CHAPTER_INITS.get(act, list(LABELS))
+            names = a.inits or CHAPTER_INITS.get(act, OTHER_INITS)
             options = init_options(extra, a.kind)
             suffix = f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
             mlp[act] = {init_label(i, a.std) + suffix: signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std, options) for i in names}

@@ -4,15 +4,18 @@ layer's change from step 0 against width (or depth), and give a verdict.
 - ``coord.csv``: long form, one row per (width, depth, param, seed, step, layer, role, value);
 - ``coord.png``: in the style of microsoft/mup's coordinate-check plots (``initnorm.plots.coord_check``);
 - the verdict: per layer, the ratio of the largest to the smallest change across widths at the
-  last step. µP passes when its logits' ratio is at most ``bound`` (1.5) while SP's is larger and
+  last step. What each parameterisation must show is its declared kind (``About.kind``,
+  ``nn.param.stable_across``), never its name: a width-stable one (µP) passes when its logits'
+  ratio is at most ``bound`` (1.5) while each baseline's (kind ``neither``: SP) is larger and
   grows with width.
-- across depth (several depths at one width, ``depth_verdict``): the depth-transfer
-  parameterisations (``depth_mup``, ``completep``) pass when their last residual stream's change
-  and their per-block update times the depth (``blocks/update_x_depth``: the mean change of every
-  block's two branch outputs, times the number of blocks, i.e. each block's share of a stream
-  change that should not depend on depth) stay within ``bound`` (max/min across depths); µP
-  (and SP) pass when their last residual stream grows by more than ``bound`` from the shallowest
-  to the deepest model, the depth dependence the depth variants remove.
+- across depth (several depths at one width, ``depth_verdict``): a depth-stable parameterisation
+  (``depth_mup``, ``completep``) passes when its last residual stream's change and its per-block
+  update times the depth (``blocks/update_x_depth``: the mean change of every block's two branch
+  outputs, times the number of blocks, i.e. each block's share of a stream change that should not
+  depend on depth) stay within ``bound`` (max/min across depths); one that is not (µP, SP) passes
+  when its last residual stream grows by more than ``bound`` from the shallowest to the deepest
+  model, the depth dependence the depth variants remove. A parameterisation without a declared
+  kind is shown and not judged.
 
 The command that trains the jobs is ``python -m initnorm.coord_check`` (initnorm/cli/coord_check.py).
 """
@@ -26,14 +29,22 @@ from pathlib import Path
 
 from initnorm.callbacks.coord import COORD_FILE, FIELDS
 from initnorm.errors import ConfigError, bad_value
+from initnorm.nn.param import KINDS, PARAMS, stable_across
 from initnorm.plots import coord_check_png
 from initnorm.results import write_atomic
 
-NAMES = {"sp": "SP", "mup": "µP"}
 BLOCK_UPDATE = "blocks/update_x_depth"
 KEY_LAYERS = ("logits/output", "stream/last", BLOCK_UPDATE)
-DEPTH_TRANSFER = ("depth_mup", "completep")  # must be flat across depth
-WIDTH_ONLY = ("sp", "mup")  # their last residual stream must grow with depth
+
+
+def kind(param: str) -> str:
+    """The parameterisation's declared kind (``neither``, ``width``, ``width+depth``; empty: none declared)."""
+    return PARAMS.about(param, strict=False).kind
+
+
+def display_name(param: str) -> str:
+    """What the tables and the verdict print for ``param`` (its display name: ``µP``)."""
+    return PARAMS.display(param)
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -58,7 +69,8 @@ def combined_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def sweep_axis(rows: list[dict]) -> str:
+def coord_axis(rows: list[dict]) -> str:
+    """``width`` or ``depth``: the one the coordinate check's rows vary (one at a time)."""
     widths, depths = {r["width"] for r in rows}, {r["depth"] for r in rows}
     if len(widths) > 1 and len(depths) > 1:
         raise bad_value("--widths/--depths", f"{sorted(widths)} x {sorted(depths)}", "one axis at a time: several widths at one depth, or several depths at one width", "--depths 2")
@@ -101,14 +113,15 @@ def table(data, axis: str, step: int) -> str:
     out.write(f"RMS change from step 0 after step {step}, by {axis}\n")
     out.write(f"{'param':5s} {'layer':22s} " + " ".join(f"{x:>7d}" for x in xs) + "  max/min\n")
     for param in ordered(data):
-        for name, v in sorted(data[param].items(), key=lambda kv: (kv[0] not in KEY_LAYERS, kv[0])):
-            out.write(f"{NAMES.get(param, param):5s} {name:22s} " + " ".join(f"{v[x]:7.3g}" for x in xs) + f"  {ratio(v):7.2f}\n")
+        for layer, v in sorted(data[param].items(), key=lambda kv: (kv[0] not in KEY_LAYERS, kv[0])):
+            out.write(f"{display_name(param):5s} {layer:22s} " + " ".join(f"{v[x]:7.3g}" for x in xs) + f"  {ratio(v):7.2f}\n")
     return out.getvalue()
 
 
 def ordered(params) -> list[str]:
-    """SP, then µP, then any other parameterisation by name."""
-    return [p for p in ("sp", "mup") if p in params] + sorted(set(params) - {"sp", "mup"})
+    """By declared kind (the baseline, width-stable, depth-stable, then none declared), then by name."""
+    rank = {k: i for i, k in enumerate(KINDS)}
+    return sorted(params, key=lambda p: (rank.get(kind(p), len(KINDS)), p))
 
 
 def depth_verdict(data, bound: float) -> tuple[bool, str]:
@@ -117,41 +130,49 @@ def depth_verdict(data, bound: float) -> tuple[bool, str]:
     parts, ok, checked = [], True, 0
     for param in ordered(data):
         stream, blocks = data[param].get("stream/last"), data[param].get(BLOCK_UPDATE)
-        if not stream or len(stream) < 2:
+        if not stream or len(stream) < 2 or not kind(param):
             continue
-        name = NAMES.get(param, param)
-        if param in DEPTH_TRANSFER:
+        shown = display_name(param)
+        if stable_across(kind(param), "depth"):
             checked += 1
             flat = ratio(stream) <= bound and bool(blocks) and ratio(blocks) <= bound
             ok &= flat
             spread = f"{ratio(blocks):.2f}" if blocks else "not recorded"
-            parts.append(f"{name}: last stream max/min {ratio(stream):.2f}, block update x depth max/min {spread} ({'flat' if flat else 'NOT flat'}: bound {bound})")
-        elif param in WIDTH_ONLY:
+            parts.append(f"{shown}: last stream max/min {ratio(stream):.2f}, block update x depth max/min {spread} ({'flat' if flat else 'NOT flat'}: bound {bound})")
+        else:
             checked += 1
             lo, hi = min(stream), max(stream)
             grows = stream[hi] / stream[lo] > bound
             ok &= grows
-            parts.append(f"{name}: last stream {stream[lo]:.3g} at depth {lo} -> {stream[hi]:.3g} at depth {hi} ({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
+            parts.append(f"{shown}: last stream {stream[lo]:.3g} at depth {lo} -> {stream[hi]:.3g} at depth {hi} ({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
     if not checked:
-        return True, "no verdict: it needs mup, depth_mup or completep across depths"
+        return True, "no verdict: it needs a parameterisation of a declared kind (mup, depth_mup, completep) across depths"
     return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'}"
 
 
 def verdict(data, axis: str, bound: float) -> tuple[bool, str]:
-    """µP's logits change stays within ``bound`` (max/min across widths) while SP's is larger and grows;
-    across depth, ``depth_verdict``."""
+    """Each width-stable parameterisation's logits change (µP's) stays within ``bound`` (max/min across
+    widths) while each baseline's (kind ``neither``: SP's) is larger and grows; across depth, ``depth_verdict``."""
     if axis == "depth":
         return depth_verdict(data, bound)
+
     def span(param):
         v = data.get(param, {}).get("logits/output")
         return None if not v else (v[min(v)], v[max(v)], ratio(v), min(v), max(v))
 
-    sp, mup = span("sp"), span("mup")
-    parts = [f"{NAMES[p]} logits move {s[0]:.3g} at {axis} {s[3]} and {s[1]:.3g} at {axis} {s[4]} (max/min {s[2]:.2f})" for p, s in (("sp", sp), ("mup", mup)) if s]
-    if axis != "width" or not (sp and mup):
-        return True, "; ".join(parts) + ("" if parts else "no logits recorded") + " (no verdict: it needs SP and µP across widths)"
-    ok = mup[2] <= bound and sp[2] > mup[2] and sp[1] > sp[0]
-    why = f"µP max/min {mup[2]:.2f} {'<=' if mup[2] <= bound else '>'} {bound}; SP {'grows' if sp[1] > sp[0] else 'does not grow'} (max/min {sp[2]:.2f})"
+    spans = {p: span(p) for p in ordered(data) if span(p)}
+    parts = [f"{display_name(p)} logits move {s[0]:.3g} at {axis} {s[3]} and {s[1]:.3g} at {axis} {s[4]} (max/min {s[2]:.2f})"
+             for p, s in spans.items()]
+    stable = [p for p in spans if stable_across(kind(p), "width")]
+    baseline = [p for p in spans if kind(p) == "neither"]
+    if axis != "width" or not (stable and baseline):
+        return True, ("; ".join(parts) + ("" if parts else "no logits recorded")
+                      + " (no verdict: it needs SP and µP across widths: a parameterisation of kind neither and a width-stable one)")
+    worst = max(spans[p][2] for p in stable)
+    ok = all(spans[p][2] <= bound for p in stable) and all(spans[p][2] > worst and spans[p][1] > spans[p][0] for p in baseline)
+    flat = [f"{display_name(p)} max/min {spans[p][2]:.2f} {'<=' if spans[p][2] <= bound else '>'} {bound}" for p in stable]
+    grow = [f"{display_name(p)} {'grows' if spans[p][1] > spans[p][0] else 'does not grow'} (max/min {spans[p][2]:.2f})" for p in baseline]
+    why = "; ".join(flat + grow)
     return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'} ({why})"
 
 
@@ -170,14 +191,14 @@ def panels(rows: list[dict], axis: str, steps=(1, 2, 5, 10)) -> dict[int, dict[s
 def summarize(folder: Path, bound: float = 1.5) -> tuple[bool, str]:
     """Read every job's ``coord.csv`` below ``folder``; write the combined CSV, PNG and ``verdict.txt``."""
     rows = read_rows(folder)
-    axis = sweep_axis(rows)
+    axis = coord_axis(rows)
     step = max(r["step"] for r in rows)
     data = curves(rows, axis, step)
     ok, line = verdict(data, axis, bound)
     text = table(data, axis, step) + "\n" + line + "\n"
     write_atomic(folder / COORD_FILE, combined_csv(rows))
     write_atomic(folder / "verdict.txt", text)
-    write_atomic(folder / "coord.png", coord_check_png(panels(rows, axis), axis, NAMES, KEY_LAYERS))
+    write_atomic(folder / "coord.png", coord_check_png(panels(rows, axis), axis, {p: display_name(p) for p in data}, KEY_LAYERS))
     return ok, text
 
 

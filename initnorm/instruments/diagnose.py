@@ -69,7 +69,7 @@ def job_table(folder: Path, stats: tuple[str, ...] = STATS) -> tuple[str | None,
         ov = r.get("overrides", {})
         if "lr" not in ov or axis not in ov:
             continue
-        setting = next((s for s in settings if all(str(ov.get(k, "sp" if k == "param" else "")) == v for k, v in s)), None)
+        setting = next((s for s in settings if all(transfer.swept_value(r, k) == v for k, v in s)), None)
         if setting is None:
             continue
         key = (setting, int(ov[axis]), math.log2(float(ov["lr"])))

@@ -24,18 +24,21 @@ import io
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from initnorm.callbacks.stats import capture, grouped
 from initnorm.data.corpus import load_corpus
 from initnorm.errors import bad_value
 from initnorm.models.build import build_model
 from initnorm.nn.init import INITS, InitContext, init_parameter
+from initnorm.nn.layers import ACTIVATIONS
 from initnorm.nn.roles import Role
 
-ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu, "gelu": F.gelu, "linear": lambda z: z}
-# The chapter's four initialisations, by registry name, with its labels; the tanh table omits He as it does.
+# The model activations (nn.layers) and, for the chapter's linear network, none at all.
+PROBE_ACTIVATIONS = {**ACTIVATIONS, "linear": nn.Identity}
+# The chapter's four initialisations, by registry name (their labels: the schemes' display names); the tanh table omits He as it does.
 CHAPTER_INITS = {"tanh": ["normal", "small", "xavier"], "relu": ["normal", "small", "xavier", "he"]}
-LABELS = {"small": "N(0, 0.01)", "xavier": "Xavier", "he": "He", "lecun": "LeCun", "orthogonal": "Orthogonal"}
+OTHER_INITS = ["small", "xavier", "he", "lecun", "orthogonal"]  # for an activation the chapter does not probe
 
 
 
@@ -93,7 +96,7 @@ def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 2
     """The chapter's protocol: per layer, the std of the activations (forward) and of the
     gradient at the pre-activations (backward), with a random std-1 gradient arriving at the top.
     ``options``: the trainer's ``init.*`` keys (``{"nonlinearity": "relu"}``: the chapter's He for tanh, ReLU's gain)."""
-    act = ACTIVATIONS[activation]
+    act = PROBE_ACTIVATIONS[activation]()
     # init.std is normal's option only: "small" keeps its own 0.01
     ctx = InitContext(depth=depth, width=width, nonlinearity=activation, options={**({"std": std} if init == "normal" else {}), **(options or {})})
     torch.manual_seed(seed)
@@ -115,7 +118,8 @@ def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 2
 
 
 def init_label(init: str, std: float) -> str:
-    return f"N(0, {std:g})" if init == "normal" else LABELS.get(init, init)
+    """A scheme's name in the tables: its display name (``Xavier``); ``normal`` by its std."""
+    return f"N(0, {std:g})" if init == "normal" else INITS.display(init)
 
 
 def mlp_table(activation: str, results: dict[str, tuple[list[float], list[float]]]) -> str:

@@ -11,40 +11,58 @@ cannot apply, or that needs a role the model lacks (residual branches), is refus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from torch import nn
 
 from initnorm.errors import ConfigError, bad_value
+from initnorm.keyrules import Choice, Int, Num, Text
 from initnorm.models import mlp
 from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
 from initnorm.nn.param import Table, block_parameters, in_block, make_table
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
-from initnorm.registry import Registry
+from initnorm.registry import About, Registry
 
-FamilyFn = Callable[[Mapping[str, Any], int, Table], nn.Module]
+FamilyFn = Callable[[Mapping[str, Any], int], nn.Module]
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: ``build(model config, vocabulary or classes, table)`` and ``check(config)``,
-    which raises a one-line ``ConfigError`` for a value this family cannot take (it sees the whole
-    resolved config, since a family may constrain the data too). A new family is one entry here."""
+    """A model family: ``build(model config, vocabulary or classes)`` and ``check(config)``, which
+    raises a one-line ``ConfigError`` for values this family cannot take together (it sees the
+    whole resolved config, since a family may constrain the data too). ``about``: its display name,
+    its kind (the ``data.kind`` it trains on; empty: any) and the ``model`` keys it reads beyond the
+    schema's common ones (family, width, depth, activation, mup.*), which the schema checks and
+    whose absence from it refuses any other key. A new family is one such object: registered here,
+    or in a file of its own named by a dotted path (``model.family=mypkg.models:FAMILY``)."""
 
     build: FamilyFn
     check: Callable[[Mapping[str, Any]], None] = lambda cfg: None
-    data_kind: str | None = None  # the data.kind it trains on (None: any); initnorm.schema names the data option that fits
+    about: About = field(default_factory=About)
+
+    @property
+    def data_kind(self) -> str | None:
+        """The data.kind it trains on (None: any); initnorm.schema names the data option that fits."""
+        return self.about.kind or None
 
 
-MODELS: Registry[Family] = Registry("model family", "model")
+MODELS: Registry[Family] = Registry("model family", "model", path_key="model.family",
+                                    expects=(lambda e: isinstance(e, Family), "Family (initnorm.models.build.Family)", "mypkg.models:FAMILY"))
+
+DECODER_RULES = {
+    "n_heads": Int(1, fix=2),
+    "mlp_ratio": Int(1, fix=2),
+    "max_context": Int(1, fix=64),
+    "norm": Choice(PLACEMENTS, fix="pre"),
+    "norm_type": Text(fix="layernorm"),
+    "norm_eps": Num(0, fix=1e-5),
+}
 
 
 def check_decoder(cfg: Mapping[str, Any]) -> None:
     model = cfg["model"]
-    if cfg["norm"] not in PLACEMENTS:
-        raise bad_value("norm", cfg["norm"], f"one of {', '.join(PLACEMENTS)}", "norm=pre")
     heads = model["n_heads"]
     if model["width"] % heads:
         raise bad_value("width", model["width"], f"a multiple of model.n_heads={heads}", f"width={heads * max(1, model['width'] // heads)}")
@@ -53,7 +71,7 @@ def check_decoder(cfg: Mapping[str, Any]) -> None:
         raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}", f"model.max_context={context}")
 
 
-def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
+def decoder(m: Mapping[str, Any], vocab_size: int) -> nn.Module:
     return Decoder(
         vocab_size,
         width=m["width"],
@@ -67,11 +85,11 @@ def decoder(m: Mapping[str, Any], vocab_size: int, table: Table) -> nn.Module:
     )
 
 
-MODELS.register("decoder")(Family(decoder, check_decoder, "char_lm"))
+MODELS.register("decoder")(Family(decoder, check_decoder, About("Decoder", "char_lm", DECODER_RULES)))
 # Chapter 003's MLPs (models/mlp.py): char_mlp and wide_mlp are one class in two shapes.
-MODELS.register("deep_mlp")(Family(mlp.deep_mlp, mlp.check_deep_mlp, "clusters"))
-MODELS.register("char_mlp")(Family(mlp.window_mlp, data_kind="char_windows"))
-MODELS.register("wide_mlp")(Family(mlp.window_mlp, data_kind="char_windows"))
+MODELS.register("deep_mlp")(Family(mlp.deep_mlp, about=About("deep MLP", "clusters", mlp.DEEP_RULES)))
+MODELS.register("char_mlp")(Family(mlp.window_mlp, about=About("char MLP", "char_windows", mlp.WINDOW_RULES)))
+MODELS.register("wide_mlp")(Family(mlp.window_mlp, about=About("wide MLP", "char_windows", mlp.WINDOW_RULES)))
 
 
 @dataclass
@@ -116,7 +134,7 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
     table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
     scheme = resolve(init_cfg)
-    model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size, table)
+    model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size)
     roles = check_roles(model, table)
     apply_forward_multipliers(model, table, roles)
     ctx = InitContext(

@@ -24,12 +24,9 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from initnorm.errors import bad_value
-from initnorm.nn.layers import Embedding, Linear
-from initnorm.nn.param import Table
+from initnorm.keyrules import Bool, Int, Num
+from initnorm.nn.layers import ACTIVATIONS, Embedding, Linear
 from initnorm.nn.roles import Role
-
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
 def _layer_roles(depth: int) -> dict[str, Role]:
@@ -97,18 +94,15 @@ class WindowMLP(nn.Module):
         return _probe_points(self, self.layers, self.out)
 
 
-# Family builders, registered in models.build: (model config, classes or symbols, table) -> module.
+# Family builders, registered in models.build: (model config, classes or symbols) -> module, and
+# the model keys each reads beyond the schema's common ones.
+DEEP_RULES = {"d_in": Int(1, fix=32)}
+WINDOW_RULES = {"context": Int(1, fix=16), "emb": Int(1, fix=16), "dropout": Num(0, 1, hi_open=True, fix=0.2), "readout_bias": Bool()}
 
 
-def check_deep_mlp(cfg: Mapping) -> None:
-    activation = cfg["model"]["activation"]
-    if activation not in ACTIVATIONS:
-        raise bad_value("model.activation", activation, f"one of {', '.join(ACTIVATIONS)}", "model.activation=relu")
-
-
-def deep_mlp(m: Mapping, n_classes: int, table: Table) -> DeepMLP:
+def deep_mlp(m: Mapping, n_classes: int) -> DeepMLP:
     return DeepMLP(m["d_in"], n_classes, m["width"], m["depth"], m["activation"])
 
 
-def window_mlp(m: Mapping, vocab_size: int, table: Table) -> WindowMLP:
+def window_mlp(m: Mapping, vocab_size: int) -> WindowMLP:
     return WindowMLP(vocab_size, m["context"], m["emb"], m["width"], m["depth"], m["dropout"], m["readout_bias"])

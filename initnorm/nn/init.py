@@ -5,7 +5,8 @@ gains at one in every scheme (``roles.FIXED_ROLES``), so a scheme only ever sees
 A parameterisation's init multiplier (``nn.param``) is applied on top, in the same place.
 
 Add your own without touching the package: a function with this signature, named by a dotted
-path (``init=custom init.fn=mypkg.inits.fancy``) or registered with ``@INITS.register``. A scheme
+path (``init.name=mypkg.inits:fancy``, or ``init=custom init.fn=mypkg.inits.fancy``) or registered
+with ``@INITS.register``; the init keys it reads are its ``about = About(..., rules={...})``. A scheme
 whose std depends on the matrix's shape says how with a ``fan_std(fan_in, fan_out)`` attribute
 (the fan schemes and ``orthogonal`` do), so µP can take its std at the base shape; without one
 its std is taken to be the same at every width (``normal``, ``small``, ``gpt2``).
@@ -21,11 +22,19 @@ import torch
 from torch import nn
 
 from initnorm.errors import ConfigError
+from initnorm.keyrules import Choice, Num
 from initnorm.nn.roles import BRANCH_OUT_ROLES, FIXED_ROLES, WIDTH_SIDES, Role
-from initnorm.registry import Registry, import_dotted
+from initnorm.registry import About, Registry
 
 InitScheme = Callable[[torch.Tensor, Role, "InitContext"], None]
-INITS: Registry[InitScheme] = Registry("init scheme", "init", "or register your own, see README 'Your own init scheme'")
+INITS: Registry[InitScheme] = Registry("init scheme", "init", "or your own, see README 'Your own init scheme'")
+
+# The init keys each scheme reads (``About.rules``; the schema refuses the others; ``init.nonlinearity``,
+# what ``gain`` reads for any scheme, is common to all). Kind: ``fixed``, one std at every shape, or
+# ``fan``, a std from the matrix's shape (the scheme has ``fan_std``).
+GAIN_NAMES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu", "gelu")
+STD = {"std": Num(0, fix=0.02)}
+FAN = {"emb_std": Num(0, fix=1.0), "gain": Num(0, lo_open=True, fix=1.0), "distribution": Choice(("normal", "uniform"), fix="normal")}
 
 LOOKUP_ROLES = frozenset({Role.EMBEDDING, Role.POSITIONAL})
 
@@ -67,19 +76,19 @@ def _normal(w: torch.Tensor, std: float) -> None:
     w.normal_(0.0, std)
 
 
-@INITS.register("normal")
+@INITS.register("normal", About("normal", "fixed", STD))
 def normal(w, role, ctx):
     """N(0, std), std = ``init.std`` (default 0.02, the Decoder's choice after GPT-2)."""
     _normal(w, ctx.opt("std", 0.02))
 
 
-@INITS.register("small")
+@INITS.register("small", About("N(0, 0.01)", "fixed", STD))
 def small(w, role, ctx):
     """N(0, 0.01): the hand-picked spread of the 2000s (chapter 003, step 1)."""
     _normal(w, ctx.opt("std", 0.01))
 
 
-@INITS.register("gpt2")
+@INITS.register("gpt2", About("GPT-2", "fixed", STD))
 def gpt2(w, role, ctx):
     """N(0, 0.02), residual-branch outputs scaled by 1/sqrt(2L): every block adds twice to one stream (Radford et al. 2019)."""
     std = ctx.opt("std", 0.02)
@@ -88,7 +97,7 @@ def gpt2(w, role, ctx):
     _normal(w, std)
 
 
-@INITS.register("zero_readout")
+@INITS.register("zero_readout", About("zero readout", "fixed", STD))
 def zero_readout(w, role, ctx):
     """N(0, std) everywhere but the readout, which starts at zero (as µP's readout does)."""
     if role == Role.READOUT:
@@ -97,7 +106,7 @@ def zero_readout(w, role, ctx):
         normal(w, role, ctx)
 
 
-@INITS.register("zero_branch")
+@INITS.register("zero_branch", About("zero branch", "fixed", STD))
 def zero_branch(w, role, ctx):
     """Residual-branch outputs start at zero, so every block starts as the identity (Fixup, Zhang et al. 2019; ReZero, Bachlechner et al. 2020)."""
     if role in BRANCH_OUT_ROLES:
@@ -128,14 +137,14 @@ def _fan_scheme(std_of: Callable[[int, int, float], float], activation_gain: boo
 
 
 # Glorot & Bengio 2010: Var = 2 / (fan_in + fan_out).
-INITS.register("xavier")(_fan_scheme(lambda fi, fo, g: g * math.sqrt(2.0 / (fi + fo)), activation_gain=False))
+INITS.register("xavier", About("Xavier", "fan", FAN))(_fan_scheme(lambda fi, fo, g: g * math.sqrt(2.0 / (fi + fo)), activation_gain=False))
 # He et al. 2015: Var = gain^2 / fan_in (gain sqrt(2) for ReLU).
-INITS.register("he")(_fan_scheme(lambda fi, fo, g: g / math.sqrt(fi), activation_gain=True))
+INITS.register("he", About("He", "fan", FAN))(_fan_scheme(lambda fi, fo, g: g / math.sqrt(fi), activation_gain=True))
 # LeCun et al. 1998 (Efficient BackProp): Var = 1 / fan_in.
-INITS.register("lecun")(_fan_scheme(lambda fi, fo, g: g / math.sqrt(fi), activation_gain=False))
+INITS.register("lecun", About("LeCun", "fan", FAN))(_fan_scheme(lambda fi, fo, g: g / math.sqrt(fi), activation_gain=False))
 
 
-@INITS.register("orthogonal")
+@INITS.register("orthogonal", About("orthogonal", "fan", {k: FAN[k] for k in ("emb_std", "gain")}))
 def orthogonal(w, role, ctx):
     """A random orthogonal matrix times the activation's gain (Saxe et al. 2014); lookups as in fan schemes."""
     if role in LOOKUP_ROLES:
@@ -154,7 +163,7 @@ def resolve(options: Mapping[str, Any]) -> InitScheme:
     if name == "custom":
         if not options.get("fn"):
             raise ConfigError("init=custom needs init.fn, a dotted path to your function; fix it with `init.fn=mypkg.inits.fancy`")
-        return import_dotted(options["fn"], "init.fn")
+        return INITS.get(options["fn"], key="init.fn")
     return INITS.get(name)
 
 

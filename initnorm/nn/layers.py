@@ -18,6 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# The activations a model config may name (``model.activation``), one home for the MLP families, the
+# probe and the schema; the Decoder's MLP is GELU (its ``activation`` key only picks the init gain).
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
 
 class _Multiplied:
     """What both layers share: the multiplier (1.0 until the build sets it) and where it goes."""

@@ -1,7 +1,9 @@
 """Norm layers by name: ``layernorm``, ``rmsnorm`` (Zhang & Sennrich 2019) and ``none``.
 
 One constructor signature, ``make(dim, eps) -> nn.Module``; each module states its parameters'
-roles. Where a norm sits (pre/post) is the block's business, not the norm's.
+roles. Where a norm sits (pre/post) is the block's business, not the norm's. A user's own norm is
+a class with that signature named by a dotted path (``norm_type.name=mypkg.norms:MyNorm``).
+Kind (``About.kind``): what the norm does to a vector, ``centre+scale``, ``scale`` or ``identity``.
 """
 
 import torch
@@ -9,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from initnorm.nn.roles import Role
-from initnorm.registry import Registry
+from initnorm.registry import About, Registry
 
 NORMS: Registry = Registry("norm type", "norm_type")
 
@@ -58,6 +60,6 @@ class NoNorm(nn.Module):
         return {}
 
 
-NORMS.register("layernorm")(LayerNorm)
-NORMS.register("rmsnorm")(RMSNorm)
-NORMS.register("none")(NoNorm)
+NORMS.register("layernorm", About("LayerNorm", "centre+scale"))(LayerNorm)
+NORMS.register("rmsnorm", About("RMSNorm", "scale"))(RMSNorm)
+NORMS.register("none", About("no norm", "identity"))(NoNorm)

@@ -27,11 +27,23 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
+from initnorm.keyrules import Bool, Choice, Int, Names, Num
 from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role
-from initnorm.registry import Registry
+from initnorm.registry import About, Registry
 
 ADAM_LIKE = ("adam", "adamw")
 SGD_LIKE = ("sgd",)
+READOUTS = ("logits", "zero")  # logits x 1/m (MuReadout) | zero start and lr / m (the chapter's)
+
+# A table's kind (``About.kind``): the axes its coordinates are expected to be stable across, which
+# the coordinate check's verdict reads. ``neither`` is the baseline that must grow (SP); a table
+# without a declared kind makes no claim and gets no verdict.
+KINDS = ("neither", "width", "width+depth")
+
+
+def stable_across(kind: str, axis: str) -> bool:
+    """Whether a table of ``kind`` promises coordinates that do not grow along ``axis`` (width, depth)."""
+    return kind != "neither" and axis in kind.split("+")
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,17 @@ class Table:
 ParamFn = Callable[..., Table]
 PARAMS: Registry[ParamFn] = Registry("parameterisation", "param")
 
+# The param keys µP and its depth variants read beyond name and base_width (the schema's common keys).
+MUP_RULES = {
+    "readout": Choice(READOUTS, fix="logits"),
+    "base_depth": Int(1, null=True, fix=2),
+    "depth_alpha": Num(0, 1, fix=0.5, note="0: µP, 0.5: depth-µP, 1: CompleteP"),
+    "scale_eps": Bool(),
+    "optimizer": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+}
 
-@PARAMS.register("sp")
+
+@PARAMS.register("sp", About("SP", "neither"))
 def standard(width: int, base_width: int, depth: int | None = None, base_depth: int | None = None, **_) -> Table:
     """Standard parameterisation: every multiplier is 1, at every width and depth."""
     return Table("sp", {role: SP_RULE for role in Role}, width_mult=width / base_width)
@@ -115,10 +136,6 @@ def mup_table(
     2025, CompleteP: 1). See docs/parameterisations.md for the table and its sources."""
     if width < base_width:
         raise bad_value("width", width, f"µP here is defined for width >= param.base_width={base_width}", f"param.base_width={width}")
-    if readout not in ("logits", "zero"):
-        raise bad_value("param.readout", readout, "one of logits, zero", "param.readout=logits")
-    if not 0.0 <= float(depth_alpha) <= 1.0:
-        raise bad_value("param.depth_alpha", depth_alpha, "a number in [0, 1] (0: µP, 0.5: depth-µP, 1: CompleteP)", "param.depth_alpha=1")
     if depth_alpha and (depth is None or base_depth is None or base_depth < 1):
         raise bad_value(
             "param.base_depth", base_depth, f"param={name} scales residual branches relative to a positive number of blocks (model.mup.base_depth); a model without residual blocks (the MLP families) cannot take it", "param=mup"
@@ -161,16 +178,16 @@ def mup_table(
     return Table(name, rules, block, width_mult=m, depth_mult=l, init_from_base=True, needs=BRANCH_OUT_ROLES)
 
 
-PARAMS.register("mup")(mup_table)
+PARAMS.register("mup", About("µP", "width", MUP_RULES))(mup_table)
 
 
-@PARAMS.register("depth_mup")
+@PARAMS.register("depth_mup", About("depth-µP", "width+depth", MUP_RULES))
 def depth_mup(**options) -> Table:
     """µP with residual branches x (L/L0)^-1/2: depth-µP (Yang et al. 2023, Tensor Programs VI; Bordelon et al. 2023)."""
     return mup_table(**{"depth_alpha": 0.5, **options, "name": "depth_mup"})
 
 
-@PARAMS.register("completep")
+@PARAMS.register("completep", About("CompleteP", "width+depth", MUP_RULES))
 def completep(**options) -> Table:
     """µP with residual branches x (L/L0)^-1: CompleteP (Dey et al. 2025)."""
     return mup_table(**{"depth_alpha": 1.0, **options, "name": "completep"})
@@ -189,6 +206,7 @@ def block_parameters(model) -> frozenset[str]:
 
 
 def make_table(options: Mapping, width: int, depth: int | None = None) -> Table:
-    """The table a config's ``param`` node names, at ``width`` and ``depth``."""
+    """The table a config's ``param`` node names (a registered name or a dotted path), at ``width``
+    and ``depth``. Its keys were checked by the schema against the table's declared rules."""
     opts = {k: v for k, v in dict(options).items() if k != "name"}
     return PARAMS.get(options.get("name"))(width=width, depth=depth, **opts)

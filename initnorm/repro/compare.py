@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from initnorm import transfer
-from initnorm.instruments.coord import KEY_LAYERS, NAMES, curves, ordered, ratio, read_rows, sweep_axis
+from initnorm.instruments.coord import KEY_LAYERS, coord_axis, curves, display_name, ordered, ratio, read_rows
 from initnorm.repro import reference as ref
 from initnorm.results import best_lr, fmt, fmt_mean_sd, group_rows, mean_sd, read_metrics
 
@@ -189,7 +189,7 @@ def _g(x: float | None) -> str:
 def _coord(folder: Path) -> tuple[dict, str, int]:
     """param -> layer -> width (or depth) -> RMS change after the last step, the axis, that step."""
     rows = read_rows(folder)
-    axis, step = sweep_axis(rows), max(r["step"] for r in rows)
+    axis, step = coord_axis(rows), max(r["step"] for r in rows)
     return curves(rows, axis, step), axis, step
 
 
@@ -203,7 +203,7 @@ def deck_7d(folder: Path) -> str:
         o16, o256 = v.get(16), v.get(256)
         growth = o256 / o16 if o16 and o256 else None
         agree = f"16: {_diff(o16, t16)}; 256: {_diff(o256, t256)}; 256/16: {_diff(growth, t256 / t16)}"
-        rows.append([f"{NAMES[param]} logits", _g(o16), _g(t16), _g(o256), _g(t256), _g(growth), _g(t256 / t16), f"{ratio(v):.2f}" if v else "—", agree])
+        rows.append([f"{display_name(param)} logits", _g(o16), _g(t16), _g(o256), _g(t256), _g(growth), _g(t256 / t16), f"{ratio(v):.2f}" if v else "—", agree])
     stream = data.get("sp", {}).get("stream/last", {})
     rows.append(["SP last residual stream", _g(stream.get(16)), "—", _g(stream.get(256)), _g(ref.DECK_7D_SP_STREAM_256), "—", "—",
                  f"{ratio(stream):.2f}" if stream else "—", f"256: {_diff(stream.get(256), ref.DECK_7D_SP_STREAM_256)}"])
@@ -276,7 +276,7 @@ def depth_transfer(folder: Path) -> str:
 
 def _every_layer(data: dict, axis: str) -> str:
     xs = sorted({x for layers in data.values() for v in layers.values() for x in v})
-    rows = [[NAMES.get(p, p), name] + [_g(v[x]) for x in xs] + [f"{ratio(v):.2f}"] for p in ordered(data) for name, v in data[p].items() if name in KEY_LAYERS]
+    rows = [[display_name(p), layer] + [_g(v[x]) for x in xs] + [f"{ratio(v):.2f}"] for p in ordered(data) for layer, v in data[p].items() if layer in KEY_LAYERS]
     return _table(["param", "layer"] + [f"{axis} {x}" for x in xs] + ["max/min"], rows)
 
 

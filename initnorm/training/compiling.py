@@ -13,8 +13,6 @@ from pathlib import Path
 
 import torch
 
-from initnorm.errors import bad_value
-
 # The compiler's on-disk cache, below the folder a command runs in: every job of a sweep (joblib
 # workers, SLURM jobs, the vectorised launcher's groups) and the next sweep find it there, and
 # `make clean` removes it with outputs/. A TORCHINDUCTOR_CACHE_DIR set by the user wins.
@@ -32,11 +30,10 @@ ALONE_FROM = 30_000
 
 def should_compile(mode: bool | str, steps: int, members: int = 1) -> bool:
     """``compile=true`` always, ``false`` never, ``auto`` from ``ALONE_FROM`` steps on (one model)
-    or from ``GROUP_FROM`` member-steps on (a stacked group of ``members``)."""
+    or from ``GROUP_FROM`` member-steps on (a stacked group of ``members``). Any other value is
+    refused by the schema (``compile``) before a job starts."""
     if mode is True or mode is False:
         return mode
-    if mode != "auto":
-        raise bad_value("compile", mode, "one of auto, true, false", "compile=auto")
     return steps * members >= GROUP_FROM if members > 1 else steps >= ALONE_FROM
 
 

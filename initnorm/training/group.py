@@ -29,7 +29,6 @@ from initnorm.callbacks.progress import GroupProgress
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
-from initnorm.nn.param import make_table
 from initnorm.results import write_metrics
 from initnorm.tb import write_layout
 from initnorm.training.compiling import should_compile
@@ -79,9 +78,8 @@ def parameter_count(c: Mapping[str, Any]) -> int:
     """One member's parameter count: the family's model built on the meta device (no memory, no init)."""
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     data.setup("fit")
-    table = make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])
     with torch.device("meta"):
-        model = MODELS.get(c["model"]["family"]).build(c["model"], data.vocab_size, table)
+        model = MODELS.get(c["model"]["family"]).build(c["model"], data.vocab_size)
     return sum(p.numel() for p in model.parameters())
 
 
