@@ -276,7 +276,8 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
                 ax.plot([2**x for x in dense], [row.fit.at(x) for x in dense], lw=2, color=colour)
             if _finite(row.optimum.value):
                 x0, lo, hi = row.optimum.value, row.optimum.lo, row.optimum.hi
-                ax.errorbar([2**x0], [row.fit.loss], xerr=[[2**x0 - 2**lo], [2**hi - 2**x0]], marker="*", ms=11, capsize=3, color=colour,
+                xerr = [[2**x0 - 2**lo], [2**hi - 2**x0]] if _finite(lo) and _finite(hi) else None  # one seed: no interval to draw
+                ax.errorbar([2**x0], [row.fit.loss], xerr=xerr, marker="*", ms=11, capsize=3, color=colour,
                             label=f"{axis} {size}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
             lines.append(_best_row(name, size, seeds, xs, means))
         base = rows.get((setting, sizes[0]))
