@@ -326,6 +326,7 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
     parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
     params = list(dict.fromkeys(p for data in panels.values() for p in data))
     fig, axes = _grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
+    fig.set_layout_engine("constrained")  # titles clear of the panel above, the legend inside the figure
     for i, (step, data) in enumerate(panels.items()):
         for j, param in enumerate(params):
             ax = axes[i][j]
@@ -333,11 +334,12 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
                 xs = sorted(v)
                 key = name in key_layers
                 ax.plot(xs, [v[x] for x in xs], marker="o", ms=3, lw=2.2 if key else 1, alpha=1 if key else 0.6, label=name)
-            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis)
+            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis if i == len(panels) - 1 else "")
             ax.set_xscale("log", base=2)
             if j == 0:
                 ax.set_ylabel("RMS change from step 0")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}  # every layer once, in plot order
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(5, len(handles)), fontsize=7, frameon=False)
     return _png(fig)
 
 
