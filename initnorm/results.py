@@ -146,13 +146,22 @@ def setting_keys(records: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+def setting_value(overrides: Mapping[str, Any], key: str) -> str:
+    """A swept key's value as tables, legends and runs.csv show it: a custom init by its function
+    (``init=custom init.fn=mypkg.inits.fancy`` -> ``custom:mypkg.inits.fancy``), so two of them never share a row."""
+    value = str(overrides.get(key, ""))
+    if key == "init" and value == "custom" and overrides.get("init.fn"):
+        return f"custom:{overrides['init.fn']}"
+    return value
+
+
 def settings(records: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Finished jobs by setting (``("norm=pre", "warmup=0")``: the swept values but the seed), in job order."""
     keys = setting_keys(records)
     out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "finished":
-            out.setdefault(tuple(f"{k}={r.get('overrides', {}).get(k, '')}" for k in keys), []).append(r)
+            out.setdefault(tuple(f"{k}={setting_value(r.get('overrides', {}), k)}" for k in keys), []).append(r)
     return out
 
 
@@ -173,7 +182,7 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
     rows: dict[tuple, dict[str, Any]] = {}
     for r in records:
         ov = r.get("overrides", {})
-        key = tuple(str(ov.get(k, "")) for k in keys)
+        key = tuple(setting_value(ov, k) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "diverged_at": [], "failed": []})
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
             row["failed"].append(f"seed {r.get('seed')}: {r.get('error', r.get('status'))}")
@@ -255,7 +264,7 @@ LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summar
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
-    row = {**r, **{k: r.get("overrides", {}).get(k, "") for k in keys}, **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
+    row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys}, **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
     vec = r.get("vectorized")
     if isinstance(vec, dict):
         row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="", wall_s="")
