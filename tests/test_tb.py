@@ -80,3 +80,26 @@ def test_validation_interval_gives_short_runs_a_curve():
 
     assert validation_interval(1500, None) == 150 and validation_interval(200, None) == 20 and validation_interval(5000, None) == 250
     assert validation_interval(200, 50) == 50  # a value that is set wins
+
+
+def test_docs_list_every_tag_a_run_writes(tmp_path):
+    # The tags of a default run (statistics and diagnostics on) and of a coordinate-check run, against
+    # docs/tensorboard.md's table: each written tag is named there, as itself or as its group (`act_rms/...`).
+    import re
+
+    from initnorm.cli.train import train
+    from tests.conftest import ROOT, compose_cfg
+
+    quick = ["trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0", "log_every=2"]
+    train(compose_cfg("steps=4", "trainer.val_check_interval=4", "callbacks.stats.every_n_steps=2", "callbacks.diagnostics.every_n_steps=2", *quick), tmp_path / "run")
+    train(compose_cfg("experiment=coord_check", "steps=2", *quick), tmp_path / "coord")
+    written = set()
+    for run in ("run", "coord"):
+        written |= set(read_events(tmp_path / run).Tags()["scalars"])
+    doc = (ROOT / "docs" / "tensorboard.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| tag | what | when |"):doc.index("TensorBoard orders card groups")]
+    named = set(re.findall(r"`([^`]+)`", "\n".join(line.split(" | ")[0] for line in table.splitlines())))
+    groups = {n.removesuffix("/...") for n in named if n.endswith("/...")}
+    missing = sorted(t for t in written if t not in named and t.split("/")[0] not in groups and not (t.startswith("hp/") and "hp/<family metric>" in named))
+    assert not missing, f"tags written but not in docs/tensorboard.md: {missing}"
+    assert {"eff_lr", "eps_frac", "sigma_w", "sigma_dw", "coord_delta_rms"} <= {t.split("/")[0] for t in written}
