@@ -166,6 +166,12 @@ def test_readme_custom_scheme_example_runs(tmp_path, monkeypatch):
     assert stds[Role.ATTN_QKV] == pytest.approx(0.02, rel=0.05)
     m = train(compose_cfg(*TINY, "init=custom", "init.fn=mypkg.inits.fancy"), tmp_path / "run")
     assert math.isfinite(m["final_val_loss"])
+    # The README's sweep of it against a built-in composes and checks every job as written there.
+    from initnorm.cli.preflight import check_command_line
+
+    sweep = re.search(r"`-m (init=normal,custom [^`]*)`", readme).group(1).split()
+    jobs = check_command_line(["-m", *sweep, *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert [j.config["init"]["name"] for j in jobs] == ["normal", "custom"] and jobs[1].config["init"]["fn"] == "mypkg.inits.fancy"
 
 
 def group_options():
