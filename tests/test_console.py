@@ -21,7 +21,7 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
 
 
 def test_every_command_answers_help_with_its_usage(tmp_path):
-    for module in ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose"):
+    for module in ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce"):
         for flag in ("--help", "-h"):
             proc = run_cli(flag, module=module, cwd=tmp_path)
             assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag, proc.stdout[:300], proc.stderr[-300:])
@@ -73,3 +73,12 @@ def test_single_runs_are_named_by_what_sets_them_apart():
     overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
     assert what_sets_apart(overrides) == ["norm", "data.path"]
     assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"
+
+
+def test_the_readme_commands_table_names_every_console_script():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Commands"):readme.index("### Tab completion")]
+    assert all(f"| `{name}" in table for name in scripts), [n for n in scripts if f"| `{n}" not in table]
