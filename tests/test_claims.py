@@ -146,3 +146,17 @@ def test_the_transfer_pages_worked_example():
     m = claim(page, r"Under µP the optimum rises (\d+(?:\.\d+)?) octaves \(interval \+(\d+(?:\.\d+)?) to \+(\d+(?:\.\d+)?)\), just past the half-octave threshold, "
                     r"and training width 1024 at width 64's rate costs (\d+(?:\.\d+)?) nats")
     assert (f"{mup['shift']:.2f}", f"{mup['shift_lo']:.2f}", f"{mup['shift_hi']:.2f}", f"{mup['penalty']:.3f}") == m.groups()
+
+
+@pytest.mark.parametrize("page", ["results/README.md", "results/depth_transfer/NOTES.md"])
+def test_the_depth_transfer_verdicts(page):
+    m = claim(page, r"transfers to 16 under CompleteP \(its optimum moves (\d+(?:\.\d+)?) octaves at most, costing (\d+(?:\.\d+)?) nats at most\), "
+                    r"is borderline under depth-µP \(it rises (\d+(?:\.\d+)?) octaves by 16 blocks, within the half-octave threshold, but the 2-block rate "
+                    r"costs (\d+(?:\.\d+)?) nats there, past the 0.01-nat one\) and does not transfer under µP \(it falls (\d+(?:\.\d+)?) octaves and costs (\d+(?:\.\d+)?) nats\)")
+    rows = {(r["param"], r["size"]): r for r in csv.DictReader(open(RESULTS / "depth_transfer" / "transfer.csv", newline="", encoding="utf-8"))}
+    complete = [rows[("completep", d)] for d in ("4", "8", "16")]
+    assert f"{max(abs(float(r['shift'])) for r in complete):.2f}" == m[1] and f"{max(float(r['penalty']) for r in complete):.4f}" == m[2]
+    assert (f"{float(rows[('depth_mup', '16')]['shift']):.2f}", f"{float(rows[('depth_mup', '16')]['penalty']):.3f}") == (m[3], m[4])
+    assert (f"{-float(rows[('mup', '16')]['shift']):.2f}", f"{float(rows[('mup', '16')]['penalty']):.2f}") == (m[5], m[6])
+    summary = (RESULTS / "depth_transfer" / "summary.md").read_text(encoding="utf-8")
+    assert all(f"- {verdict}:" in summary for verdict in ("completep transfers", "depth_mup borderline", "µP does not transfer"))

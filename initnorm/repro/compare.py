@@ -273,6 +273,7 @@ def depth_transfer(folder: Path) -> str:
         + (f"\nAt the base depth {depths[0]} every depth variant is `param=mup` exactly (a test checks identical losses), so "
            f"{', '.join(shared)} share the mup run there.\n" if shared else "")
         + "\nHow far the optimum moves: " + "; ".join(moves) + ".\n\n![loss against learning rate, per depth](lr_transfer_depth.png)\n"
+        + transfer_section(folder)
     )
 
 
