@@ -107,3 +107,17 @@ def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(
                                cwd=work, capture_output=True, text=True, timeout=600, env=env)
         lines = sweep.stderr.strip().splitlines()
         assert sweep.returncode == 2 and len(lines) == 1 and "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweep.stderr[-2000:]
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    from initnorm.cli import launchers
+    from initnorm.cli.preflight import check_command_line
+    from initnorm.errors import ConfigError
+
+    monkeypatch.setattr(launchers, "installed", lambda module: False)
+    for argv, setting in ((["-m", "seed=1,2", "hydra/launcher=local_parallel"], "hydra/launcher=local_parallel"), (["hydra/launcher=slurm"], "hydra/launcher=slurm"),
+                          (["-m", "seed=1,2", "hydra/launcher=vectorized"], "hydra/launcher=vectorized with hydra.launcher.engine=joblib")):
+        with pytest.raises(ConfigError) as err:
+            check_command_line(argv)
+        assert str(err.value).startswith(setting) and "pip install 'initnorm[launchers]'" in str(err.value) and "\n" not in str(err.value)
+    assert launchers.missing_extra(None) is None and launchers.missing_extra("vectorized", "sequential") is None

@@ -222,7 +222,7 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
         return None
     multirun = bool(args.multirun)
     chosen = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0].lstrip("+~") == "hydra/launcher"]
-    if multirun and chosen and (problem := launchers.missing_extra(chosen[-1])):  # before composing: its config needs the extra's
+    if chosen and (problem := launchers.missing_extra(chosen[-1])):  # before composing: its config needs the extra's
         raise ConfigError(problem)
     register_resolvers()
     saved_env = os.environ.get(SWEPT_ENV)
