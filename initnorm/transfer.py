@@ -14,7 +14,10 @@ For a sweep over lr x (width or depth) x setting (the parameterisation, ...) x s
   (octaves); negative = the optimum falls as the model grows;
 - the transfer penalty: the loss at this width when trained at the base width's optimal lr,
   read on this width's fitted curve (the parabola inside its window, straight lines between the
-  seed means outside it), minus this width's best fitted loss. Infinite where that lr diverged.
+  seed means outside it), minus this width's best fitted loss. Infinite where that lr diverged;
+- the verdict: the largest shift against ``SHIFT_TOL`` and the largest penalty against
+  ``PENALTY_TOL``, read together (``verdict_class``: transfers / borderline / does not transfer,
+  undetermined where an optimum on the grid's edge leaves one open; docs/transfer.md).
 
 Everything here is a pure function of the job records (their metrics.json), as the plots are.
 """
