@@ -160,3 +160,9 @@ def test_the_depth_transfer_verdicts(page):
     assert (f"{-float(rows[('mup', '16')]['shift']):.2f}", f"{float(rows[('mup', '16')]['penalty']):.2f}") == (m[5], m[6])
     summary = (RESULTS / "depth_transfer" / "summary.md").read_text(encoding="utf-8")
     assert all(f"- {verdict}:" in summary for verdict in ("completep transfers", "depth_mup borderline", "µP does not transfer"))
+
+
+def test_the_readme_quotes_the_chapters_verdicts_as_they_are():
+    summary = " ".join((RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8").split())
+    quoted = re.findall(r'"((?:SP|µP) (?:does not transfer|borderline|transfers|undetermined): [^"]+)"', prose("README.md"))
+    assert len(quoted) == 2 and all(q in summary for q in quoted), quoted
