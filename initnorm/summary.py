@@ -16,7 +16,17 @@ from pathlib import Path
 
 from initnorm import transfer
 from initnorm.plots import PLOTS
-from initnorm.results import METRICS_FILE, RUNS_FILE, group_rows, read_metrics, read_runs_csv, render_csv, render_markdown, render_runs_csv, write_atomic
+from initnorm.results import (
+    METRICS_FILE,
+    RUNS_FILE,
+    group_rows,
+    read_metrics,
+    read_runs_csv,
+    render_csv,
+    render_markdown,
+    render_runs_csv,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 

@@ -153,7 +153,8 @@ def test_the_depth_transfer_verdicts(page):
     m = claim(page, r"transfers to 16 under CompleteP \(its optimum moves (\d+(?:\.\d+)?) octaves at most, costing (\d+(?:\.\d+)?) nats at most\), "
                     r"is borderline under depth-µP \(it rises (\d+(?:\.\d+)?) octaves by 16 blocks, within the half-octave threshold, but the 2-block rate "
                     r"costs (\d+(?:\.\d+)?) nats there, past the 0.01-nat one\) and does not transfer under µP \(it falls (\d+(?:\.\d+)?) octaves and costs (\d+(?:\.\d+)?) nats\)")
-    rows = {(r["param"], r["size"]): r for r in csv.DictReader(open(RESULTS / "depth_transfer" / "transfer.csv", newline="", encoding="utf-8"))}
+    with open(RESULTS / "depth_transfer" / "transfer.csv", newline="", encoding="utf-8") as f:
+        rows = {(r["param"], r["size"]): r for r in csv.DictReader(f)}
     complete = [rows[("completep", d)] for d in ("4", "8", "16")]
     assert f"{max(abs(float(r['shift'])) for r in complete):.2f}" == m[1] and f"{max(float(r['penalty']) for r in complete):.4f}" == m[2]
     assert (f"{float(rows[('depth_mup', '16')]['shift']):.2f}", f"{float(rows[('depth_mup', '16')]['penalty']):.3f}") == (m[3], m[4])

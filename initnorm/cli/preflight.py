@@ -176,9 +176,9 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
-    if isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher"):
-        if problem := launchers.missing_extra("vectorized", str(launcher.get("engine"))):
-            raise ConfigError(problem)
+    vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
+    if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
+        raise ConfigError(problem)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
 
