@@ -318,13 +318,19 @@ def _num(x: float, digits: int = 3) -> str:
     return "—" if math.isnan(x) else "∞" if math.isinf(x) else f"{x:.{digits}f}"
 
 
-def _interval(e: Estimate, digits: int = 2, signed: bool = True) -> str:
-    """``[+0.47, +0.58]``: at least ``digits`` decimals, more (up to two) until the two ends differ
-    as printed, so a narrow interval never reads as a single number."""
-    f = (lambda x, d: _g(x, d)) if signed else (lambda x, d: _num(x, d))  # noqa: E731
+def _digits(e: Estimate, digits: int = 2, signed: bool = True) -> int:
+    """At least ``digits`` decimals, more (up to two) until the interval's two ends differ as printed."""
+    f = _g if signed else _num
     d = digits
     while d < digits + 2 and e.lo != e.hi and f(e.lo, d) == f(e.hi, d):
         d += 1
+    return d
+
+
+def _interval(e: Estimate, digits: int = 2, signed: bool = True) -> str:
+    """``[+0.47, +0.58]``: to the decimals that show both ends (``_digits``), so a narrow interval
+    never reads as a single number."""
+    f, d = (_g if signed else _num), _digits(e, digits, signed)
     return f"[{f(e.lo, d)}, {f(e.hi, d)}]"
 
 
@@ -448,8 +454,9 @@ def _cells(r: Row) -> list[str]:
         return [opt, opt_int, "0 (base)", "—", "0 (base)", "—"]
     mark = {"-": "≤ ", "+": "≥ ", "?": "? "}.get(r.bound, "")
     shift_int = _interval(r.shift) if _has_interval(r.shift) and not r.bound else none
-    pen = ("≥ " if r.edge else "") + _num(r.penalty.value)
-    pen_int = _interval(r.penalty, 3, signed=False) if _has_interval(r.penalty) and not r.edge else none
+    measured = _has_interval(r.penalty) and not r.edge
+    pen = ("≥ " if r.edge else "") + _num(r.penalty.value, _digits(r.penalty, 3, signed=False) if measured else 3)  # as many decimals as its interval
+    pen_int = _interval(r.penalty, 3, signed=False) if measured else none
     return [opt, opt_int, mark + _g(r.shift.value), shift_int, pen, pen_int]
 
 

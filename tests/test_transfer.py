@@ -166,6 +166,10 @@ def test_intervals_are_printed_to_the_precision_that_shows_their_ends():
     assert tr._interval(tr.Estimate(0.502, 0.501, 0.504)) == "[+0.501, +0.504]"
     assert tr._interval(tr.Estimate(0.007, 0.0066, 0.0068), 3, signed=False) == "[0.0066, 0.0068]"
     assert tr._interval(tr.Estimate(-2.0, -2.0, -2.0)) == "[-2.00, -2.00]"  # a measured zero width stays (every seed agrees)
+    # A penalty is printed to its interval's decimals: 0.0002 [0.0001, 0.0004], not 0.000 [0.0001, 0.0004].
+    fit = tr.fit_optimum([-8.0, -7.0, -6.0], [2.1, 2.0, 2.1])
+    row = tr.Row((), "width", 256, 2, fit, tr.Estimate(-7.0, -7.1, -6.9), tr.Estimate(0.1, 0.0, 0.2), tr.Estimate(0.00023, 0.00011, 0.00041))
+    assert tr._cells(row)[4:] == ["0.0002", "[0.0001, 0.0004]"]
 
 
 def test_records_without_an_lr_axis_give_no_table():
