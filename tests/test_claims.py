@@ -167,3 +167,19 @@ def test_the_readme_quotes_the_chapters_verdicts_as_they_are():
     summary = " ".join((RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8").split())
     quoted = re.findall(r'"((?:SP|µP) (?:does not transfer|borderline|transfers|undetermined): [^"]+)"', prose("README.md"))
     assert len(quoted) == 2 and all(q in summary for q in quoted), quoted
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in RESULTS.glob("*/runs.csv")))
+def test_each_results_summary_is_what_its_runs_csv_gives(name, tmp_path):
+    # results/ keeps each sweep's runs.csv, not its job folders: summary.md, summary.csv and transfer.csv
+    # must be what initnorm-summarize makes of it now (nothing typed in, nothing left from older code).
+    import shutil
+
+    from initnorm.summary import summarize
+
+    copy = tmp_path / name
+    shutil.copytree(RESULTS / name, copy)
+    summarize(copy)
+    for file in ("summary.md", "summary.csv", "transfer.csv", "runs.csv"):
+        if (RESULTS / name / file).exists() or (copy / file).exists():
+            assert (copy / file).read_text(encoding="utf-8") == (RESULTS / name / file).read_text(encoding="utf-8"), f"{name}/{file}"
