@@ -153,28 +153,53 @@ def _png_svg(fig, stem: str) -> dict[str, bytes]:
     return {f"{stem}.png": _png(fig), f"{stem}.svg": svg.getvalue()}
 
 
+TAIL = 0.3  # val_curves' second panel: the last 30% of training, where settings 0.05 nats apart separate
+
+
 @PLOTS.register("val_curves")
 def val_curves(records: list[Record]) -> Plot:
     """Validation loss against step, one line per setting (the mean over seeds) and a band from the
-    lowest to the highest seed: the canonical sweep and deck §7b (pre/post-LN x warmup)."""
-    fig, (ax,) = _figure(7.0, 4.2)
-    groups = settings(records)
-    for i, (key, runs) in enumerate(groups.items()):
+    lowest to the highest seed: the canonical sweep and deck §7b (pre/post-LN x warmup). A second
+    panel shows the last ``TAIL`` of training on its own scale, with each setting's final loss as
+    mean ± sd over seeds (the legend) and its seeds' spread as an error bar at the last step."""
+    fig, (ax, tail) = _figure(11.0, 4.4, ncols=2)
+    fig.set_layout_engine("constrained")
+    curves = []
+    for i, (key, runs) in enumerate(settings(records).items()):
         by_step: dict[int, list[float]] = {}
         for r in runs:
             for step, loss, *_ in r.get("val_history", []):
                 if _finite(loss):
                     by_step.setdefault(int(step), []).append(loss)
+        if by_step:
+            curves.append((i, ", ".join(map(plain, key)) or "run", runs, by_step))
+    last = max((max(b) for *_, b in curves), default=0)
+    lows: list[float] = []
+    highs: list[float] = []
+    for j, (i, label, runs, by_step) in enumerate(curves):
         steps = sorted(by_step)
-        if not steps:
-            continue
-        colour = PALETTE[i % len(PALETTE)]
-        ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], color=colour, lw=1.6, ls="-" if i < len(PALETTE) else "--", label=", ".join(map(plain, key)) or "run")
-        if len(runs) > 1:
-            ax.fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps], color=colour, alpha=0.15, lw=0)
-    ax.set(xlabel="training step", ylabel="validation loss (nats per character)")
-    ax.set_title(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}")
-    ax.legend()
+        colour, ls = PALETTE[i % len(PALETTE)], "-" if i < len(PALETTE) else "--"
+        mean, lo, hi = ([f(by_step[s]) for s in steps] for f in (statistics.fmean, min, max))
+        finals = [r["final_val_loss"] for r in runs if _finite(r.get("final_val_loss")) and not r.get("diverged")]
+        for a in (ax, tail):
+            a.plot(steps, mean, color=colour, lw=1.6, ls=ls, label=label if a is ax else f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
+            if len(runs) > 1:
+                a.fill_between(steps, lo, hi, color=colour, alpha=0.15, lw=0)
+        shown = [k for k, s in enumerate(steps) if s >= (1 - TAIL) * last]
+        lows += [lo[k] for k in shown]
+        highs += [hi[k] for k in shown]
+        if len(finals) > 1:
+            m = statistics.fmean(finals)
+            x = last * (1 + 0.012 * (j + 1))  # side by side past the last step, not on top of each other
+            tail.errorbar([x], [m], yerr=[[m - min(finals)], [max(finals) - m]], color=colour, capsize=3, marker="o", ms=4)
+    ax.set(xlabel="training step", ylabel="validation loss (nats per character)", title="the whole run")
+    fig.suptitle(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}", fontsize=10)
+    if curves:
+        ax.legend()
+        pad = 0.08 * max(1e-3, max(highs) - min(lows))
+        tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))), ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
+        tail.set_title(f"the last {TAIL:.0%}: final loss mean ± sd (legend), bars from the lowest to the highest seed")
+        tail.legend(fontsize=7)
     return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
 
 
@@ -295,7 +320,8 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
                 ax.plot([2**x for x in dense], [row.fit.at(x) for x in dense], lw=2, color=colour)
             if _finite(row.optimum.value):
                 x0, lo, hi = row.optimum.value, row.optimum.lo, row.optimum.hi
-                ax.errorbar([2**x0], [row.fit.loss], xerr=[[2**x0 - 2**lo], [2**hi - 2**x0]], marker="*", ms=11, capsize=3, color=colour,
+                xerr = [[2**x0 - 2**lo], [2**hi - 2**x0]] if _finite(lo) and _finite(hi) else None  # one seed: no interval to draw
+                ax.errorbar([2**x0], [row.fit.loss], xerr=xerr, marker="*", ms=11, capsize=3, color=colour,
                             label=f"{axis} {size}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
             lines.append(_best_row(name, size, seeds, xs, means))
         base = rows.get((setting, sizes[0]))
@@ -345,6 +371,7 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
     parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
     params = list(dict.fromkeys(p for data in panels.values() for p in data))
     fig, axes = _grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
+    fig.set_layout_engine("constrained")  # titles clear of the panel above, the legend inside the figure
     for i, (step, data) in enumerate(panels.items()):
         for j, param in enumerate(params):
             ax = axes[i][j]
@@ -352,11 +379,12 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
                 xs = sorted(v)
                 key = name in key_layers
                 ax.plot(xs, [v[x] for x in xs], marker="o", ms=3, lw=2.2 if key else 1, alpha=1 if key else 0.6, label=name)
-            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis)
+            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis if i == len(panels) - 1 else "")
             ax.set_xscale("log", base=2)
             if j == 0:
                 ax.set_ylabel("RMS change from step 0")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}  # every layer once, in plot order
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(5, len(handles)), fontsize=7, frameon=False)
     return _png(fig)
 
 

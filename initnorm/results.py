@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -145,13 +146,22 @@ def setting_keys(records: list[dict[str, Any]]) -> list[str]:
     return keys
 
 
+def setting_value(overrides: Mapping[str, Any], key: str) -> str:
+    """A swept key's value as tables, legends and runs.csv show it: a custom init by its function
+    (``init=custom init.fn=mypkg.inits.fancy`` -> ``custom:mypkg.inits.fancy``), so two of them never share a row."""
+    value = str(overrides.get(key, ""))
+    if key == "init" and value == "custom" and overrides.get("init.fn"):
+        return f"custom:{overrides['init.fn']}"
+    return value
+
+
 def settings(records: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Finished jobs by setting (``("norm=pre", "warmup=0")``: the swept values but the seed), in job order."""
     keys = setting_keys(records)
     out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "finished":
-            out.setdefault(tuple(f"{k}={r.get('overrides', {}).get(k, '')}" for k in keys), []).append(r)
+            out.setdefault(tuple(f"{k}={setting_value(r.get('overrides', {}), k)}" for k in keys), []).append(r)
     return out
 
 
@@ -172,7 +182,7 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
     rows: dict[tuple, dict[str, Any]] = {}
     for r in records:
         ov = r.get("overrides", {})
-        key = tuple(str(ov.get(k, "")) for k in keys)
+        key = tuple(setting_value(ov, k) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "diverged_at": [], "failed": []})
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
             row["failed"].append(f"seed {r.get('seed')}: {r.get('error', r.get('status'))}")
@@ -245,12 +255,83 @@ def render_csv(keys, metrics, rows) -> str:
     return out.getvalue()
 
 
+RUNS_FILE = "runs.csv"
+RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
+RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size", "group_ms_per_step", "group_wall_s", "error"]
+LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summary needs to be rebuilt from runs.csv alone
+
+
+def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
+    group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
+    row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys}, **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
+    vec = r.get("vectorized")
+    if isinstance(vec, dict):
+        row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="", wall_s="")
+    return row
+
+
 def render_runs_csv(records: list[dict[str, Any]]) -> str:
-    fields = ["_dir", "job_num", "status", "seed", "diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "error"]
-    extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(fields))
+    """One row per job: its folder, status and seed, a column per swept key, its results, the
+    summary's metrics; ``read_runs_csv`` reads it back into records that ``summary.summarize`` takes."""
+    keys = [k for k in setting_keys(records) if k not in RUN_FIELDS + RESULT_FIELDS + LISTS]
+    extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=fields + extra, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in records:
-        w.writerow(r)
+        w.writerow(_run_row(r, keys))
     return out.getvalue()
+
+
+def _value(text: str) -> Any:
+    """A runs.csv cell back as metrics.json had it: bool, int, float or text; empty: missing."""
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _dir_overrides(folder_name: str) -> dict[str, str]:
+    """``param=sp,width=64,lr=0.01/seed=0`` -> {"param": "sp", "width": "64", "lr": "0.01", "seed": "0"}
+    (a runs.csv written before it had a column per swept key: the job folder names them)."""
+    parts = [p for comp in folder_name.split("/") for p in re.split(r",(?=[^,=/]+=)", comp)]
+    return dict(p.split("=", 1) for p in parts if "=" in p)
+
+
+def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
+    """The job records a sweep's ``runs.csv`` holds (a folder that keeps only it, as results/ does):
+    status, seed, overrides, swept keys, the summary's metrics and each job's numbers. Curves and
+    configs are not in it, so plots that need them draw nothing."""
+    with open(Path(folder) / RUNS_FILE, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
+    if "swept" in fields:
+        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS]
+    else:  # the older layout: its metrics after "error", the swept keys in the folder names only
+        extra = fields[fields.index("error") + 1 :] if "error" in fields else []
+    records = []
+    for row in rows:
+        rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS}
+        rec["status"] = row.get("status") or "finished"
+        if "swept" in fields:
+            swept = [k for k in row["swept"].split(";") if k]
+            rec["overrides"] = {k: row[k] for k in fields[fields.index("seed") + 1 : fields.index("diverged")] if row[k] != ""} | {"seed": row.get("seed", "")}
+        else:
+            rec["overrides"] = _dir_overrides(row["_dir"])
+            swept = list(rec["overrides"])
+        rec["swept"] = swept
+        for k in ("summary_metrics", "summary_plots"):
+            rec[k] = [v for v in row.get(k, "").split(";") if v]
+        rec["summary_metrics"] = rec["summary_metrics"] or [m for m in extra if m not in fixed] or ["final_val_loss"]
+        if "group_wall_s" in rec:
+            rec["vectorized"] = {"group_size": rec.pop("group_size", None), "group_ms_per_step": rec.pop("group_ms_per_step", None)}
+            rec["wall_s"] = rec.pop("group_wall_s")
+        records.append(rec)
+    return records

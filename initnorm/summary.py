@@ -4,6 +4,9 @@ over seeds and the per-seed values, as the deck's §7b table), ``runs.csv`` (one
 plots the jobs name (``summary.plots``), so a crashed or resumed sweep can always be summarised again.
 A sweep over lr x width (or depth) also gets the transfer table (``initnorm.transfer``): its
 markdown at the end of summary.md and ``transfer.csv``.
+
+A folder that keeps only ``runs.csv`` (results/ does) is summarised from it: the same summary.md,
+summary.csv and transfer table; the figures need the jobs' curves and configs, so the ones there are kept.
 """
 
 from __future__ import annotations
@@ -13,7 +16,17 @@ from pathlib import Path
 
 from initnorm import transfer
 from initnorm.plots import PLOTS
-from initnorm.results import METRICS_FILE, group_rows, read_metrics, render_csv, render_markdown, render_runs_csv, write_atomic
+from initnorm.results import (
+    METRICS_FILE,
+    RUNS_FILE,
+    group_rows,
+    read_metrics,
+    read_runs_csv,
+    render_csv,
+    render_markdown,
+    render_runs_csv,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +35,10 @@ def summarize(folder: Path | str) -> str:
     """Write ``summary.md``, ``summary.csv`` and ``runs.csv`` into ``folder``; return the markdown table."""
     folder = Path(folder)
     records = read_metrics(folder)
+    from_csv = not records and (folder / RUNS_FILE).is_file()
+    records = read_runs_csv(folder) if from_csv else records
     if not records:
-        raise FileNotFoundError(f"no {METRICS_FILE} below {folder}: is it a sweep folder?")
+        raise FileNotFoundError(f"no {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
     for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
@@ -32,7 +47,7 @@ def summarize(folder: Path | str) -> str:
         except Exception as exc:  # a record from another version must not cost the table
             log.warning("no %s plot for %s (%s: %s); the table is written without it", name, folder, type(exc).__name__, exc)
             continue
-        for file, png in plot.files.items():
+        for file, png in plot.files.items() if not from_csv else ():
             write_atomic(folder / file, png)
         table += f"\n{plot.markdown}"
     moved = transfer.transfer_table(records)

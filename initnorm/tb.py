@@ -3,11 +3,15 @@
 TensorBoard's HPARAMS tab reads three summaries per run: the experiment (which hyperparameters
 and metrics exist, in which order, and whether each ``differs`` between runs), the session start
 (this run's values and its ``group_name``, shown as the trial ID) and the session end. The tab
-sorts hyperparameters that differ first and ticks the first few columns, so ``write_hparams``
-marks the keys that vary (the swept keys of a sweep, the overridden keys of a single run) as
-differing and lists them first, names the trial by them (``norm=post warmup=200 seed=3``), and
-writes the final metrics at the last step. A metric without a value (``diverged_step`` of a run
-that did not diverge) is left out rather than written as NaN.
+sorts hyperparameters that differ first and ticks the first five columns, whatever they are, so
+``write_hparams`` lists only the keys that vary (the swept keys of a sweep, the overridden keys of
+a single run), marked as differing: a key every run shares is never ticked beside them (all of them
+are in each run's .hydra/config.yaml and metrics.json). It names the trial by their values in
+order, then the seed (``post 200 3``): the table's trial-ID column is 10 em wide and cut longer
+names (``norm=post war…``), and the columns beside it name each key. The seed is a name, not a
+quantity: written as text (``3``, not ``3.0000``). The final metrics are written at the last
+step; a metric without a value (``diverged_step`` of a run that did not diverge) is left out
+rather than written as NaN.
 
 Tags: the training loop writes ``Loss/train``, ``Loss/validation`` and ``Schedule/learning_rate``;
 TensorBoard orders card groups by name with capitals first, so these come before the per-layer
@@ -21,22 +25,35 @@ import math
 import time
 from typing import Any, Iterable, Mapping
 
+from initnorm.results import setting_value
+
 TRAIN_LOSS = "Loss/train"
 VAL_LOSS = "Loss/validation"
 LEARNING_RATE = "Schedule/learning_rate"
 NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
 
 
+def _label_parts(overrides: Mapping[str, Any], varying: Iterable[str] | None) -> list[tuple[str, str]]:
+    keys = list(overrides) if varying is None else list(varying)
+    return [(k, setting_value(overrides, k)) for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+
+
 def run_label(overrides: Mapping[str, Any], varying: Iterable[str] | None, seed: Any) -> str:
     """``norm=post warmup=200 seed=3``: the values that vary, in their order, then the seed.
     ``varying`` None (a single run): every command-line override is what sets this run apart."""
-    keys = list(overrides) if varying is None else list(varying)
-    parts = [f"{k}={overrides[k]}" for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
-    return " ".join(parts + [f"seed={seed}"])
+    return " ".join([f"{k}={v}" for k, v in _label_parts(overrides, varying)] + [f"seed={seed}"])
 
 
-def _value(v: Any):
-    """An hparam value as TensorBoard stores it: bool, number or string."""
+def trial_id(label: str) -> str:
+    """HPARAMS' trial ID from a run label: its values alone (``norm=post warmup=200 seed=3`` -> ``post 200 3``),
+    short enough for the table's 10-em column."""
+    return " ".join(part.partition("=")[2] or part for part in label.split(" "))
+
+
+def _value(v: Any, key: str = ""):
+    """An hparam value as TensorBoard stores it: bool, number or string (a seed as text: a name, not a quantity)."""
+    if key == "seed":
+        return str(v)
     if isinstance(v, bool):
         return v
     if isinstance(v, (int, float)):
@@ -49,17 +66,16 @@ def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varyin
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-    varying = [k for k in varying if k in hparams]
-    order = varying + [k for k in hparams if k not in varying]
+    order = [k for k in varying if k in hparams]  # only what varies: the tab ticks its first five columns, constant or not
     infos = []
     for k in order:
-        v = _value(hparams[k])
+        v = _value(hparams[k], k)
         kind = api_pb2.DATA_TYPE_BOOL if isinstance(v, bool) else api_pb2.DATA_TYPE_FLOAT64 if isinstance(v, float) else api_pb2.DATA_TYPE_STRING
         infos.append(api_pb2.HParamInfo(name=k, type=kind, differs=k in varying))
     experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics])
-    start = plugin_data_pb2.SessionStartInfo(group_name=label, start_time_secs=start_time or time.time())
-    for k in order:
-        v = _value(hparams[k])
+    start = plugin_data_pb2.SessionStartInfo(group_name=trial_id(label), start_time_secs=start_time or time.time())
+    for k in hparams:  # every value stays in the run's record; the experiment above says which the table shows
+        v = _value(hparams[k], k)
         if isinstance(v, bool):
             start.hparams[k].bool_value = v
         elif isinstance(v, float):

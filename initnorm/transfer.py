@@ -14,7 +14,10 @@ For a sweep over lr x (width or depth) x setting (the parameterisation, ...) x s
   (octaves); negative = the optimum falls as the model grows;
 - the transfer penalty: the loss at this width when trained at the base width's optimal lr,
   read on this width's fitted curve (the parabola inside its window, straight lines between the
-  seed means outside it), minus this width's best fitted loss. Infinite where that lr diverged.
+  seed means outside it), minus this width's best fitted loss. Infinite where that lr diverged;
+- the verdict: the largest shift against ``SHIFT_TOL`` and the largest penalty against
+  ``PENALTY_TOL``, read together (``verdict_class``: transfers / borderline / does not transfer,
+  undetermined where an optimum on the grid's edge leaves one open; docs/transfer.md).
 
 Everything here is a pure function of the job records (their metrics.json), as the plots are.
 """
@@ -37,8 +40,14 @@ HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the 
 LEVEL = 0.95  # bootstrap interval
 N_BOOT = 1000
 BOOT_SEED = 0
-SHIFT_TOL = 0.5  # octaves: "within ±0.5 octave"
+# The verdict's two thresholds (docs/transfer.md, "The verdict"). A shift within ±0.5 octave is within
+# half the grid step of every sweep here (one octave; deck §7e 1.6): the rate tuned at the base size is
+# still the grid point nearest the larger size's optimum. A penalty under 0.01 nats is below the seed-to-seed spread of the
+# loss at the best grid rate in both lr x width sweeps in results/ (sd 0.006-0.109): no single run sees it.
+SHIFT_TOL = 0.5  # octaves
+PENALTY_TOL = 0.01  # nats (the metric's unit)
 AXES = ("width", "depth")
+HEADING = "## Learning-rate transfer"  # summary.md's section; the terminal summary prints its verdict lines
 
 Curve = Mapping[float, float]  # log2 lr -> loss (nan: diverged or missing)
 Seeds = Mapping[Any, Curve]  # seed -> curve
@@ -56,6 +65,7 @@ class Fit:
     ys: tuple[float, ...]
     coef: tuple[float, float, float] | None = None  # a, b, c of a x^2 + b x + c
     window: tuple[float, float] | None = None  # the x range the parabola was fitted on
+    edge: str = ""  # "lowest" | "highest": the minimum is on that end of the grid, the optimum may lie beyond it
 
     def at(self, x: float) -> float:
         """The fitted loss at log2 lr ``x``: the parabola inside its window, straight lines between
@@ -114,7 +124,8 @@ def fit_optimum(xs: Iterable[float], ys: Iterable[float], half_width: int = HALF
     i = min(finite, key=lambda j: ys[j])
     argmin = dict(log2_lr=xs[i], loss=ys[i], method="grid argmin", xs=xs, ys=ys)
     if i == 0 or i == len(xs) - 1:
-        return Fit(**argmin, note=f"minimum at the grid's {'lowest' if i == 0 else 'highest'} lr (2^{xs[i]:g})")
+        side = "lowest" if i == 0 else "highest"
+        return Fit(**argmin, note=f"minimum at the grid's {side} lr (2^{xs[i]:g})", edge=side)
     if not (_finite(ys[i - 1]) and _finite(ys[i + 1])):
         return Fit(**argmin, note="a neighbour of the minimum diverged")
     lo, hi = i, i  # the contiguous finite points around the argmin, up to half_width each side
@@ -174,9 +185,15 @@ class Row:
     size: int
     seeds: int
     fit: Fit
-    optimum: Estimate  # log2 lr
+    optimum: Estimate  # log2 lr; lo and hi nan when one seed gives no interval
     shift: Estimate  # log2 units from the base size's optimum
     penalty: Estimate  # loss at the base's optimal lr minus best loss
+    base: bool = False  # the base size: shift and penalty are 0 by construction
+    bound: str = ""  # "" (measured) | "+" | "-" | "?": where an optimum on the grid's edge may move the shift
+
+    @property
+    def edge(self) -> str:
+        return self.fit.edge
 
 
 def transfer_rows(
@@ -206,10 +223,18 @@ def transfer_rows(
         for n in sizes:
             f = fits[n]
             point = {"opt": f.log2_lr, "shift": f.log2_lr - fits[base].log2_lr, "pen": _penalty(f, fits[base].log2_lr)}
-            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, v, v) for k, v in point.items()}
+            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, math.nan, math.nan) for k, v in point.items()}
             n_seeds = len(by_size[n])
-            rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"]))
+            rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"], n == base, "" if n == base else shift_bound(fits[base], f)))
     return rows
+
+
+def shift_bound(base: Fit, fit: Fit) -> str:
+    """Which way the true shift may lie beyond the measured one when an optimum sits on the grid's
+    edge: "-" (it may fall further), "+" (rise further), "?" (either way), "" (both optima inside)."""
+    ways = {("lowest", False): "-", ("highest", False): "+", ("lowest", True): "+", ("highest", True): "-"}
+    found = {ways[(f.edge, is_base)] for f, is_base in ((fit, False), (base, True)) if f.edge}
+    return "" if not found else found.pop() if len(found) == 1 else "?"
 
 
 def _penalty(fit: Fit, x: float) -> float:
@@ -318,48 +343,146 @@ def _num(x: float, digits: int = 3) -> str:
     return "—" if math.isnan(x) else "∞" if math.isinf(x) else f"{x:.{digits}f}"
 
 
+def _digits(e: Estimate, digits: int = 2, signed: bool = True) -> int:
+    """At least ``digits`` decimals, more (up to two) until the interval's two ends differ as printed."""
+    f = _g if signed else _num
+    d = digits
+    while d < digits + 2 and e.lo != e.hi and f(e.lo, d) == f(e.hi, d):
+        d += 1
+    return d
+
+
 def _interval(e: Estimate, digits: int = 2, signed: bool = True) -> str:
-    f = (lambda x: _g(x, digits)) if signed else (lambda x: _num(x, digits))  # noqa: E731
-    return f"[{f(e.lo)}, {f(e.hi)}]"
+    """``[+0.47, +0.58]``: to the decimals that show both ends (``_digits``), so a narrow interval
+    never reads as a single number."""
+    f, d = (_g if signed else _num), _digits(e, digits, signed)
+    return f"[{f(e.lo, d)}, {f(e.hi, d)}]"
+
+
+def _has_interval(e: Estimate) -> bool:
+    return not (math.isnan(e.lo) or math.isnan(e.hi))
+
+
+def _shift_state(r: Row) -> str:
+    """``within`` / ``past`` ±SHIFT_TOL, or ``unknown`` where an optimum on the grid's edge may move
+    the shift across it (a shift past the tolerance that the edge can only enlarge stays ``past``)."""
+    past = abs(r.shift.value) > SHIFT_TOL
+    if not r.bound:
+        return "past" if past else "within"
+    return "past" if past and r.bound == ("-" if r.shift.value < 0 else "+") else "unknown"
+
+
+def _penalty_state(r: Row) -> str:
+    """``within`` / ``past`` PENALTY_TOL; an optimum on the grid's edge may have a lower best loss
+    beyond it, so its penalty is a lower bound: ``past`` still, ``unknown`` if within."""
+    v = r.penalty.value
+    if math.isnan(v):
+        return "unknown"
+    if v > PENALTY_TOL:
+        return "past"
+    return "unknown" if r.edge else "within"
+
+
+def verdict_class(shift: str, penalty: str) -> str:
+    """The shift and the penalty read together: both within their threshold ``transfers``, both past
+    ``does not transfer``, one of each ``borderline``; an edge that leaves either open ``undetermined``."""
+    if "unknown" in (shift, penalty):
+        return "undetermined"
+    return {("within", "within"): "transfers", ("past", "past"): "does not transfer"}.get((shift, penalty), "borderline")
+
+
+REASONS = {
+    ("transfers", "within"): f"both within ±{SHIFT_TOL:g} octave and {PENALTY_TOL:g} {{unit}}",
+    ("does not transfer", "past"): f"both past ±{SHIFT_TOL:g} octave and {PENALTY_TOL:g} {{unit}}",
+    ("borderline", "past"): f"the optimum moves past ±{SHIFT_TOL:g} octave but its base rate costs under {PENALTY_TOL:g} {{unit}}: a flat optimum; a larger {{axis}} would tell",
+    ("borderline", "within"): f"the optimum stays within ±{SHIFT_TOL:g} octave but the base rate costs over {PENALTY_TOL:g} {{unit}}: the loss is steep around it",
+}
 
 
 def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
-    """One line per setting: does the optimum stay within ±SHIFT_TOL octave, and what it costs."""
+    """One line per setting: how far the optimum moves from the base size (largest shift) and what
+    training at the base size's optimal lr costs (largest penalty), read together (``verdict_class``)."""
     out = []
     for setting in dict.fromkeys(r.setting for r in rows):
         rs = [r for r in rows if r.setting == setting]
-        base, far = rs[0], rs[-1]
-        axis = base.axis
+        base, axis = rs[0], rs[0].axis
         finite = [r for r in rs[1:] if _finite(r.shift.value)]
         if not finite:
             out.append(f"{setting_label(setting)}: no optimum to compare across {axis}s")
             continue
-        worst = max(finite, key=lambda r: abs(r.shift.value))
-        span = f"from {axis} {base.size} to {far.size}"
-        edge = [str(r.size) for r in rs if "grid's" in r.fit.note]  # an optimum on the grid's edge may lie beyond it
-        if abs(worst.shift.value) <= SHIFT_TOL and edge:
-            head = f"undetermined: the optimum is on the lr grid's edge at {axis} {', '.join(edge)} (widen the grid); shifts so far within ±{SHIFT_TOL:g} octave {span}"
-        elif abs(worst.shift.value) <= SHIFT_TOL:
-            largest = f"largest shift {_g(worst.shift.value, 2)} at {axis} {worst.size}, interval {_interval(worst.shift)}"
-            head = f"transfers: optimum within ±{SHIFT_TOL:g} octave {span} ({largest})"
-        else:
-            verb = "falls" if far.shift.value < 0 else "rises"
-            bound = "at least " if str(far.size) in edge else ""
-            head = f"does not transfer: optimum {verb} {bound}{abs(far.shift.value):.1f} octaves {span} (interval {_interval(far.shift, 1)})"
-        pens = [r.penalty.value for r in rs[1:] if not math.isnan(r.penalty.value)]
-        worst_pen = max(pens) if pens else math.nan
-        pen = "penalty —" if not pens else "the base optimum diverges at a larger size" if math.isinf(worst_pen) else f"penalty ≤ {_ceil(worst_pen)} {unit}"
+        states = [_shift_state(r) for r in finite]
+        past = [r for r, st in zip(finite, states) if st == "past"]
+        worst = max(past or finite, key=lambda r: abs(r.shift.value))
+        shift = "past" if past else "unknown" if "unknown" in states else "within"
+        pens = [r for r in rs[1:] if not math.isnan(r.penalty.value)]
+        pen_rows = [r for r in pens if _penalty_state(r) == "past"] or pens
+        pen_row = max(pen_rows, key=lambda r: r.penalty.value) if pen_rows else None
+        pen_states = {_penalty_state(r) for r in pens} or {"unknown"}
+        penalty = "past" if "past" in pen_states else "unknown" if "unknown" in pen_states else "within"
+        cls = verdict_class(shift, penalty)
+        edge = [str(r.size) for r in rs if r.edge]
+        words = [_shift_words(base, worst)]
+        if cls == "undetermined":
+            words.insert(0, f"the optimum is on the lr grid's edge at {axis} {', '.join(edge)} (widen the grid)")
+        words.append(_penalty_words(pen_row, unit))
+        if not _has_interval(worst.shift) and not worst.bound:
+            words.append("too few seeds for an interval")
+        reason = REASONS.get((cls, shift), "").format(unit=unit, axis=axis)
         notes = [f"{axis} {r.size}: {r.fit.note}" for r in rs if r.fit.method != "parabola"]
-        out.append(f"{setting_label(setting)} {head}, {pen}" + (f" (grid argmin at {'; '.join(notes)})" if notes else ""))
+        out.append(f"{setting_label(setting)} {cls}: {'; '.join(words)}" + (f" ({reason})" if reason else "")
+                   + (f" (grid argmin at {'; '.join(notes)})" if notes else ""))
     return out
+
+
+def _shift_words(base: Row, r: Row) -> str:
+    """``optimum rises 0.52 octaves from width 64 to 1024 (95% interval [+0.47, +0.58])``."""
+    v = r.shift.value
+    verb = "moves" if abs(v) < 0.005 else "falls" if v < 0 else "rises"
+    at_least = "at least " if r.bound and r.bound == ("-" if v < 0 else "+") else "at most " if r.bound in ("+", "-") else ""
+    why = " (an optimum on the lr grid's edge: no interval)" if r.bound else f" ({LEVEL:.0%} interval {_interval(r.shift)})" if _has_interval(r.shift) else ""
+    return f"optimum {verb} {at_least}{abs(v):.2f} octaves from {r.axis} {base.size} to {r.size}{why}"
+
+
+def _penalty_words(r: Row | None, unit: str) -> str:
+    if r is None:
+        return "penalty —"
+    v = r.penalty.value
+    if math.isinf(v):
+        return f"the base optimum diverges at {r.axis} {r.size}"
+    if r.edge:
+        return f"penalty at least {_sig(v, math.floor)} {unit} at {r.axis} {r.size} (its optimum on the lr grid's edge)"
+    why = f" ({LEVEL:.0%} interval {_interval(r.penalty, 3, signed=False)})" if _has_interval(r.penalty) else ""
+    return f"penalty ≤ {_ceil(v)} {unit} at {r.axis} {r.size}{why}"
 
 
 def _ceil(x: float) -> str:
     """A bound for a verdict: rounded up at two significant digits (0.0123 -> 0.013)."""
+    return _sig(x, math.ceil)
+
+
+def _sig(x: float, rounding) -> str:
+    """``x`` rounded (``math.ceil`` up, ``math.floor`` down) at two significant digits."""
     if x <= 0:
         return "0"
     e = math.floor(math.log10(x)) - 1
-    return f"{math.ceil(x / 10**e - 1e-9) * 10**e:.{max(0, -e)}f}"
+    return f"{rounding(x / 10**e + (-1e-9 if rounding is math.ceil else 1e-9)) * 10**e:.{max(0, -e)}f}"
+
+
+def _cells(r: Row) -> list[str]:
+    """The optimum, shift and penalty columns of one row, each with its interval: ``—`` where none
+    can be drawn (one seed, the base size, an optimum on the grid's edge: the resamples all find
+    the edge, a zero-width interval that measures nothing)."""
+    none = "— (1 seed)" if not _has_interval(r.optimum) else "— (grid edge)"
+    opt = f"{'≤ ' if r.edge == 'lowest' else '≥ ' if r.edge == 'highest' else ''}{r.optimum.value:.2f}" if _finite(r.optimum.value) else "—"
+    opt_int = _interval(r.optimum) if _has_interval(r.optimum) and not r.edge else none
+    if r.base:
+        return [opt, opt_int, "0 (base)", "—", "0 (base)", "—"]
+    mark = {"-": "≤ ", "+": "≥ ", "?": "? "}.get(r.bound, "")
+    shift_int = _interval(r.shift) if _has_interval(r.shift) and not r.bound else none
+    measured = _has_interval(r.penalty) and not r.edge
+    pen = ("≥ " if r.edge else "") + _num(r.penalty.value, _digits(r.penalty, 3, signed=False) if measured else 3)  # as many decimals as its interval
+    pen_int = _interval(r.penalty, 3, signed=False) if measured else none
+    return [opt, opt_int, mark + _g(r.shift.value), shift_int, pen, pen_int]
 
 
 def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
@@ -373,18 +496,18 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fit = r.fit.method if r.fit.method == "parabola" else f"{r.fit.method}: {r.fit.note}"
-        lines.append("| " + " | ".join([
-            setting_label(r.setting), str(r.size), str(r.seeds), f"{r.optimum.value:.2f}" if _finite(r.optimum.value) else "—",
-            _interval(r.optimum), fit, _num(r.fit.loss), _g(r.shift.value), _interval(r.shift), _num(r.penalty.value), _interval(r.penalty, 3, signed=False),
-        ]) + " |")
+        opt, opt_int, shift, shift_int, pen, pen_int = _cells(r)
+        lines.append("| " + " | ".join([setting_label(r.setting), str(r.size), str(r.seeds), opt, opt_int, fit, _num(r.fit.loss), shift, shift_int, pen, pen_int]) + " |")
     text = "\n".join(lines)
     notes = (
         f"Optimal log2 lr: the vertex of a parabola through the seed-mean loss at the grid's best lr and its {HALF_WIDTH} neighbour(s) each side "
         f"(the grid argmin where that is ill-posed, as the fit column says). Intervals: {pct} percentile bootstrap over seeds "
         f"({N_BOOT} resamples, RNG seed {BOOT_SEED}; the same seeds drawn for every {axis}). Shift: the optimum minus the {axis}-{rows[0].size} optimum "
-        f"(negative: the optimum falls). Penalty: this {axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss."
+        f"(negative: the optimum falls). Penalty: this {axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss. "
+        f"Verdict: the largest shift against ±{SHIFT_TOL:g} octave and the largest penalty against {PENALTY_TOL:g} {unit}: both within, transfers; "
+        f"both past, does not transfer; one of each, borderline; undetermined where an optimum on the lr grid's edge leaves one open (≤/≥: a bound)."
     )
-    return "\n## Learning-rate transfer\n\n" + "\n".join(f"- {v}" for v in verdicts(rows, unit)) + "\n\n" + text + "\n\n" + notes + "\n"
+    return f"\n{HEADING}\n\n" + "\n".join(f"- {v}" for v in verdicts(rows, unit)) + "\n\n" + text + "\n\n" + notes + "\n"
 
 
 def render_csv(rows: list[Row]) -> str:

@@ -16,6 +16,24 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
     assert out.startswith("initnorm-train: train a tiny model")
     order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==", "norm_type: layernorm, none, rmsnorm")]
     assert order == sorted(order)
+    launchers = out[out.index("== Launchers"):out.index("== Configuration groups")]
+    assert all(f"hydra/launcher={name}" in launchers for name in ("local_parallel", "vectorized", "slurm")), launchers
+
+
+def test_every_command_answers_help_with_its_usage(tmp_path):
+    for module in ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce"):
+        for flag in ("--help", "-h"):
+            proc = run_cli(flag, module=module, cwd=tmp_path)
+            assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag, proc.stdout[:300], proc.stderr[-300:])
+            assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
+    coord = run_cli("--help", module="initnorm.coord_check", cwd=tmp_path).stdout
+    assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord and "Anything after -- is a training-config override" in coord
+
+
+def test_the_terminal_summary_ends_with_the_transfer_verdicts(tmp_path):
+    table = "| a |\n|---|\n| 1 |\n\n![x](x.png)\n\n## Learning-rate transfer\n\n- SP does not transfer: ...\n- µP borderline: ...\n\n| setting | width |\n|---|---|\n"
+    text = console.summary_text(tmp_path, table)
+    assert text.startswith("| a |") and "- SP does not transfer: ...\n- µP borderline: ..." in text and "| setting |" not in text and "![" not in text
 
 
 def test_tab_completion_installs_in_bash(tmp_path):
@@ -55,3 +73,12 @@ def test_single_runs_are_named_by_what_sets_them_apart():
     overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
     assert what_sets_apart(overrides) == ["norm", "data.path"]
     assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"
+
+
+def test_the_readme_commands_table_names_every_console_script():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Commands"):readme.index("### Tab completion")]
+    assert all(f"| `{name}" in table for name in scripts), [n for n in scripts if f"| `{n}" not in table]

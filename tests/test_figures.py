@@ -19,6 +19,14 @@ def test_val_curves_draw_a_line_and_a_seed_band_per_setting():
     assert "val_curves.png" in plot.markdown
 
 
+def test_val_curves_zoom_on_the_end_and_give_each_setting_its_final_loss_and_seed_spread():
+    # Settings 0.05 nats apart at the end of a curve that starts at 3.3: the second panel's scale shows them apart.
+    recs = [record(n, 0, s, [[0, 3.3], [750, 2.0], [1200, 1.85 + d], [1500, 1.8 + d + s / 1000]], final_val_loss=1.8 + d + s / 1000)
+            for n, d in (("pre", 0.0), ("post", 0.05)) for s in (1, 2, 3)]
+    svg = PLOTS.get("val_curves")(recs).files["val_curves.svg"].decode()
+    assert "the last 30%" in svg and "pre-LN, no warmup: 1.802 ± 0.001" in svg and "post-LN, no warmup: 1.852 ± 0.001" in svg
+
+
 def test_plain_names_and_setup_title():
     assert [plain(s) for s in ("norm=post", "warmup=0", "param=mup", "width=64")] == ["post-LN", "no warmup", "µP", "width 64"]
     recs = [record("pre", 0, 1, [])]

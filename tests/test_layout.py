@@ -1,5 +1,6 @@
 """The layout's promise, checked from the imports: the library imports no command-line glue and no
-reproduction script, the glue imports no reproduction script, and no module imports in a cycle."""
+reproduction script, the glue imports no reproduction script and no Hydra plugin class (hydra_plugins/
+sits above it: its classes hand their work to the glue), and no module imports in a cycle."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ast
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "initnorm"
+PLUGINS = ROOT / "hydra_plugins"  # the launcher and sweeper classes Hydra must find there
 SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench", "diagnose"}  # `python -m initnorm.X`
 
 
@@ -19,8 +21,9 @@ def module_name(path) -> str:
 def imports() -> dict[str, set[str]]:
     """module -> the initnorm modules it imports (at any depth of its code, lazy imports included)."""
     graph: dict[str, set[str]] = {}
-    names = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    for path in PACKAGE.rglob("*.py"):
+    paths = [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]
+    names = {module_name(p) for p in paths}
+    for path in paths:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
@@ -33,13 +36,15 @@ def imports() -> dict[str, set[str]]:
 
 def kind(module: str) -> str:
     parts = module.split(".")
+    if parts[0] == "hydra_plugins":
+        return "plugins"
     if len(parts) == 2 and parts[1] in SHIMS:
         return "shim"
     return {"cli": "cli", "repro": "repro"}.get(parts[1] if len(parts) > 1 else "", "library")
 
 
 def test_library_imports_no_glue_and_glue_no_scripts():
-    allowed = {"library": {"library"}, "cli": {"library", "cli"}, "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
+    allowed = {"library": {"library"}, "cli": {"library", "cli"}, "plugins": {"library", "cli", "plugins"}, "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
     wrong = [f"{m} ({kind(m)}) imports {d} ({kind(d)})" for m, deps in imports().items() for d in deps if kind(d) not in allowed[kind(m)]]
     assert not wrong, wrong
 
@@ -82,3 +87,9 @@ def test_no_comment_or_document_names_a_file_that_does_not_exist():
             if not any((base / p).exists() for base in (ROOT, ROOT / "initnorm", ROOT / "conf" / "..")):
                 missing.append(f"{f}: {p}")
     assert not missing, missing
+
+
+def test_the_graph_holds_the_plugin_classes():
+    graph = imports()
+    assert {"hydra_plugins.initnorm_launchers", "hydra_plugins.initnorm_launchers._slurm", "hydra_plugins.initnorm_vectorized.vectorized_launcher"} <= set(graph)
+    assert "initnorm.cli.slurm" in graph["hydra_plugins.initnorm_launchers._slurm"]

@@ -18,7 +18,9 @@ How the reference is made, and the special cases it needs:
   under ``init=he``, the drawn std with ``mup.init.kaiming_normal_``'s fan adjustment;
 - weight decay: MuAdamW multiplies the hidden weight decay by m, which is our
   ``optim.weight_decay_mode=scaled``; MuAdam keeps ε, which is our ``param.scale_eps=false``;
-  matrices decay and vectors do not on both sides (two groups handed to MuAdamW).
+  matrices decay and vectors do not on both sides (two groups handed to MuAdamW);
+- the default ``param.scale_eps=true`` (ε x 1/m): Adam's step is the same with the gradient and ε
+  scaled together, so ours equals MuAdamW's on the loss times m (a power of two: exact gradients).
 """
 
 from __future__ import annotations
@@ -166,3 +168,36 @@ def test_sgd_groups_match_musgd(width):
         assert a[name]["weight_decay"] == pytest.approx(b[name]["weight_decay"], rel=1e-12), name
     m = width / BASE
     assert a["tok_emb.weight"]["lr"] == pytest.approx(0.01 * m) and a["blocks.0.attn.q.weight"]["lr"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_default_scaled_eps_is_muadamw_on_gradients_m_times_larger(width):
+    """The default ``param.scale_eps=true``: ε x 1/m for every role whose gradient shrinks like 1/m
+    (here every parameter: the Decoder's readout has no bias). Adam's step is unchanged when the
+    gradient and ε are scaled together (m̂ / (sqrt(v̂) + ε) with g -> m g, ε -> m ε), so our step
+    with ε/m must be MuAdamW's, with its fixed ε, on the loss times m: the rule is what keeps ε at
+    the same size against the gradient as at the base width. m is a power of two, so scaling the
+    loss scales every gradient exactly."""
+    c = to_plain(compose_cfg(f"width={width}", "param=mup"))
+    assert c["param"]["scale_eps"] is True  # the default this test is about
+    torch.manual_seed(0)
+    built = build_model(c["model"], c["init"], c["param"], VOCAB)
+    ref = reference(width, built)
+    m = width / BASE
+    cfg = {"name": "adamw", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1, "weight_decay_mode": "scaled"}
+    opt = make_optimizer(built.model, built.roles, built.table, 0.01, cfg)
+    ref_opt = mup.MuAdamW(mup_groups(ref, 0.1), lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+    a, b = per_param(opt, built.model), per_param(ref_opt, ref)
+    for name in a:
+        assert a[name]["eps"] == pytest.approx(1e-8 / m, rel=1e-12), name  # the rule, on every parameter
+        assert a[name]["lr"] == pytest.approx(b[name]["lr"], rel=1e-12) and a[name]["weight_decay"] == pytest.approx(b[name]["weight_decay"], rel=1e-12), name
+    g = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        x = torch.randint(0, VOCAB, (8, 32), generator=g)
+        y = torch.randint(0, VOCAB, (8, 32), generator=g)
+        for model, o, scale in ((built.model, opt, 1.0), (ref, ref_opt, m)):
+            o.zero_grad()
+            (scale * F.cross_entropy(model(x).flatten(0, 1), y.flatten())).backward()
+            o.step()
+    for (name, p), (_, q) in zip(built.model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7, msg=name)

@@ -172,6 +172,12 @@ def test_readme_custom_scheme_example_runs(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"init.sdt is not a key initnorm reads \(the keys of init for init.name=mypkg.inits:fancy: fn, name, nonlinearity, per_role, std\)"):
         validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "+init.sdt=0.05")))
     validate(to_plain(compose_cfg("init.name=mypkg.inits:fancy", "init.std=0.05")))
+    # The README's sweep of it against a built-in composes and checks every job as written there.
+    from initnorm.cli.preflight import check_command_line
+
+    sweep = re.search(r"`-m (init=normal,custom [^`]*)`", readme).group(1).split()
+    jobs = check_command_line(["-m", *sweep, *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert [j.config["init"]["name"] for j in jobs] == ["normal", "custom"] and jobs[1].config["init"]["fn"] == "mypkg.inits.fancy"
 
 
 def group_options():

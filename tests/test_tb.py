@@ -24,6 +24,9 @@ def test_run_label_leads_with_what_varies():
     # A single run: every override sets it apart (hydra.* and the seed key excepted, the seed last).
     assert tb.run_label({"lr": "0.02", "hydra.run.dir": "x"}, None, 1) == "lr=0.02 seed=1"
     assert tb.run_label({}, None, 1) == "seed=1"
+    assert tb.trial_id("norm=post warmup=200 seed=3") == "post 200 3"
+    # A custom init is named by its function, not only "custom".
+    assert tb.run_label({"init": "custom", "init.fn": "mypkg.inits.fancy"}, ["init"], 1) == "init=custom:mypkg.inits.fancy seed=1"
 
 
 def test_hparams_mark_varying_keys_first_and_write_metrics_at_the_last_step(tmp_path):
@@ -35,13 +38,14 @@ def test_hparams_mark_varying_keys_first_and_write_metrics_at_the_last_step(tmp_
     acc = read_events(tmp_path)
     experiment = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment
     infos = [(i.name, i.differs) for i in experiment.hparam_infos]
-    assert infos[:3] == [("norm", True), ("warmup", True), ("seed", True)]
-    assert all(not differs for _, differs in infos[3:]) and {n for n, _ in infos} == set(hp)
+    # Only what varies: TensorBoard ticks the first five columns, so a constant key listed here would be ticked beside them.
+    assert infos == [("norm", True), ("warmup", True), ("seed", True)]
     assert [m.name.tag for m in experiment.metric_infos] == list(metrics)
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.group_name == "norm=post warmup=200 seed=3"  # the trial ID in the HPARAMS table
+    assert start.group_name == "post 200 3"  # the trial ID: the values, within the table's 10-em column
     assert start.hparams["norm"].string_value == "post" and start.hparams["warmup"].number_value == 200
-    assert start.hparams["flag"].bool_value is True
+    assert start.hparams["flag"].bool_value is True and start.hparams["batch_size"].number_value == 32  # the constants stay in the record
+    assert start.hparams["seed"].string_value == "3"  # shown as 3, not 3.0000
     scalars = acc.Tags()["scalars"]
     assert "hp/final_val_loss" in scalars and "hp/diverged_step" not in scalars and "hp/other" not in scalars
     (point,) = acc.Scalars("hp/final_val_loss")
@@ -61,7 +65,7 @@ def test_a_run_writes_its_hparams_row_and_curves_as_tensorboard_shows_them(tmp_p
     m = train(compose_cfg(*TINY), tmp_path)
     acc = read_events(tmp_path)  # the events lie in the job folder: TensorBoard names the run by the folder
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.group_name == "seed=1" and start.hparams["norm"].string_value == "pre"
+    assert start.group_name == "1" and start.hparams["norm"].string_value == "pre"
     scalars = set(acc.Tags()["scalars"])
     assert {tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "hp/final_val_loss"} <= scalars
     assert "hp/diverged_step" not in scalars  # no NaN for a run that did not diverge
@@ -76,3 +80,26 @@ def test_validation_interval_gives_short_runs_a_curve():
 
     assert validation_interval(1500, None) == 150 and validation_interval(200, None) == 20 and validation_interval(5000, None) == 250
     assert validation_interval(200, 50) == 50  # a value that is set wins
+
+
+def test_docs_list_every_tag_a_run_writes(tmp_path):
+    # The tags of a default run (statistics and diagnostics on) and of a coordinate-check run, against
+    # docs/tensorboard.md's table: each written tag is named there, as itself or as its group (`act_rms/...`).
+    import re
+
+    from initnorm.cli.train import train
+    from tests.conftest import ROOT, compose_cfg
+
+    quick = ["trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0", "log_every=2"]
+    train(compose_cfg("steps=4", "trainer.val_check_interval=4", "callbacks.stats.every_n_steps=2", "callbacks.diagnostics.every_n_steps=2", *quick), tmp_path / "run")
+    train(compose_cfg("experiment=coord_check", "steps=2", *quick), tmp_path / "coord")
+    written = set()
+    for run in ("run", "coord"):
+        written |= set(read_events(tmp_path / run).Tags()["scalars"])
+    doc = (ROOT / "docs" / "tensorboard.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| tag | what | when |"):doc.index("TensorBoard orders card groups")]
+    named = set(re.findall(r"`([^`]+)`", "\n".join(line.split(" | ")[0] for line in table.splitlines())))
+    groups = {n.removesuffix("/...") for n in named if n.endswith("/...")}
+    missing = sorted(t for t in written if t not in named and t.split("/")[0] not in groups and not (t.startswith("hp/") and "hp/<family metric>" in named))
+    assert not missing, f"tags written but not in docs/tensorboard.md: {missing}"
+    assert {"eff_lr", "eps_frac", "sigma_w", "sigma_dw", "coord_delta_rms"} <= {t.split("/")[0] for t in written}

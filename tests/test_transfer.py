@@ -55,7 +55,7 @@ def test_verdict_with_an_optimum_on_the_grid_edge_claims_no_transfer():
     assert verdict.startswith("µP undetermined: the optimum is on the lr grid's edge at depth 2, 4 (widen the grid)")
     falls = {(): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=2), 1024: parabola_seeds(-13.0, sd=0.0, n_seeds=2)}}
     (verdict,) = tr.verdicts(tr.transfer_rows(falls, n_boot=20))
-    assert "does not transfer: optimum falls at least 5.0 octaves from width 64 to 1024" in verdict
+    assert "does not transfer: optimum falls at least 5.00 octaves from width 64 to 1024" in verdict
 
 
 def test_neighbour_diverged_falls_back_to_the_argmin():
@@ -73,7 +73,7 @@ def test_shift_and_penalty_of_a_known_drift():
     assert wide.shift.value == pytest.approx(-2.0) and wide.shift.lo == pytest.approx(-2.0) and wide.shift.hi == pytest.approx(-2.0)
     assert wide.penalty.value == pytest.approx(0.2)
     (verdict,) = tr.verdicts([base, wide])
-    assert verdict.startswith("SP does not transfer: optimum falls 2.0 octaves from width 64 to 1024") and "penalty ≤ 0.20 nats" in verdict
+    assert verdict.startswith("SP does not transfer: optimum falls 2.00 octaves from width 64 to 1024") and "penalty ≤ 0.20 nats" in verdict
 
 
 def test_penalty_is_infinite_where_the_base_lr_diverges():
@@ -92,8 +92,8 @@ def test_within_half_an_octave_transfers_and_the_bootstrap_is_deterministic():
     rows = tr.transfer_rows(cells, n_boot=100)
     assert rows == tr.transfer_rows(cells, n_boot=100)
     (verdict,) = tr.verdicts(rows)
-    assert verdict.startswith("µP transfers: optimum within ±0.5 octave from width 64 to 1024 (largest shift +0.")
-    assert "), penalty ≤ " in verdict
+    assert verdict.startswith("µP transfers: optimum rises 0.") and "octaves from width 64 to " in verdict and "(95% interval [+0." in verdict
+    assert "; penalty ≤ " in verdict and "(both within ±0.5 octave and 0.01 nats)" in verdict
 
 
 def _records(axis="width"):
@@ -117,8 +117,59 @@ def test_table_from_records_fills_every_column(axis):
     table = list(csv.DictReader(io.StringIO(tr.render_csv(rows))))
     assert len(table) == 4 and all(v not in ("", "nan") for row in table for k, v in row.items() if k != "note")
     md = tr.render_markdown(rows)
-    assert f"| SP | 256 | 2 |" in md and "—" not in md.split("| setting")[1]
-    assert "- SP does not transfer: optimum falls 1.0 octaves" in md and "- µP transfers" in md
+    body = [line for line in md.split("| setting")[1].splitlines() if line.startswith("| ") and "(base)" not in line]
+    assert "| SP | 256 | 2 |" in md and body and not any("—" in line for line in body)  # every row but the base's: every cell measured
+    assert all(line.endswith("| 0 (base) | — | 0 (base) | — |") for line in md.splitlines() if "(base)" in line)
+    assert "- SP does not transfer: optimum falls 1.00 octaves" in md and "- µP transfers" in md
+
+
+def test_the_verdict_reads_the_shift_and_the_penalty_together():
+    # The chapter's µP case: the optimum moves a little past ±0.5 octave on a flat curve (0.6^2 x 0.02 = 0.007 nats).
+    flat = {(("param", "mup"),): {64: parabola_seeds(-7.0, a=0.02, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.4, a=0.02, sd=0.0, n_seeds=3)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(flat, n_boot=50))
+    assert verdict.startswith("µP borderline: optimum rises 0.60 octaves from width 64 to 1024") and "penalty ≤ 0.0072 nats at width 1024" in verdict
+    assert "past ±0.5 octave but its base rate costs under 0.01 nats" in verdict
+    # The same shift on a steep curve costs 0.18 nats: that does not transfer.
+    steep = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.4, a=0.5, sd=0.0, n_seeds=3)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(steep, n_boot=50))
+    assert verdict.startswith("all does not transfer: optimum rises 0.60 octaves") and "(both past ±0.5 octave and 0.01 nats)" in verdict
+    # Within half an octave, but steep enough that the base rate costs more than 0.01 nats: borderline too.
+    sharp = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.7, a=0.5, sd=0.0, n_seeds=3)}}
+    (verdict,) = tr.verdicts(tr.transfer_rows(sharp, n_boot=50))
+    assert verdict.startswith("all borderline: optimum rises 0.30 octaves") and "stays within ±0.5 octave but the base rate costs over 0.01 nats" in verdict
+    assert tr.verdict_class("within", "within") == "transfers" and tr.verdict_class("past", "unknown") == "undetermined"
+
+
+def test_one_seed_says_it_has_no_interval_and_prints_none():
+    cells = {(("param", "mup"),): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=1), 1024: parabola_seeds(-6.47, a=0.02, sd=0.0, n_seeds=1)}}
+    rows = tr.transfer_rows(cells, n_boot=50)
+    (verdict,) = tr.verdicts(rows)
+    assert "too few seeds for an interval" in verdict and "interval [" not in verdict
+    md = tr.render_markdown(rows)
+    assert "— (1 seed)" in md and "[+0.53, +0.53]" not in md and "[-7.00, -7.00]" not in md
+
+
+def test_an_optimum_on_the_grid_edge_is_a_bound_not_a_zero_width_interval():
+    # The base optimum on the grid's highest rate (2^-4), the wide one inside: the fall can only be larger.
+    cells = {(("param", "sp"),): {16: parabola_seeds(-3.0, sd=0.0, n_seeds=3), 64: parabola_seeds(-6.0, sd=0.0, n_seeds=3)}}
+    base, wide = rows = tr.transfer_rows(cells, n_boot=50)
+    assert (base.edge, wide.bound) == ("highest", "-")
+    (verdict,) = tr.verdicts(rows)
+    assert verdict.startswith("SP does not transfer: optimum falls at least 2.00 octaves from width 16 to 64 (an optimum on the lr grid's edge: no interval)")
+    md = tr.render_markdown(rows)
+    assert "| SP | 16 | 3 | ≥ -4.00 | — (grid edge) |" in md and "| ≤ -2.00 | — (grid edge) |" in md
+    assert "[-4.00, -4.00]" not in md and "[-2.00, -2.00]" not in md and "[+0.00, +0.00]" not in md
+
+
+def test_intervals_are_printed_to_the_precision_that_shows_their_ends():
+    assert tr._interval(tr.Estimate(0.52, 0.47, 0.58)) == "[+0.47, +0.58]"
+    assert tr._interval(tr.Estimate(0.502, 0.501, 0.504)) == "[+0.501, +0.504]"
+    assert tr._interval(tr.Estimate(0.007, 0.0066, 0.0068), 3, signed=False) == "[0.0066, 0.0068]"
+    assert tr._interval(tr.Estimate(-2.0, -2.0, -2.0)) == "[-2.00, -2.00]"  # a measured zero width stays (every seed agrees)
+    # A penalty is printed to its interval's decimals: 0.0002 [0.0001, 0.0004], not 0.000 [0.0001, 0.0004].
+    fit = tr.fit_optimum([-8.0, -7.0, -6.0], [2.1, 2.0, 2.1])
+    row = tr.Row((), "width", 256, 2, fit, tr.Estimate(-7.0, -7.1, -6.9), tr.Estimate(0.1, 0.0, 0.2), tr.Estimate(0.00023, 0.00011, 0.00041))
+    assert tr._cells(row)[4:] == ["0.0002", "[0.0001, 0.0004]"]
 
 
 def test_records_without_an_lr_axis_give_no_table():
@@ -209,7 +260,15 @@ def small_sweep(tmp_path_factory):
                    "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
                    "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    (tmp / "stdout.txt").write_text(proc.stdout)
     return sweep
+
+
+def test_the_sweep_prints_its_transfer_verdicts_at_its_end(small_sweep):
+    out = (small_sweep.parent / "stdout.txt").read_text()
+    tail = out[out.index("Summary of "):]
+    assert "Learning-rate transfer (the table in summary.md and transfer.csv):\n- SP " in tail
+    assert "| setting | width | seeds |" not in tail  # the table's rows stay in summary.md
 
 
 def test_transfer_table_of_a_small_real_sweep_has_every_column(small_sweep):
@@ -256,5 +315,25 @@ def test_a_depth_sweep_gets_its_plot_and_the_transfer_table_in_the_summary(tmp_p
     plot = PLOTS.get("lr_transfer_depth")(_records("depth"))
     assert set(plot.files) == {"lr_transfer_depth.png", "lr_transfer_depth.svg"} and "## Best learning rate per depth" in plot.markdown
     md = summarize(tmp_path)
-    assert "- SP does not transfer: optimum falls 1.0 octaves from depth 64 to 256" in md and "| shift from depth 64 (log2) |" in md
+    assert "- SP does not transfer: optimum falls 1.00 octaves from depth 64 to 256" in md and "| shift from depth 64 (log2) |" in md
     assert (tmp_path / "lr_transfer_depth.png").is_file() and (tmp_path / "transfer.csv").read_text().count("\n") == 5
+
+
+def test_a_folder_that_keeps_only_runs_csv_gives_the_same_summary(tmp_path):
+    # results/ keeps each sweep's runs.csv, not its job folders: the summary must come back from it alone.
+    from initnorm.cli.summarize import main
+    from initnorm.results import read_runs_csv, write_metrics
+    from initnorm.summary import summarize
+
+    for i, r in enumerate(_records("width")):
+        write_metrics(tmp_path / f"param={r['overrides']['param']},width={r['overrides']['width']},lr={r['overrides']['lr']}" / f"seed={r['seed']}",
+                      {**r, "job_num": i, "summary_plots": ["lr_transfer"], "vectorized": {"group_size": 4, "group_ms_per_step": 8.0}, "wall_s": 3.0})
+    summarize(tmp_path)
+    before = {f: (tmp_path / f).read_text() for f in ("summary.md", "summary.csv", "transfer.csv", "runs.csv")}
+    runs = list(csv.DictReader(io.StringIO(before["runs.csv"])))
+    assert [runs[0][k] for k in ("param", "width", "lr", "group_size", "group_ms_per_step", "group_wall_s", "ms_per_step", "wall_s")] == ["sp", "64", str(2**-12), "4", "8.0", "3.0", "", ""]
+    for f in tmp_path.rglob("metrics.json"):
+        f.unlink()
+    assert main([str(tmp_path)]) == 0
+    assert {f: (tmp_path / f).read_text() for f in before} == before
+    assert read_runs_csv(tmp_path)[0]["overrides"] == {"param": "sp", "width": "64", "lr": str(2**-12), "seed": "0"}

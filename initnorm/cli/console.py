@@ -19,6 +19,7 @@ from typing import Any
 
 from initnorm.callbacks.progress import PROGRESS_FILE, duration
 from initnorm.results import fmt
+from initnorm.transfer import HEADING as TRANSFER_HEADING
 
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
 START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
@@ -127,8 +128,13 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
 
 
 def summary_text(folder: Path | str, table: str) -> str:
-    """A summary for the terminal: the table (the figures' markdown is for summary.md), then the figures' paths."""
-    table = table.partition("\n![")[0].rstrip()
+    """A summary for the terminal: the table (the figures' markdown is for summary.md), the transfer
+    verdicts where the sweep has a transfer table (its rows stay in summary.md), then the figures' paths."""
+    transfer = table.partition(f"\n{TRANSFER_HEADING}\n")[2]
+    verdicts = [line for line in transfer.partition("\n|")[0].splitlines() if line.startswith("- ")]
+    table = table.partition("\n![")[0].partition(f"\n{TRANSFER_HEADING}\n")[0].rstrip()
+    if verdicts:
+        table += "\n\nLearning-rate transfer (the table in summary.md and transfer.csv):\n" + "\n".join(verdicts)
     pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
     return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 

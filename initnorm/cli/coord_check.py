@@ -20,12 +20,12 @@ Anything after ``--`` is a training-config override (``-- norm=post``).
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import sys
 import time
 from pathlib import Path
 
+from initnorm.cli import console
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.compose import comma_list, compose_train, split_overrides
 from initnorm.cli.disk import check_writable
@@ -55,15 +55,26 @@ def run_jobs(todo: dict[str, list[str]], out: Path) -> None:
         print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: {time.perf_counter() - start:5.1f} s", flush=True)
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, but for those whose default is worked out at run time."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, extra = split_overrides(argv)
-    p = argparse.ArgumentParser(prog="python -m initnorm.coord_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--widths", type=comma_list(int), default=[16, 32, 64, 128, 256])
-    p.add_argument("--depths", type=comma_list(int), default=[2])
-    p.add_argument("--params", type=comma_list(), default=["sp", "mup"])
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=1)
+    p = argparse.ArgumentParser(
+        prog="python -m initnorm.coord_check", usage="%(prog)s [options] [-- training overrides]", formatter_class=_Help,
+        description=" ".join(__doc__.split("\n\n")[1].replace("``", "").split()).replace(" Then:", " Then it writes coord.csv, coord.png and verdict.txt, and exits 1 when the verdict fails."), epilog="Anything after -- is a training-config override for every job, as initnorm-train takes it: "
+        "python -m initnorm.coord_check --widths 16,64 -- norm=post init.std=0.05",
+    )
+    p.add_argument("--widths", type=comma_list(int), default="16,32,64,128,256", help="model widths, comma-separated")
+    p.add_argument("--depths", type=comma_list(int), default="2", help="blocks, comma-separated (several: the check across depth)")
+    p.add_argument("--params", type=comma_list(), default="sp,mup", help="parameterisations, comma-separated")
+    p.add_argument("--steps", type=int, default=10, help="AdamW steps per job")
+    p.add_argument("--lr", type=float, default=0.01, help="constant learning rate")
+    p.add_argument("--seed", type=int, default=1, help="seed of every job")
     p.add_argument("--bound", type=float, default=1.5, help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last stream and block update")
     p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")
     p.add_argument("--from", dest="source", default=None, help="only summarise the coord.csv files below this folder")
@@ -72,8 +83,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     a, extra = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.getLogger("lightning").setLevel(logging.WARNING)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    console.quiet()  # its jobs call train() directly, not through hydra_main, which quiets a training command
     try:
         if a.source:
             folder = Path(a.source)

@@ -1,17 +1,63 @@
-"""initnorm's own Hydra launchers, registered by hand.
+"""initnorm's own Hydra launchers and sweeper, registered by hand, and what each launcher needs installed.
 
 Hydra instantiates a launcher only from a class under the ``hydra_plugins`` namespace, and finds
 those by scanning the ``hydra_plugins`` folders on ``sys.path``, which an editable install
 (``pip install -e``) does not expose. Registering the classes by hand works for every kind of
 install: ``hydra/launcher=slurm`` (initnorm/cli/slurm.py), ``hydra/launcher=vectorized``
 (initnorm/cli/vectorized.py) and the sweeper ``hydra/sweeper=checked`` (initnorm/cli/sweeper.py).
+
+The plugin classes import this package's code (they hand it the work), so this module names them
+and never imports them, as Hydra names a ``_target_``: no import cycle between ``hydra_plugins/``
+and ``initnorm/cli``. A launcher whose ``launchers`` extra is missing is not registered, and the
+command line that asks for it stops with one line naming the extra (``missing_extra``).
 """
+
+from __future__ import annotations
+
+import importlib.util
+
+EXTRA = "pip install 'initnorm[launchers]'"
+SUBMITIT = "hydra_plugins.hydra_submitit_launcher"
+JOBLIB = "hydra_plugins.hydra_joblib_launcher"
+# class (as its config's _target_ names it) -> the module it needs beyond the base install (None: none)
+PLUGINS = {
+    "hydra_plugins.initnorm_launchers.CheckedSweeper": None,
+    "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": None,
+    "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": SUBMITIT,
+}
+# hydra/launcher=<name> -> (module it needs, what it is, the other way to run the sweep)
+NEEDS = {
+    "local_parallel": (JOBLIB, "Hydra's joblib launcher", "drop hydra/launcher=local_parallel (the default launcher runs the jobs one after another)"),
+    "slurm": (SUBMITIT, "Hydra's submitit launcher", "drop hydra/launcher=slurm (the default launcher runs the jobs here)"),
+}
+# hydra/launcher=vectorized's hydra.launcher.engine -> (module, what it is, the other way)
+ENGINES = {
+    "joblib": ("joblib", "joblib", "add hydra.launcher.engine=sequential (the groups one after another in this process)"),
+    "submitit": ("submitit", "submitit", "add hydra.launcher.engine=sequential (the groups one after another in this process)"),
+}
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def missing_extra(launcher: str | None, engine: str | None = None) -> str | None:
+    """One line for a launcher (and, for ``vectorized``, an engine) this install cannot run; None if it can."""
+    need = NEEDS.get(launcher or "") or (ENGINES.get(engine or "") if launcher == "vectorized" else None)
+    if need is None or installed(need[0]):
+        return None
+    module, what, other = need
+    setting = f"hydra/launcher={launcher}" + (f" with hydra.launcher.engine={engine}" if launcher == "vectorized" else "")
+    return f"{setting} needs {what} ({module}), which this install lacks: {EXTRA}, or {other}"
 
 
 def register() -> None:
     from hydra.core.plugins import Plugins
-    from hydra_plugins.initnorm_launchers import CheckedSweeper, SlurmLauncher
-    from hydra_plugins.initnorm_vectorized.vectorized_launcher import VectorizedLauncher
+    from hydra.utils import get_class
 
-    for plugin in (SlurmLauncher, VectorizedLauncher, CheckedSweeper):
-        Plugins.instance().register(plugin)
+    for name, needs in PLUGINS.items():
+        if needs is None or installed(needs):
+            Plugins.instance().register(get_class(name))

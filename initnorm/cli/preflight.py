@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, sweeper
+from initnorm.cli import devices, launchers, sweeper
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.disk import check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
@@ -176,6 +176,9 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
+    if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
+        raise ConfigError(problem)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
 
@@ -218,6 +221,9 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun or args.config_dir or args.config_path:
         return None
     multirun = bool(args.multirun)
+    chosen = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0].lstrip("+~") == "hydra/launcher"]
+    if chosen and (problem := launchers.missing_extra(chosen[-1])):  # before composing: its config needs the extra's
+        raise ConfigError(problem)
     register_resolvers()
     saved_env = os.environ.get(SWEPT_ENV)
     GlobalHydra.instance().clear()

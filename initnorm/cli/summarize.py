@@ -1,5 +1,11 @@
-"""Rebuild a sweep's summary from its folder: ``python -m initnorm.summarize PATH``."""
+"""Rebuild a sweep's summary from its folder: ``python -m initnorm.summarize SWEEP_FOLDER``.
 
+Reads every job's metrics.json below the folder (or, where there is none, the folder's runs.csv,
+as results/ keeps) and writes summary.md, summary.csv, runs.csv, the figures the jobs name and,
+for an lr x width (or depth) sweep, the transfer table; prints the table and the transfer verdicts.
+"""
+
+import argparse
 import sys
 
 from initnorm.cli.console import summary_text
@@ -7,12 +13,11 @@ from initnorm.summary import summarize
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m initnorm.summarize SWEEP_FOLDER", file=sys.stderr)
-        return 2
+    p = argparse.ArgumentParser(prog="python -m initnorm.summarize", description=__doc__.split("\n\n")[1].replace("\n", " "))
+    p.add_argument("folder", metavar="SWEEP_FOLDER", help="a sweep folder (outputs/multirun/<time>_<id>) or a folder holding a runs.csv")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        print(summary_text(args[0], summarize(args[0])), end="")
+        print(summary_text(a.folder, summarize(a.folder)), end="")
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ keys, the stop signals) reaches them as an argument of each unit of work instead
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
@@ -98,6 +99,8 @@ def _launcher_args(argv: list[str]) -> tuple[bool, int | None]:
     multirun = any(a in ("-m", "--multirun") for a in argv)
     values = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
     if not multirun or values.get("hydra/launcher") != "vectorized" or values.get("hydra.launcher.engine", "joblib") != "joblib":
+        return False, None
+    if importlib.util.find_spec("joblib") is None:  # an install without the launchers extra: the preflight says so, in one line
         return False, None
     try:
         return True, int(values.get("hydra.launcher.n_jobs", DEFAULT_N_JOBS))

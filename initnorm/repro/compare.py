@@ -17,7 +17,7 @@ from typing import Any, Callable
 from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, coord_axis, curves, display_name, ordered, ratio, read_rows
 from initnorm.repro import reference as ref
-from initnorm.results import best_lr, fmt, fmt_mean_sd, group_rows, mean_sd, read_metrics
+from initnorm.results import RUNS_FILE, best_lr, fmt, fmt_mean_sd, group_rows, mean_sd, read_metrics, read_runs_csv
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -81,7 +81,9 @@ def sweep_figures(folder: Path) -> str:
 
 
 def _records(folder: Path) -> list[dict]:
-    return [r for r in read_metrics(folder) if r.get("status") == "finished"]
+    """The finished jobs below ``folder``: their metrics.json, or the runs.csv results/ keeps."""
+    recs = read_metrics(folder) or (read_runs_csv(folder) if (folder / RUNS_FILE).is_file() else [])
+    return [r for r in recs if r.get("status") == "finished"]
 
 
 def _seed_values(records: list[dict], match: dict[str, str], metric: str, keep_diverged: bool = False) -> dict[int, float | None]:
@@ -271,6 +273,7 @@ def depth_transfer(folder: Path) -> str:
         + (f"\nAt the base depth {depths[0]} every depth variant is `param=mup` exactly (a test checks identical losses), so "
            f"{', '.join(shared)} share the mup run there.\n" if shared else "")
         + "\nHow far the optimum moves: " + "; ".join(moves) + ".\n\n![loss against learning rate, per depth](lr_transfer_depth.png)\n"
+        + transfer_section(folder)
     )
 
 

@@ -241,7 +241,7 @@ def write_report(results: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m initnorm.reproduce", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", help=f"experiment keys: {', '.join(e.key for e in EXPERIMENTS)} "
                    f"(default: all but {', '.join(e.key for e in EXPERIMENTS if e.extra)}, which run only when named)")
     p.add_argument("--ci", action="store_true", help="a few steps per experiment, into --out")

@@ -1,0 +1,185 @@
+"""The prose's claims against the numbers beside them: each sentence that names a seed count, an
+optimum or a factor is read from its page (the test fails when the sentence changes, so it is
+checked again) and its numbers are computed afresh from the results it reads (results/*/runs.csv,
+transfer.csv, coord.csv) and the documents' own numbers (initnorm/repro/reference.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+
+import pytest
+
+from initnorm.repro import reference as ref
+from initnorm.results import mean_sd, read_runs_csv
+from tests.conftest import ROOT
+
+RESULTS = ROOT / "results"
+
+
+def prose(page: str) -> str:
+    """A page's text with its line breaks and runs of spaces as one space, as it reads."""
+    return " ".join((ROOT / page).read_text(encoding="utf-8").split())
+
+
+def claim(page: str, pattern: str) -> re.Match:
+    found = re.search(pattern, prose(page))
+    assert found, f"{page} no longer says {pattern!r}: check the new sentence against the numbers and update this test"
+    return found
+
+
+def per_seed_best(folder: str, metric: str, **match: str) -> dict[int, tuple[float, float]]:
+    """seed -> (best log2 lr, loss there) of the jobs whose swept values match."""
+    curves: dict[int, dict[float, float]] = {}
+    for r in read_runs_csv(RESULTS / folder):
+        if all(r["overrides"].get(k) == v for k, v in match.items()):
+            curves.setdefault(r["seed"], {})[math.log2(float(r["overrides"]["lr"]))] = r[metric]
+    return {s: min(c.items(), key=lambda kv: kv[1]) for s, c in sorted(curves.items())}
+
+
+def transfer_row(folder: str, param: str, size: str) -> dict[str, float]:
+    with open(RESULTS / folder / "transfer.csv", newline="", encoding="utf-8") as f:
+        (row,) = [r for r in csv.DictReader(f) if r["param"] == param and r["size"] == size]
+    return {k: float(v) for k, v in row.items() if k in ("shift", "shift_lo", "shift_hi", "penalty", "best_loss")}
+
+
+def coord(folder: str, param: str, layer: str, step: int = 10) -> dict[int, float]:
+    with open(RESULTS / folder / "coord.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["param"] == param and f"{r['layer']}/{r['role']}" == layer and int(r["step"]) == step]
+    axis = "depth" if len({r["depth"] for r in rows}) > 1 else "width"
+    return {int(r[axis]): float(r["value"]) for r in rows}
+
+
+@pytest.mark.parametrize("page", ["results/README.md", "results/chapter_mup/NOTES.md"])
+def test_the_chapters_mup_reading(page):
+    # SP: the best rate per seed at each width.
+    claim(page, r"Under SP the best rate falls as the width grows, in every seed \(2\^-7 at 64, 2\^-8 at 256, 2\^-9 or 2\^-10 at 1,024\)")
+    sp = {w: [b for b, _ in per_seed_best("chapter_mup", "final_loss", param="sp", width=w).values()] for w in ("64", "256", "1024")}
+    assert sp["64"] == [-7] * 3 and sp["256"] == [-8] * 3 and set(sp["1024"]) <= {-9, -10}
+    # µP: every seed at 64, two of three at 256 (which seed, at what losses), two of three at 1,024, and the chapter's count.
+    m = claim(page, r"Under µP it is 2\^-7 at width 64 in every seed and at width 256 in two seeds of three \(seed (\d) is best at 2\^-6: "
+                    r"(\d+(?:\.\d+)?) against (\d+(?:\.\d+)?) at 2\^-7\), and 2\^-6 in two seeds of three at 1,024 \(the chapter: two of three as well\)")
+    mup = {w: per_seed_best("chapter_mup", "final_loss", param="mup", width=w) for w in ("64", "256", "1024")}
+    assert [b for b, _ in mup["64"].values()] == [-7] * 3
+    assert [b for b, _ in mup["256"].values()].count(-7) == 2 and mup["256"][int(m[1])][0] == -6
+    at_minus_7 = {math.log2(float(r["overrides"]["lr"])): r["final_loss"] for r in read_runs_csv(RESULTS / "chapter_mup")
+                  if r["overrides"]["param"] == "mup" and r["overrides"]["width"] == "256" and r["seed"] == int(m[1])}[-7]
+    assert (f"{mup['256'][int(m[1])][1]:.4f}", f"{at_minus_7:.4f}") == (m[2], m[3])
+    assert [b for b, _ in mup["1024"].values()].count(-6) == 2
+    assert ref.CHAPTER_SEEDS["Width 1024 under muP, best lr (log2)"][3].count(-6) == 2
+    # The transfer report's numbers, and its verdict.
+    m = claim(page, r"SP's optimum falls (\d+(?:\.\d+)?) octaves from width 64 to 1,024 and costs (\d+(?:\.\d+)?) nats")
+    sp1024 = transfer_row("chapter_mup", "sp", "1024")
+    assert (f"{-sp1024['shift']:.2f}", f"{sp1024['penalty']:.2f}") == (m[1], m[2])
+    m = claim(page, r"µP's rises (\d+(?:\.\d+)?) octaves, just past the ±0.5-octave threshold, and costs (\d+(?:\.\d+)?) nats, under the 0.01-nat one: borderline")
+    mup1024 = transfer_row("chapter_mup", "mup", "1024")
+    assert (f"{mup1024['shift']:.2f}", f"{mup1024['penalty']:.3f}") == (m[1], m[2]) and 0.5 < mup1024["shift"] and mup1024["penalty"] < 0.01
+    assert "- µP borderline:" in (RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8")
+    # Seed 0 against the chapter's page, and the chapter's own spread over its seeds.
+    claim(page, r"Our seed-0 losses sit 0.02-0.06 above the chapter's at every width")
+    gaps = [per_seed_best("chapter_mup", "final_loss", param=p, width=str(w))[0][1] - ref.CHAPTER_MUP[(p, w)][1] for p in ("sp", "mup") for w in (64, 256, 1024)]
+    assert 0.015 <= min(gaps) and max(gaps) < 0.065, gaps
+    m = claim(page, r"the chapter's own three seeds at width 1,024 spread by (\d+(?:\.\d+)?) \(SP\) and (\d+(?:\.\d+)?) \(µP\) nats")
+    spread = [max(v) - min(v) for v in (ref.CHAPTER_SEEDS[f"Width 1024 under {p}, best loss"][3] for p in ("SP", "muP"))]
+    assert [f"{s:.3f}" for s in spread] == [m[1], m[2]]
+
+
+def test_the_chapter_page_says_what_the_numbers_say():
+    claim("docs/chapter.md", r"the wide MLP's losses, which are 0.02-0.06 higher here at every width at seed 0")
+    m = claim("docs/chapter.md", r"the chapter's own three seeds at width 1,024 spread by (\d+(?:\.\d+)?) \(SP\) and (\d+(?:\.\d+)?) \(µP\) nats")
+    spread = [max(v) - min(v) for v in (ref.CHAPTER_SEEDS[f"Width 1024 under {p}, best loss"][3] for p in ("SP", "muP"))]
+    assert [f"{s:.3f}" for s in spread] == [m[1], m[2]]
+    for page in ("docs/chapter.md", "results/README.md", "results/chapter_mup/NOTES.md", "results/chapter_deep_mlp/NOTES.md"):
+        assert "checked by the engineer" not in prose(page) and "to the last digit" not in prose(page)  # a person's word, not a measurement
+
+
+@pytest.mark.parametrize("page", ["results/README.md", "results/deck_7d/NOTES.md"])
+def test_the_sp_coordinate_check_factor(page):
+    m = claim(page, r"the last residual stream grows x(\d+) from 16 to 256 \((\d+(?:\.\d+)?) to (\d+); the blocks' outputs up to x(\d+)\)")
+    stream = coord("deck_7d", "sp", "stream/last")
+    assert (round(stream[256] / stream[16]), f"{stream[16]:.2f}", f"{stream[256]:.0f}") == (int(m[1]), m[2], m[3])
+    blocks = [coord("deck_7d", "sp", f"block_0{b}/{r}") for b in (1, 2) for r in ("attn_out", "mlp_out", "stream_out")]
+    assert round(max(c[256] / c[16] for c in blocks)) == int(m[4])
+
+
+def test_the_depth_readings():
+    m = claim("results/README.md", r"its last residual stream moves (\d+(?:\.\d+)?)x more at 32 blocks than at 2 \((\d+(?:\.\d+)?) -> (\d+(?:\.\d+)?);")
+    stream = coord("deck_7d_depth", "mup", "stream/last")
+    assert (f"{stream[32] / stream[2]:.1f}", f"{stream[2]:.2f}", f"{stream[32]:.1f}") == (m[1], m[2], m[3])
+    claim("results/README.md", r"Under µP the best base rate falls as the model deepens, 2\^-5 at 2 and 4 blocks, 2\^-6 at 8, 2\^-7 at 16")
+    best = {d: per_seed_best("depth_transfer", "final_val_loss", param="mup", depth=d)[1] for d in ("2", "4", "8", "16")}
+    assert [best[d][0] for d in ("2", "4", "8", "16")] == [-5, -5, -6, -7]
+    m = claim("results/README.md", r"\((\d+(?:\.\d+)?) at 2 blocks, (\d+(?:\.\d+)?) at 16\)")
+    assert (f"{best['2'][1]:.3f}", f"{best['16'][1]:.3f}") == (m[1], m[2])
+    m = claim("results/README.md", r"CompleteP goes from (\d+(?:\.\d+)?) \(2 blocks\) to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?) \(16 blocks\), depth-µP to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?)")
+    for param, got in (("completep", m.groups()[1:4]), ("depth_mup", m.groups()[4:7])):
+        assert tuple(f"{per_seed_best('depth_transfer', 'final_val_loss', param=param, depth=d)[1][1]:.3f}" for d in ("4", "8", "16")) == got
+
+
+def test_the_parameterisation_page_quotes_deck_7e():
+    text = prose("docs/parameterisations.md")
+    rows = re.findall(r"\| (0.01|0.03|0.1) \| [\d.]+ ± [\d.]+ \| (\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?) \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\) \|", text)
+    assert [r[0] for r in rows] == ["0.01", "0.03", "0.1"], rows
+    for lr, mean, sd, *seeds in rows:
+        v = [r["final_val_loss"] for r in sorted(read_runs_csv(RESULTS / "deck_7e"), key=lambda r: r["seed"])
+             if r["overrides"] == {"width": "64", "lr": lr, "param": "mup", "seed": str(r["seed"])}]
+        mu, s, _ = mean_sd(v)
+        assert (f"{mu:.3f}", f"{s:.3f}", [f"{x:.3f}" for x in v]) == (mean, sd, seeds), lr
+
+
+def test_the_transfer_pages_worked_example():
+    page = "docs/transfer.md"
+    summary = (RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8")
+    table = [line for line in (ROOT / page).read_text(encoding="utf-8").splitlines() if line.startswith(("| SP |", "| µP |"))]
+    assert len(table) == 6 and all(line in summary for line in table)  # the table is results/chapter_mup's, as it is now
+    for line in (ROOT / page).read_text(encoding="utf-8").splitlines():
+        if line.startswith(("- SP ", "- µP ")):
+            assert line in summary, line  # the verdict lines it quotes
+    sp, base = transfer_row("chapter_mup", "sp", "1024"), transfer_row("chapter_mup", "sp", "64")
+    m = claim(page, r"(\d+(?:\.\d+)?) octaves from 64 to 1024. Training width 1024 at width 64's best rate costs (\d+(?:\.\d+)?) nats, (\w+) times the whole gain from width \((\d+(?:\.\d+)?) → (\d+(?:\.\d+)?)\)")
+    gain = base["best_loss"] - sp["best_loss"]
+    assert (f"{-sp['shift']:.2f}", f"{sp['penalty']:.2f}", f"{base['best_loss']:.3f}", f"{sp['best_loss']:.3f}") == (m[1], m[2], m[4], m[5])
+    assert m[3] == "three" and round(sp["penalty"] / gain) == 3
+    mup = transfer_row("chapter_mup", "mup", "1024")
+    m = claim(page, r"Under µP the optimum rises (\d+(?:\.\d+)?) octaves \(interval \+(\d+(?:\.\d+)?) to \+(\d+(?:\.\d+)?)\), just past the half-octave threshold, "
+                    r"and training width 1024 at width 64's rate costs (\d+(?:\.\d+)?) nats")
+    assert (f"{mup['shift']:.2f}", f"{mup['shift_lo']:.2f}", f"{mup['shift_hi']:.2f}", f"{mup['penalty']:.3f}") == m.groups()
+
+
+@pytest.mark.parametrize("page", ["results/README.md", "results/depth_transfer/NOTES.md"])
+def test_the_depth_transfer_verdicts(page):
+    m = claim(page, r"transfers to 16 under CompleteP \(its optimum moves (\d+(?:\.\d+)?) octaves at most, costing (\d+(?:\.\d+)?) nats at most\), "
+                    r"is borderline under depth-µP \(it rises (\d+(?:\.\d+)?) octaves by 16 blocks, within the half-octave threshold, but the 2-block rate "
+                    r"costs (\d+(?:\.\d+)?) nats there, past the 0.01-nat one\) and does not transfer under µP \(it falls (\d+(?:\.\d+)?) octaves and costs (\d+(?:\.\d+)?) nats\)")
+    with open(RESULTS / "depth_transfer" / "transfer.csv", newline="", encoding="utf-8") as f:
+        rows = {(r["param"], r["size"]): r for r in csv.DictReader(f)}
+    complete = [rows[("completep", d)] for d in ("4", "8", "16")]
+    assert f"{max(abs(float(r['shift'])) for r in complete):.2f}" == m[1] and f"{max(float(r['penalty']) for r in complete):.4f}" == m[2]
+    assert (f"{float(rows[('depth_mup', '16')]['shift']):.2f}", f"{float(rows[('depth_mup', '16')]['penalty']):.3f}") == (m[3], m[4])
+    assert (f"{-float(rows[('mup', '16')]['shift']):.2f}", f"{float(rows[('mup', '16')]['penalty']):.2f}") == (m[5], m[6])
+    summary = (RESULTS / "depth_transfer" / "summary.md").read_text(encoding="utf-8")
+    assert all(f"- {verdict}:" in summary for verdict in ("CompleteP transfers", "depth-µP borderline", "µP does not transfer"))
+
+
+def test_the_readme_quotes_the_chapters_verdicts_as_they_are():
+    summary = " ".join((RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8").split())
+    quoted = re.findall(r'"((?:SP|µP) (?:does not transfer|borderline|transfers|undetermined): [^"]+)"', prose("README.md"))
+    assert len(quoted) == 2 and all(q in summary for q in quoted), quoted
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in RESULTS.glob("*/runs.csv")))
+def test_each_results_summary_is_what_its_runs_csv_gives(name, tmp_path):
+    # results/ keeps each sweep's runs.csv, not its job folders: summary.md, summary.csv and transfer.csv
+    # must be what initnorm-summarize makes of it now (nothing typed in, nothing left from older code).
+    import shutil
+
+    from initnorm.summary import summarize
+
+    copy = tmp_path / name
+    shutil.copytree(RESULTS / name, copy)
+    summarize(copy)
+    for file in ("summary.md", "summary.csv", "transfer.csv", "runs.csv"):
+        if (RESULTS / name / file).exists() or (copy / file).exists():
+            assert (copy / file).read_text(encoding="utf-8") == (RESULTS / name / file).read_text(encoding="utf-8"), f"{name}/{file}"
