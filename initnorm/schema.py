@@ -190,6 +190,10 @@ LAUNCHER_RULES: dict[str, Rule] = {
     "nodes": Int(1, 1, fix=1, note="one node per job"),
     "array_parallelism": Int(1, fix=64),
     "gpus_per_node": Int(0, null=True, fix=1),
+    # hydra/launcher=vectorized (its slurm: node takes the keys above)
+    "max_group": Int(1, fix=12, note="most jobs in one stacked model"),
+    "max_params": Int(1, null=True, fix=2000000, note="null: no cap"),
+    "engine": Choice(("joblib", "sequential", "submitit"), fix="joblib"),
 }
 
 
@@ -464,8 +468,9 @@ def check_text(c: Mapping[str, Any]) -> None:
 
 
 def check_launcher(launcher: Mapping[str, Any] | None) -> None:
-    """The ``hydra.launcher`` node's values (worker count, SLURM sizes) that the table knows."""
-    for key, value in (launcher or {}).items():
-        rule = LAUNCHER_RULES.get(key)
+    """The ``hydra.launcher`` node's values (worker count, group sizes, SLURM sizes, a vectorised
+    launcher's ``slurm.*`` too) that the table knows."""
+    for key, value in flat(launcher or {}).items():
+        rule = LAUNCHER_RULES.get(key.removeprefix("slurm."))
         if rule is not None:
             check_value(f"hydra.launcher.{key}", value, rule)

@@ -7,10 +7,11 @@ are imported here (initnorm/cli/workers.py), so both import at the same time.
 import gc
 import sys
 
-from initnorm.cli import workers
+from initnorm.cli import disk, workers
 
 
 def main() -> None:
+    disk.set_aside_compiler_cache()  # before torch is imported, here and in the workers
     workers.start_early(sys.argv[1:])
     from initnorm.cli.train import main as run
 

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from initnorm.results import fmt
+from initnorm.results import NotARecord, fmt, read_small_file
 
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
 START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
@@ -63,16 +63,29 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
     import json
 
     done = 0
-    for path in Path(sweep_dir).rglob("metrics.json"):
-        try:
-            done += json.loads(path.read_text(encoding="utf-8")).get("status") in ("finished", "failed")
-        except (OSError, ValueError):
+    for path in launch_relative(sweep_dir).rglob("metrics.json"):
+        try:  # read_small_file: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
+            rec = json.loads(read_small_file(path))
+        except (OSError, ValueError, NotARecord):
             continue
+        done += isinstance(rec, dict) and rec.get("status") in ("finished", "failed")
     done = min(done, total)
     start = float(os.environ.get(START_ENV, "0") or 0)
     elapsed = (now or time.time()) - start if start else 0.0
     left = f", about {duration(elapsed / done * (total - done))} left" if start and done and done < total else ""
     return f"{done}/{total} done{left}"
+
+
+def launch_relative(folder: Path | str) -> Path:
+    """``folder`` as Hydra means it: a relative ``hydra.sweep.dir`` (the default one) is relative to
+    the folder the command started in, not to the job's folder, where a job runs (it read
+    "[0/2 done]" after the last job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = Path(folder)
+    if folder.is_absolute() or not HydraConfig.initialized():
+        return folder
+    return Path(HydraConfig.get().runtime.cwd) / folder
 
 
 def in_sweep() -> bool:

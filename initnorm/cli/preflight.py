@@ -34,10 +34,11 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 from initnorm import schema
 from initnorm.cli import devices, sweeper
 from initnorm.cli.compose import CONF_DIR, compose_train
-from initnorm.cli.disk import check_writable
+from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
@@ -126,6 +127,8 @@ def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool 
     if key not in seen:
         seen.add(key)
         schema.check_text(c)
+    if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
+        check_compiler_cache(Path.cwd())
     trainer = c.get("trainer", {})
     devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
     return c
