@@ -470,7 +470,10 @@ def check_text(c: Mapping[str, Any]) -> None:
 def check_launcher(launcher: Mapping[str, Any] | None) -> None:
     """The ``hydra.launcher`` node's values (worker count, group sizes, SLURM sizes, a vectorised
     launcher's ``slurm.*`` too) that the table knows."""
-    for key, value in flat(launcher or {}).items():
+    launcher = launcher or {}
+    for key, value in flat(launcher).items():
+        if key.startswith("slurm.") and launcher.get("engine") != "submitit":
+            continue  # read only by engine=submitit (cpus_per_task follows threads, which may be 0 elsewhere)
         rule = LAUNCHER_RULES.get(key.removeprefix("slurm."))
         if rule is not None:
             check_value(f"hydra.launcher.{key}", value, rule)

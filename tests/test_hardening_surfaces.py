@@ -38,16 +38,22 @@ from tests.test_hardening import refused
     ("vectorized", "max_params=0", "hydra.launcher.max_params=0 is invalid"),
     ("vectorized", "max_params=-1", "hydra.launcher.max_params=-1 is invalid"),
     ("vectorized", "engine=bogus", "hydra.launcher.engine='bogus' is invalid: one of joblib, sequential, submitit"),
-    ("vectorized", "slurm.mem_gb=0", "hydra.launcher.slurm.mem_gb=0 is invalid"),
+    ("vectorized", "slurm.mem_gb=0 hydra.launcher.engine=submitit", "hydra.launcher.slurm.mem_gb=0 is invalid"),
     ("local_parallel", "n_jobs=abc", "hydra.launcher.n_jobs=abc Value 'abc' of type 'str' could not be converted to Integer"),  # Hydra's typed node
     ("local_parallel", "n_jobs=0", "hydra.launcher.n_jobs=0 is invalid"),
     ("slurm", "timeout_min=0", "hydra.launcher.timeout_min=0 is invalid"),
 ])
 def test_launcher_values_are_refused_before_any_folder(tmp_path, monkeypatch, launcher, value, says):
     monkeypatch.chdir(tmp_path)
-    line = refused(["-m", "seed=1,2", f"hydra/launcher={launcher}", f"hydra.launcher.{value}", f"hydra.sweep.dir={tmp_path}/sweep"])
+    line = refused(["-m", "seed=1,2", f"hydra/launcher={launcher}", *f"hydra.launcher.{value}".split(), f"hydra.sweep.dir={tmp_path}/sweep"])
     assert says in line and ("fix it with `hydra.launcher." in line or "Integer" in says), line
     assert os.listdir(tmp_path) == []
+
+
+def test_a_vectorised_launchers_slurm_keys_count_only_for_engine_submitit(tmp_path):
+    check_command_line(["-m", "seed=1,2", "threads=0", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])  # slurm.cpus_per_task=0
+    assert "hydra.launcher.slurm.cpus_per_task=0 is invalid" in refused(
+        ["-m", "seed=1,2", "threads=0", "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", f"hydra.sweep.dir={tmp_path}/sweep"])
 
 
 # ---- a truncated checkpoint

@@ -150,8 +150,9 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
     except pickle.UnpicklingError:
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote: it holds more than tensors and plain values, so it is not "
                           f"loaded (loading it could run code); {refuse}") from None
-    except Exception as exc:  # written atomically, so only a foreign or damaged file
-        raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); {refuse}") from None
+    except Exception as exc:  # written atomically, so only a foreign, damaged or truncated file
+        reason = error_line(exc).split(". ")[0]  # torch's zip reader adds three sentences of advice
+        raise ConfigError(f"{ckpt} cannot be read ({reason}); {refuse}") from None
     if not isinstance(state, dict):
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote (it holds a {type(state).__name__}); {refuse}")
     return state
