@@ -115,9 +115,9 @@ def read_record(path: Path) -> dict[str, Any] | None:
     fix = "delete it or move it away (a rerun of that job trains it again)"
     try:
         rec = json.loads(read_small_file(path).decode("utf-8"))
-    except NotARecord as exc:
-        kept = "" if str(exc).startswith("larger") else " (until then a rerun of the sweep refuses that job's folder)"
-        log.warning("ignored %s: %s, not a job's record; delete it or move it away%s", path, exc, kept or " (a rerun of that job trains it again)")
+    except NotARecord as exc:  # a FIFO, device or folder cannot be replaced by a rerun's record: the rerun refuses it (training.resume)
+        then = fix if str(exc).startswith("larger") else "delete it or move it away (until then a rerun of the sweep refuses that job's folder)"
+        log.warning("ignored %s: %s, not a job's record; %s", path, exc, then)
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         log.warning("ignored %s: not readable JSON (%s); %s", path, type(exc).__name__, fix)

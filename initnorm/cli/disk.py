@@ -103,11 +103,10 @@ def set_aside_compiler_cache() -> None:
     if not folder:
         return
     try:
-        os.makedirs(folder, exist_ok=True)
-        os.close(tempfile.mkstemp(dir=folder, prefix=".initnorm-write-test.")[0])
-        for name in os.listdir(folder):
-            if name.startswith(".initnorm-write-test."):
-                os.unlink(os.path.join(folder, name))
+        os.makedirs(folder, exist_ok=True)  # as torch's import would
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".initnorm-write-test.")
+        os.close(fd)
+        os.unlink(tmp)
     except OSError:
         os.environ[UNUSABLE_CACHE_ENV] = os.environ.pop(COMPILER_CACHE_ENV)
 

@@ -82,6 +82,13 @@ def one_line(exc: BaseException) -> ConfigError:
         hint = option_with_key(str(exc))
         if hint:
             return ConfigError(hint)
+    text = " ".join(str(e) for e in (exc, exc.__cause__) if e is not None).replace("\n", " ")
+    typed = re.search(r"Error merging override (hydra\.launcher\.(\w+))=(.*?) .*could not be converted to (\w+)", text)
+    if typed:  # a launcher's typed node (joblib's, submitit's): the schema's line, with its fix
+        key, name, value, kind = typed.groups()
+        rule = schema.LAUNCHER_RULES.get(name)
+        fix = f"; fix it with `{key}={rule.fix}`" if rule is not None else ""
+        return ConfigError(f"{key}={value!r} is invalid: {'an integer' if kind == 'Integer' else f'a {kind.lower()}'}{fix}")
     parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]
