@@ -407,3 +407,21 @@ def test_a_rerun_from_step_0_starts_its_events_afresh_and_a_resumed_one_purges_p
     old.write_bytes(b"kept")
     logger = tensorboard_logger(str(tmp_path), name="", version="", default_hp_metric=False)
     assert old.exists() and logger._kwargs["purge_step"] == 20
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 200 kB tmpfs (root only): a disk that fills during a short sweep, for real."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("needs root and mount for a small tmpfs")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_really_full_disk_is_one_line_and_exit_1(small_disk, tmp_path):
+    proc = run_cli("-m", "seed=1,2,3", *TINY, f"hydra.sweep.dir={small_disk}/sweep", cwd=tmp_path)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1 and "No space left on device" in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "cannot write None" not in proc.stderr
