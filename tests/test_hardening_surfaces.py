@@ -370,7 +370,7 @@ def test_an_init_that_changes_a_shape_is_one_line_naming_the_parameter():
         build_model(c["model"], c["init"], c["param"], 28)
     line = str(info.value)
     assert "init.fn=tests.test_hardening_surfaces.grow changed the shape of parameter" in line and "\n" not in line
-    assert "from [28, 16] to [28, 17]" in line or "to [" in line, line
+    assert "parameter tok_emb.weight from [28, 16] to [28, 17]" in line and "`init=normal`" in line, line
 
 
 def test_a_second_command_on_a_folder_in_use_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path):
