@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import stat
 import statistics
 import tempfile
 from pathlib import Path
@@ -39,7 +40,10 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     file gets here (0644 under the usual umask), not the temporary file's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # named by the file it was for, not by a temporary name nobody will look for
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
@@ -70,33 +74,87 @@ def write_metrics(folder: Path, metrics: dict[str, Any]) -> Path:
     return path
 
 
+# A job's record is a few kB (its validation curve included); a bigger file is not one.
+MAX_RECORD_BYTES = 16 * 2**20
+
+
+class NotARecord(Exception):
+    """A ``metrics.json`` that is not read: not a regular file (a FIFO, a device, a folder), or too big."""
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a folder``, ``a character device`` ...: what a non-regular file is, for a line."""
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_small_file(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of ``path`` where it is a regular file of at most ``limit`` bytes, else ``NotARecord``.
+    Opened without blocking and checked on the open file: a FIFO put there (or a link to one, or to
+    /dev/zero) cannot hang the reader or fill its memory, nor be swapped in after a check."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARecord(file_kind(mode))
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise NotARecord(f"larger than {limit // 2**20} MiB")
+    return data
+
+
 def read_record(path: Path) -> dict[str, Any] | None:
     """One ``metrics.json`` as a dict; None, with one warning line naming the file and what to do,
-    for a file that is not a JSON object (damaged, or foreign: written by something else)."""
+    for a file that is not a JSON object (damaged, or foreign: written by something else), not a
+    regular file of a sane size, or whose fields have the wrong types."""
+    fix = "delete it or move it away (a rerun of that job trains it again)"
     try:
-        rec = json.loads(Path(path).read_text(encoding="utf-8"))
+        rec = json.loads(read_small_file(path).decode("utf-8"))
+    except NotARecord as exc:  # a FIFO, device or folder cannot be replaced by a rerun's record: the rerun refuses it (training.resume)
+        then = fix if str(exc).startswith("larger") else "delete it or move it away (until then a rerun of the sweep refuses that job's folder)"
+        log.warning("ignored %s: %s, not a job's record; %s", path, exc, then)
+        return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        log.warning("ignored %s: not readable JSON (%s); delete it or move it away (a rerun of that job trains it again)", path, type(exc).__name__)
+        log.warning("ignored %s: not readable JSON (%s); %s", path, type(exc).__name__, fix)
         return None
     if not isinstance(rec, dict):
-        log.warning("ignored %s: a JSON %s, not a job's record; delete it or move it away (a rerun of that job trains it again)", path, type(rec).__name__)
+        log.warning("ignored %s: a JSON %s, not a job's record; %s", path, type(rec).__name__, fix)
         return None
     if problem := shape_problem(rec):
-        log.warning("ignored %s: %s, not a record this version of initnorm reads; delete it or move it away (a rerun of that job trains it again)", path, problem)
+        log.warning("ignored %s: %s, not a record this version of initnorm reads; %s", path, problem, fix)
         return None
     return rec
 
 
+NUMBER = (int, float, type(None))  # NaN is a float; null where nothing was measured
 # The fields summaries read, and the type each must have where present (an older record may lack some).
-SHAPE = {"status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list, "choices": dict, "val_history": list}
+SHAPE = {
+    "status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list, "choices": dict, "val_history": list,
+    "final_val_loss": NUMBER, "best_val_loss": NUMBER, "diverged": bool, "diverged_step": (int, type(None)), "steps": (int, type(None)), "job_num": int,
+    "seed": (int, type(None)), "ms_per_step": NUMBER, "wall_s": NUMBER,
+}
+JSON_NAMES = {"str": "string", "bool": "boolean", "NoneType": "null", "dict": "object", "int": "number", "float": "number"}
 
 
 def shape_problem(rec: dict[str, Any]) -> str | None:
-    """What makes ``rec`` unreadable as a job's record (``overrides is a list``), or None."""
-    for key, kind in SHAPE.items():
-        if key in rec and not isinstance(rec[key], kind):
-            return f"its {key} is a JSON {type(rec[key]).__name__}"
-    return None
+    """What makes ``rec`` unreadable as a job's record (``its overrides is a JSON list, its diverged is a JSON string``), or None."""
+    wrong = [key for key, kind in SHAPE.items() if key in rec and not _is(rec[key], kind)]
+    if not wrong:
+        return None
+    return ", ".join(f"its {key} is a JSON {JSON_NAMES.get(type(rec[key]).__name__, type(rec[key]).__name__)}" for key in wrong)
+
+
+def _is(value: Any, kind) -> bool:
+    """isinstance, with a JSON true/false not counted as a number (Python's bool is an int)."""
+    if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        return False
+    return isinstance(value, kind)
 
 
 def read_metrics(folder: Path) -> list[dict[str, Any]]:

@@ -123,6 +123,10 @@ LAUNCHER_RULES: dict[str, KeyRule] = {
     "nodes": Int(1, 1, fix=1, note="one node per job"),
     "array_parallelism": Int(1, fix=64),
     "gpus_per_node": Int(0, null=True, fix=1),
+    # hydra/launcher=vectorized (its slurm: node takes the keys above)
+    "max_group": Int(1, fix=12, note="most jobs in one stacked model"),
+    "max_params": Int(1, null=True, fix=2000000, note="null: no cap"),
+    "engine": Choice(("joblib", "sequential", "submitit"), fix="joblib"),
 }
 
 
@@ -449,8 +453,12 @@ def check_text(c: Mapping[str, Any]) -> None:
 
 
 def check_launcher(launcher: Mapping[str, Any] | None) -> None:
-    """The ``hydra.launcher`` node's values (worker count, SLURM sizes) that the table knows."""
-    for key, value in (launcher or {}).items():
-        rule = LAUNCHER_RULES.get(key)
+    """The ``hydra.launcher`` node's values (worker count, group sizes, SLURM sizes, a vectorised
+    launcher's ``slurm.*`` too) that the table knows."""
+    launcher = launcher or {}
+    for key, value in flat(launcher).items():
+        if key.startswith("slurm.") and launcher.get("engine") != "submitit":
+            continue  # read only by engine=submitit (cpus_per_task follows threads, which may be 0 elsewhere)
+        rule = LAUNCHER_RULES.get(key.removeprefix("slurm."))
         if rule is not None:
             check_value(f"hydra.launcher.{key}", value, rule)

@@ -38,7 +38,7 @@ def summarize(folder: Path | str) -> str:
     from_csv = not records and (folder / RUNS_FILE).is_file()
     records = read_runs_csv(folder) if from_csv else records
     if not records:
-        raise FileNotFoundError(f"no {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
+        raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
     for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
@@ -54,7 +54,28 @@ def summarize(folder: Path | str) -> str:
     if moved:
         table += transfer.render_markdown(moved, transfer.metric_of(records))
         write_atomic(folder / "transfer.csv", transfer.render_csv(moved))
-    write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{len(records)} jobs.\n\n{table}")
+    write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{count_line(records, missing_jobs(folder, records))}\n\n{table}")
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
     write_atomic(folder / "runs.csv", render_runs_csv(records))
     return table
+
+
+def missing_jobs(folder: Path, records: list[dict]) -> list[str]:
+    """The job folders (Hydra made their ``.hydra/`` when the job started) without a readable record:
+    ``default/seed=4 (no metrics.json)``, a job killed before it finished or whose record is damaged."""
+    have = {r["_dir"] for r in records}
+    out = []
+    for hydra_dir in sorted(folder.rglob(".hydra")):
+        job = str(hydra_dir.parent.relative_to(folder))
+        if job != "." and job not in have:
+            out.append(f"{job} ({'no' if not (hydra_dir.parent / METRICS_FILE).exists() else 'an unreadable'} {METRICS_FILE})")
+    return out
+
+
+def count_line(records: list[dict], missing: list[str]) -> str:
+    """``12 jobs.``, or ``3 of 4 jobs finished; missing: default/seed=4 (no metrics.json).``"""
+    if not missing:
+        return f"{len(records)} jobs."
+    finished = sum(r.get("status") == "finished" for r in records)
+    log.warning("%d of %d jobs finished; missing: %s", finished, len(records) + len(missing), ", ".join(missing))
+    return f"{finished} of {len(records) + len(missing)} jobs finished; missing: {', '.join(missing)}."

@@ -5,12 +5,17 @@ are imported here (initnorm/cli/workers.py), so both import at the same time.
 """
 
 import gc
+import logging
 import sys
 
-from initnorm.cli import workers
+from initnorm.cli import disk, workers
 
 
 def main() -> None:
+    disk.set_aside_compiler_cache()  # before torch is imported, here and in the workers
+    # A read-only HOME: matplotlib (imported with the summary) printed two lines about its cache folder
+    # before the one line that says what is wrong; it uses a temporary folder all the same.
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     workers.start_early(sys.argv[1:])
     from initnorm.cli.train import main as run
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from initnorm.callbacks.progress import PROGRESS_FILE, duration
-from initnorm.results import fmt
+from initnorm.results import NotARecord, fmt, read_small_file
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
@@ -66,19 +66,32 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
     import json
 
     done, finished = 0, set()
-    for path in Path(sweep_dir).rglob("metrics.json"):
-        try:
-            if json.loads(path.read_text(encoding="utf-8")).get("status") in ("finished", "failed"):
-                done += 1
-                finished.add(path.parent)
-        except (OSError, ValueError):
+    for path in launch_relative(sweep_dir).rglob("metrics.json"):
+        try:  # read_small_file: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
+            rec = json.loads(read_small_file(path))
+        except (OSError, ValueError, NotARecord):
             continue
+        if isinstance(rec, dict) and rec.get("status") in ("finished", "failed"):
+            done += 1
+            finished.add(path.parent)
     done = min(done, total)
-    work = min(float(total), done + sum(_share_done(p.parent) for p in Path(sweep_dir).rglob(PROGRESS_FILE) if p.parent not in finished))
+    work = min(float(total), done + sum(_share_done(p.parent) for p in launch_relative(sweep_dir).rglob(PROGRESS_FILE) if p.parent not in finished))
     start = float(os.environ.get(START_ENV, "0") or 0)
     elapsed = (now or time.time()) - start if start else 0.0
     left = f", about {duration(elapsed / work * (total - work))} left" if start and work and done < total else ""
     return f"{done}/{total} done{left}"
+
+
+def launch_relative(folder: Path | str) -> Path:
+    """``folder`` as Hydra means it: a relative ``hydra.sweep.dir`` (the default one) is relative to
+    the folder the command started in, not to the job's folder, where a job runs (it read
+    "[0/2 done]" after the last job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = Path(folder)
+    if folder.is_absolute() or not HydraConfig.initialized():
+        return folder
+    return Path(HydraConfig.get().runtime.cwd) / folder
 
 
 def in_sweep() -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 from initnorm.cli import console
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.compose import comma_list, compose_train, split_overrides
+from initnorm.cli.devices import check_memory
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
@@ -62,6 +63,21 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if action.default is None else super()._get_help_string(action)
 
 
+# Bytes per parameter while a job trains: the weight, its gradient and AdamW's two moments (float32).
+TRAIN_BYTES_PER_PARAM = 16
+
+
+def check_training_memory(configs: list[dict], widths: list[int]) -> None:
+    """The largest job (they train one at a time) must fit in memory: its weights, gradients and
+    optimiser state, a floor that leaves out the activations."""
+    from initnorm.training.group import parameter_count
+
+    biggest = max(configs, key=lambda c: c["model"]["width"] * c["model"]["depth"])
+    need = TRAIN_BYTES_PER_PARAM * parameter_count(biggest)
+    smaller = ",".join(str(w) for w in widths if w < biggest["model"]["width"]) or "16,32,64,128,256"
+    check_memory(need, f"the width-{biggest['model']['width']}, depth-{biggest['model']['depth']} job", f"--widths {smaller}")
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, extra = split_overrides(argv)
     p = argparse.ArgumentParser(
@@ -85,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     a, extra = parse_args(sys.argv[1:] if argv is None else argv)
     console.quiet()  # its jobs call train() directly, not through hydra_main, which quiets a training command
     try:
+        if not (math.isfinite(a.bound) and a.bound > 1):  # a ratio max/min: 1 is perfectly flat, below 1 nothing passes
+            raise bad_value("--bound", a.bound, "a finite ratio above 1 (the largest max/min that counts as flat)", "--bound 1.5")
         if a.source:
             folder = Path(a.source)
         else:
@@ -92,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive finite numbers", "--steps 10 --lr 0.01")
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
             todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seed, extra)
-            check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains
+            configs = check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains
+            check_training_memory(configs, a.widths)
             check_writable(folder, "--out /a/writable/folder")
             print(f"coordinate check: {a.steps} steps at lr {a.lr}, params {','.join(a.params)}, widths {a.widths}, depths {a.depths}")
             with cli_signals.honoured(sys.argv[1:] if argv is None else argv, resume=f"rerun with `--out {folder}` to resume"):

@@ -69,3 +69,25 @@ def for_job(trainer_cfg: dict[str, Any], job_num: int) -> dict[str, Any]:
     mode = HydraConfig.get().mode if HydraConfig.initialized() else None
     multirun = mode is not None and mode.name == "MULTIRUN"
     return assign(trainer_cfg["accelerator"], trainer_cfg["devices"], job_num, multirun, gpu_count())
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give a process now (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(need: int, what: str, fix: str) -> None:
+    """``ConfigError`` (one line) when ``what`` needs more than the memory available: said before
+    anything is made, instead of an allocation's traceback after the output folder exists."""
+    from initnorm.errors import ConfigError
+
+    have = available_memory()
+    if have is not None and need > have:
+        raise ConfigError(f"{what} needs about {need / 2**30:,.1f} GiB of memory and this machine has {have / 2**30:,.1f} GiB available; fix it with `{fix}`")

@@ -13,9 +13,10 @@ import math
 import sys
 from pathlib import Path
 
+from initnorm.cli.disk import cannot_write
 from initnorm.errors import ConfigError
 from initnorm.instruments.diagnose import FACTOR, STATS, departures, render
-from initnorm.results import write_atomic
+from initnorm.results import read_metrics, write_atomic
 
 
 def _log2_lr(text: str) -> float:
@@ -73,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
               "run the sweep with the default callbacks (callbacks=default), not callbacks=none", file=sys.stderr)
         return 2
     text = render(axis, at, deps, args.factor)
-    write_atomic(args.sweep_dir / "diagnose.md", f"# Diagnostics of {args.sweep_dir.name}\n\n{text}")
+    finished = [r for r in read_metrics(args.sweep_dir) if r.get("status") == "finished"]
+    if args.lr is None and finished and all(r.get("diverged") for r in finished):
+        lrs = ", ".join(f"2^{x:g}" for x in at.values())
+        text = (f"Every job of this sweep diverged ({len(finished)} of {len(finished)}): there is no optimal learning rate, so the statistics "
+                f"below are compared at the middle of the lr grid ({lrs}); pick the rate with --lr 2^-7, or sweep smaller rates.\n\n") + text
+    try:
+        write_atomic(args.sweep_dir / "diagnose.md", f"# Diagnostics of {args.sweep_dir.name}\n\n{text}")
+    except OSError as exc:  # a read-only folder, a full disk: where, and what to do
+        print(f"error: {cannot_write(exc, args.sweep_dir)}", file=sys.stderr)
+        return 1
     print(text, end="")
     return 0

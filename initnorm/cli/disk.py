@@ -32,16 +32,17 @@ class DiskError(BaseException):
     """A write that failed for want of space or permission. A BaseException: it stops the sweep
     instead of being recorded as one failed job (the next job would fail the same way)."""
 
-    def __init__(self, path: str | None, reason: str):
-        super().__init__(f"cannot write {path}: {reason}")
-        self.path, self.reason = path, reason
+    def __init__(self, path: str | None, reason: str, where: str | None = None):
+        # A write that names no file (TensorBoard's event writer): the folder it was writing in.
+        super().__init__(f"cannot write {path}: {reason}" if path else f"cannot write in {where or 'the output folder'}: {reason}")
+        self.path, self.reason, self.where = path, reason, where
 
     def __reduce__(self):  # a parallel launcher's worker sends it back to the sweep's process
-        return (type(self), (self.path, self.reason))
+        return (type(self), (self.path, self.reason, self.where))
 
     @property
     def folder(self) -> str:
-        return str(Path(self.path).parent) if self.path else "the output folder"
+        return str(Path(self.path).parent) if self.path else self.where or "the output folder"
 
 
 def disk_error(exc: BaseException | None, within: str | Path | None = None) -> DiskError | None:
@@ -51,12 +52,19 @@ def disk_error(exc: BaseException | None, within: str | Path | None = None) -> D
         if isinstance(exc, DiskError):
             return exc
         if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
-            return DiskError(exc.filename, os.strerror(exc.errno))
+            return DiskError(exc.filename, os.strerror(exc.errno), None if exc.filename else str(Path(within or os.getcwd()).absolute()))
         if isinstance(exc, OSError) and exc.errno in PERMISSION_ERRNOS and exc.filename:
             if Path(os.fspath(exc.filename)).absolute().is_relative_to(Path(within or os.getcwd()).absolute()):
                 return DiskError(exc.filename, os.strerror(exc.errno))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def cannot_write(exc: OSError, folder: str | Path) -> str:
+    """``cannot write /f/summary.md (Read-only file system); ...``: a command's one line for a write it could not make in ``folder``."""
+    path = exc.filename or folder
+    return (f"cannot write {path} ({exc.strerror or type(exc).__name__}); free space or fix the permissions of {folder}, "
+            f"or copy the folder somewhere writable and run the command on the copy")
 
 
 def nearest_existing(folder: Path) -> Path:
@@ -80,14 +88,51 @@ def check_writable(folder: str | Path, fix: str) -> None:
         raise ConfigError(f"cannot write in {where} ({exc.strerror or exc}); free space, fix its permissions, or pick another folder with `{fix}`") from None
 
 
+# training.compiling.CACHE_ENV, read here before torch is imported (tests/test_hardening_surfaces.py checks they agree).
+COMPILER_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# Where set_aside_compiler_cache keeps a value it took out of the environment, for the preflight's line.
+UNUSABLE_CACHE_ENV = "INITNORM_UNUSABLE_COMPILER_CACHE"
+
+
+def set_aside_compiler_cache() -> None:
+    """Before torch is imported: a ``TORCHINDUCTOR_CACHE_DIR`` that cannot be made or written is taken
+    out of the environment. torch makes that folder when it is imported (Lightning imports its
+    compiler), so ``/proc/x`` failed every command at import, ``compile=false`` included; now only a
+    run that compiles needs it, and the preflight refuses that one in one line (``check_compiler_cache``)."""
+    folder = os.environ.get(COMPILER_CACHE_ENV)
+    if not folder:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)  # as torch's import would
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".initnorm-write-test.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError:
+        os.environ[UNUSABLE_CACHE_ENV] = os.environ.pop(COMPILER_CACHE_ENV)
+
+
+def check_compiler_cache(folder: str | Path) -> None:
+    """For a job that compiles: ``ConfigError`` (one line) unless the compiler's cache can be written."""
+    from initnorm.training.compiling import cache_folder
+
+    unusable = os.environ.get(UNUSABLE_CACHE_ENV)
+    if unusable:
+        where = nearest_existing(Path(unusable))
+        raise ConfigError(f"{COMPILER_CACHE_ENV}={unusable} cannot be made or written (nearest folder that exists: {where}), and a run that "
+                          f"compiles keeps the compiler's cache there; point it at a writable folder or unset it, or fix it with `compile=false`")
+    check_writable(cache_folder(folder), "compile=false")
+
+
 def hydra_saves_atomically() -> None:
     """Make Hydra write a job's ``.hydra/*.yaml`` atomically (it writes them in place, so a full
-    disk leaves a 0-byte ``config.yaml``); a disk error there becomes ``DiskError``."""
+    disk leaves a 0-byte ``config.yaml``); a disk error there becomes ``DiskError``. And keep
+    TensorBoard's writer thread quiet about a full disk (``quiet_writer_thread``)."""
     import hydra.core.utils as hydra_utils
     from omegaconf import OmegaConf
 
     if getattr(hydra_utils._save_config, "initnorm", False):
         return
+    quiet_writer_thread()
 
     def _save_config(cfg, filename: str, output_dir: Path) -> None:
         try:
@@ -97,6 +142,22 @@ def hydra_saves_atomically() -> None:
 
     _save_config.initnorm = True
     hydra_utils._save_config = _save_config
+
+
+def quiet_writer_thread() -> None:
+    """TensorBoard writes events from a thread of its own; on a full disk that thread printed its
+    traceback, then the job's next write raised the same error (``_AsyncWriter`` re-raises it), which
+    ends the job in the one line ``report`` prints. So that thread's disk error is not printed."""
+    import threading
+
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and disk_error(args.exc_value, within="/") is not None:
+            return
+        previous(args)
+
+    threading.excepthook = hook
 
 
 def report(err: DiskError, argv: list[str]) -> int:

@@ -34,10 +34,11 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 from initnorm import schema
 from initnorm.cli import devices, launchers, sweeper
 from initnorm.cli.compose import CONF_DIR, compose_train
-from initnorm.cli.disk import check_writable
+from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
@@ -81,6 +82,13 @@ def one_line(exc: BaseException) -> ConfigError:
         hint = option_with_key(str(exc))
         if hint:
             return ConfigError(hint)
+    text = " ".join(str(e) for e in (exc, exc.__cause__) if e is not None).replace("\n", " ")
+    typed = re.search(r"Error merging override (hydra\.launcher\.(\w+))=(.*?) .*could not be converted to (\w+)", text)
+    if typed:  # a launcher's typed node (joblib's, submitit's): the schema's line, with its fix
+        key, name, value, kind = typed.groups()
+        rule = schema.LAUNCHER_RULES.get(name)
+        fix = f"; fix it with `{key}={rule.fix}`" if rule is not None else ""
+        return ConfigError(f"{key}={value!r} is invalid: {'an integer' if kind == 'Integer' else f'a {kind.lower()}'}{fix}")
     parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]
@@ -126,6 +134,8 @@ def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool 
     if key not in seen:
         seen.add(key)
         schema.check_text(c)
+    if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
+        check_compiler_cache(Path.cwd())
     trainer = c.get("trainer", {})
     devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
     return c

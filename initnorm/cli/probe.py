@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from initnorm.cli.compose import comma_list, split_overrides
+from initnorm.cli.devices import check_memory
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
@@ -98,6 +99,20 @@ def check_args(a: argparse.Namespace) -> None:
         raise bad_value("--std", a.std, "a finite number >= 0", "--std 1.0")
 
 
+def check_probe_memory(a: argparse.Namespace, configs: dict[tuple[str, float], dict]) -> None:
+    """What a probe holds at once, as a floor: the MLP's ``--mlp-depth`` weight matrices and, per
+    layer, its pre-activations, activations and their gradients (float32); a Decoder's weights and
+    gradients. One line before anything is made, not an allocation's traceback after."""
+    if a.kind in ("mlp", "both"):
+        need = 4 * a.mlp_depth * (a.mlp_width**2 + 4 * a.batch * a.mlp_width)
+        check_memory(need, f"the MLP probe ({a.mlp_depth} layers of width {a.mlp_width}, batch {a.batch})", "--mlp-width 256")
+    if configs:
+        from initnorm.training.group import parameter_count
+
+        c = next(iter(configs.values()))
+        check_memory(8 * parameter_count(c), f"the Decoder probe (width {c['model']['width']}, depth {c['model']['depth']})", "--depth 8 -- width=16")
+
+
 def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
     """Run the probes ``a.kind`` asks for, write their files into ``out``; return the printed text."""
     from torch.utils.tensorboard import SummaryWriter
@@ -106,6 +121,7 @@ def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
     configs = decoder_configs(a, extra) if a.kind in ("decoder", "both") else {}
     for c in list(configs.values())[:1]:
         check_prompt(c, a.prompt)
+    check_probe_memory(a, configs)
     check_writable(out, "--out /a/writable/folder")
     torch.set_flush_denormal(True)  # the chapter's setting: vanishing activations are slow on a CPU otherwise
     text = io.StringIO()

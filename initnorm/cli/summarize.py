@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from initnorm.cli.console import summary_text
+from initnorm.cli.disk import cannot_write
 from initnorm.summary import summarize
 
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a read-only folder, a full disk: where, and what to do
+        print(f"error: {cannot_write(exc, a.folder)}", file=sys.stderr)
+        return 1
     return 0
 
 

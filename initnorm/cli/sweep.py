@@ -14,7 +14,9 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from initnorm.cli import console
+from initnorm.cli import console, lock
+from initnorm.cli.disk import disk_error
+from initnorm.errors import ConfigError
 from initnorm.results import read_metrics
 from initnorm.training.resume import IGNORED
 from initnorm.summary import summarize
@@ -109,11 +111,24 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("initnorm.unique_dir", unique_dir, use_cache=True)
 
 
+def hold_folder(folder: str, key: str) -> None:
+    """This command's lock on its output folder (initnorm/cli/lock.py); exit 2 with one line where another command holds it."""
+    try:
+        lock.claim(folder, key)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 class SummaryCallback(Callback):
     """Tells jobs what is swept (for folder names and tables), and after the last job writes
     summary.md / summary.csv into the sweep folder."""
 
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        hold_folder(config.hydra.run.dir, "hydra.run.dir")
+
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        hold_folder(config.hydra.sweep.dir, "hydra.sweep.dir")  # before multirun.yaml and any job folder
         os.environ[SWEPT_ENV] = ",".join(parse_sweep(sweep_overrides(config)))
         from initnorm.cli.signals import sweep_started
 
@@ -128,7 +143,14 @@ class SummaryCallback(Callback):
         except FileNotFoundError as exc:
             log.warning("no summary: %s", exc)
             return
-        except Exception as exc:  # a full disk, a record nobody foresaw: the jobs' results stand; say how to rebuild it
+        except OSError as exc:
+            if err := disk_error(exc, within=folder):  # the docs promise a summary: a sweep without one does not exit 0
+                print(f"error: no summary: {err}; the jobs' results are kept: free space (or fix the folder's permissions), then "
+                      f"rebuild it with `python -m initnorm.summarize {folder}`", file=sys.stderr)
+                raise SystemExit(1) from None
+            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
+            table = None
+        except Exception as exc:  # a record nobody foresaw: the jobs' results stand; say how to rebuild it
             log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
             table = None
         if table is not None:

@@ -36,6 +36,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from initnorm.cli import console, devices, disk, sweeper, workers
+from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -48,7 +49,7 @@ from initnorm.training.resume import CKPT_DIR, CKPT_FILE, checkpoint_step, recor
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
-ENGINES = ("joblib", "sequential", "submitit")
+ENGINES = schema.LAUNCHER_RULES["engine"].choices
 # submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
 SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
 

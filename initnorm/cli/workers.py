@@ -109,11 +109,64 @@ def _launcher_args(argv: list[str]) -> tuple[bool, int | None]:
 
 
 def start_early(argv: list[str]) -> None:
-    """Start the workers of ``argv``'s vectorised sweep now (no-op for any other command line)."""
+    """Start the workers of ``argv``'s vectorised sweep now (no-op for any other command line), and
+    until the sweep's own signal handling takes over (``initnorm.training.signals.install``), end
+    them with the command on SIGTERM or SIGINT (``abort``)."""
     global _started
     wanted, n_jobs = _launcher_args(argv)
     if wanted and _started is None:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, abort)
         _started = warm(n_jobs)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children ...), from /proc; [] where there is none."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def abort(signum: int, frame) -> None:
+    """SIGTERM or SIGINT before any job started (the command line is still being checked, the
+    workers still import): kill the fork server and the workers at once (asking loky to shut down
+    from a signal handler can wait on the thread that is starting them), say so in one line and exit
+    128 + the signal. The resource trackers are left to end by themselves: they clean up joblib's
+    shared-memory folder and exit when the last process that holds their pipe is gone."""
+    for _ in range(2):  # a worker forked while the first pass ran
+        for pid in descendants(os.getpid()):
+            if not _is_resource_tracker(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    sys.stderr.write(f"\nstopped by {signal.Signals(signum).name} before any job started; nothing was trained.\n")
+    sys.stderr.flush()
+    os._exit(128 + int(signum))
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"resource_tracker" in f.read()
+    except OSError:
+        return False
 
 
 def started_early() -> threading.Thread | None:

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from initnorm.errors import ConfigError
+from initnorm.results import file_kind
 
 # The sentence end the Alice normaliser keeps: a run of non-letters that ends a sentence becomes
 # "." instead of " ". It is the Decoder's 28th symbol (the deck counts 28 but does not name it).
@@ -89,7 +90,16 @@ def _verified(path: Path, source: Source) -> Path:
 
 
 def _download(source: Source, target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(target.parent, os.W_OK):  # known before the download, not after it
+            raise PermissionError(13, os.strerror(13), str(target.parent))
+    except OSError as exc:  # a read-only HOME: say which folder, and the two ways around it
+        raise ConfigError(
+            f"the corpus cache folder {target.parent} cannot be written ({exc.strerror or exc}), so {source.file} cannot be downloaded "
+            f"into it; set INITNORM_DATA_DIR to a folder that holds {source.file}, or INITNORM_CACHE to a writable folder, "
+            f"or train on your own text with `data=text data.path=/path/to/text.txt`"
+        ) from None
     try:
         with urllib.request.urlopen(source.url, timeout=30) as response:
             data = response.read()
@@ -104,6 +114,9 @@ def _download(source: Source, target: Path) -> Path:
         tmp.write_bytes(data)
         _verified(tmp, source)
         tmp.replace(target)
+    except OSError as exc:  # a full disk, or a folder that refused the file after all
+        raise ConfigError(f"{source.file} was downloaded but cannot be written into {target.parent} ({exc.strerror or exc}); "
+                          f"free space, or set INITNORM_CACHE to a writable folder (or INITNORM_DATA_DIR to one that holds {source.file})") from None
     finally:
         tmp.unlink(missing_ok=True)
     return target
@@ -113,8 +126,10 @@ def locate(name: str, path: str | None = None) -> Path:
     """The file for corpus ``name`` (or the user's ``path``), checked, downloading on first use."""
     if path:
         p = Path(path).expanduser()
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"data.path={path!r} does not exist; fix it with `data.path=/path/to/text.txt`")
+        if not p.is_file():  # a folder, /dev/null, a FIFO (reading one would wait for a writer)
+            raise ConfigError(f"data.path={path!r} is {file_kind(p.stat().st_mode)}, not a text file; fix it with `data.path=/path/to/text.txt`")
         return p
     if name not in SOURCES:
         raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; fix it with `data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or `data.path=/path/to/text.txt`")

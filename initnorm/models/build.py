@@ -143,5 +143,11 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     blocks = block_parameters(model)
     base = table.width_mult if table.init_from_base else None
     for name, p in model.named_parameters():
+        shape = tuple(p.shape)
         init_parameter(p, roles[name], ctx, scheme, table.rule(roles[name], name in blocks).init, base)
+        if tuple(p.shape) != shape:  # (``w.data = ...`` of another shape): the model would fail many lines later, far from the cause
+            which = f"init.fn={init_cfg.get('fn')}" if init_cfg.get("name") == "custom" else f"init={init_cfg.get('name')}"
+            raise ConfigError(f"{which} changed the shape of parameter {name} from {list(shape)} to {list(p.shape)}; an init scheme fills "
+                              f"its weight in place and keeps its shape (w.normal_(...), torch.nn.init.*_(w)); fix the function, or pick a registered "
+                              f"scheme with `init=normal`")
     return Built(model, table, roles)

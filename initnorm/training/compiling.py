@@ -40,10 +40,16 @@ def should_compile(mode: bool | str, steps: int, members: int = 1) -> bool:
 def use_cache(folder: str | Path) -> str:
     """Point the compiler's cache at ``folder``/COMPILE_CACHE, unless the user set one, and return it.
     Environment, not torch's config: worker processes started afterwards inherit it."""
+    os.environ[CACHE_ENV] = cache_folder(folder)
+    return os.environ[CACHE_ENV]
+
+
+def cache_folder(folder: str | Path) -> str:
+    """The cache ``use_cache(folder)`` picks: the user's ``TORCHINDUCTOR_CACHE_DIR``, else ``folder``/COMPILE_CACHE."""
     current = os.environ.get(CACHE_ENV)
     if current is None or current == _torch_default():
-        os.environ[CACHE_ENV] = str(Path(folder).resolve() / COMPILE_CACHE)
-    return os.environ[CACHE_ENV]
+        return str(Path(folder).resolve() / COMPILE_CACHE)
+    return current
 
 
 def _torch_default() -> str | None:

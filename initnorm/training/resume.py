@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from initnorm.errors import ConfigError
-from initnorm.results import METRICS_FILE, read_record, write_metrics
+from initnorm.results import METRICS_FILE, file_kind, read_record, write_metrics
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
@@ -113,7 +113,10 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
     """What to do in ``folder`` for the resolved config ``c``; a different config's work, or a
     checkpoint that does not load as tensors and plain values, raises ``ConfigError``."""
     folder = Path(folder)
-    done = read_json(folder / METRICS_FILE)
+    record = folder / METRICS_FILE
+    if record.exists() and not record.is_file():  # a FIFO would hang the job's read, a folder its write
+        raise ConfigError(f"{record} is {file_kind(record.stat().st_mode)}, not a job's record; delete it (or move it away) to train {folder} again")
+    done = read_json(record)
     if done is not None and done.get("status") == "finished":
         if diff := differences(done.get("config") if isinstance(done.get("config"), dict) else None, c):
             raise _refuse(folder, "a finished run", diff)
@@ -144,8 +147,9 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
     except pickle.UnpicklingError:
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote: it holds more than tensors and plain values, so it is not "
                           f"loaded (loading it could run code); {refuse}") from None
-    except Exception as exc:  # written atomically, so only a foreign or damaged file
-        raise ConfigError(f"{ckpt} cannot be read ({error_line(exc)}); {refuse}") from None
+    except Exception as exc:  # written atomically, so only a foreign, damaged or truncated file
+        reason = error_line(exc).split(". ")[0]  # torch's zip reader adds three sentences of advice
+        raise ConfigError(f"{ckpt} cannot be read ({reason}); {refuse}") from None
     if not isinstance(state, dict):
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote (it holds a {type(state).__name__}); {refuse}")
     return state
@@ -191,6 +195,33 @@ def checkpoint_step(folder: Path | str, c: Mapping[str, Any]) -> int:
     if diff := differences(state["initnorm"].get("config") if isinstance(state["initnorm"].get("config"), dict) else None, c):
         raise _refuse(Path(folder), f"a vectorised checkpoint (step {state['global_step']})", diff)
     return state["global_step"]
+
+
+EVENTS_GLOB = "events.out.tfevents.*"
+
+
+def tensorboard_logger(save_dir: str, **kwargs):
+    """The job's TensorBoard logger (``conf/logger/tensorboard.yaml``), consistent with what the job
+    does in its folder: resumed from a checkpoint at step ``s``, TensorBoard drops the events the
+    killed attempt wrote after ``s`` (``purge_step``), so no step is drawn twice; trained from step 0
+    (no checkpoint: killed before the first, failed, or another config's unfinished attempt, whose
+    ``steps`` may differ), the event files of the earlier attempt are removed, so the folder's
+    curves are this run's alone. (A folder holding another config's checkpoint is refused before.)"""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    folder = Path(save_dir)
+    ckpt, vec = folder / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)
+    if ckpt.is_file() or vec.is_file():  # a job's own checkpoint, or a group member's
+        step = load_checkpoint(ckpt).get("global_step") if ckpt.is_file() else read_vec_checkpoint(vec)["global_step"]
+        if isinstance(step, int) and step > 0:
+            kwargs.setdefault("purge_step", step)
+    else:
+        stale = sorted(p for p in folder.glob(EVENTS_GLOB) if p.is_file())
+        for p in stale:
+            p.unlink()
+        if stale:
+            log.info("removed %d TensorBoard event file(s) of an earlier attempt in %s: it left no checkpoint, this run starts from step 0", len(stale), folder)
+    return TensorBoardLogger(save_dir=save_dir, **kwargs)
 
 
 def rng_states() -> dict[str, Any]:
