@@ -52,7 +52,7 @@ STYLE = {
 DPI = 120
 
 
-def _grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: bool | str = False):
+def grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: bool | str = False):
     """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style."""
     import matplotlib
     from cycler import cycler
@@ -66,13 +66,13 @@ def _grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: b
     return fig, axes
 
 
-def _figure(width: float, height: float, ncols: int = 1, sharey: bool = False):
+def figure(width: float, height: float, ncols: int = 1, sharey: bool = False):
     """One row of axes (see ``_grid``)."""
-    fig, axes = _grid(width, height, 1, ncols, sharey)
+    fig, axes = grid(width, height, 1, ncols, sharey)
     return fig, list(axes[0])
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return buf.getvalue()
@@ -150,7 +150,7 @@ def _png_svg(fig, stem: str) -> dict[str, bytes]:
     """The figure as PNG (pages, summary.md) and SVG (print, papers)."""
     svg = io.BytesIO()
     fig.savefig(svg, format="svg", bbox_inches="tight")
-    return {f"{stem}.png": _png(fig), f"{stem}.svg": svg.getvalue()}
+    return {f"{stem}.png": png(fig), f"{stem}.svg": svg.getvalue()}
 
 
 TAIL = 0.3  # val_curves' second panel: the last 30% of training, where settings 0.05 nats apart separate
@@ -162,7 +162,7 @@ def val_curves(records: list[Record]) -> Plot:
     lowest to the highest seed: the canonical sweep and deck §7b (pre/post-LN x warmup). A second
     panel shows the last ``TAIL`` of training on its own scale, with each setting's final loss as
     mean ± sd over seeds (the legend) and its seeds' spread as an error bar at the last step."""
-    fig, (ax, tail) = _figure(11.0, 4.4, ncols=2)
+    fig, (ax, tail) = figure(11.0, 4.4, ncols=2)
     fig.set_layout_engine("constrained")
     curves = []
     for i, (key, runs) in enumerate(settings(records).items()):
@@ -218,7 +218,7 @@ def _mean_curve(runs: list[Record], name: str) -> tuple[list[int], list[float]]:
 def train_val_curves(records: list[Record]) -> Plot:
     """Chapter 003, step 3: training loss (dashed, the fixed training sample) and validation
     loss (solid) against step, one colour per setting, mean over seeds."""
-    fig, (ax,) = _figure(7.5, 4.2)
+    fig, (ax,) = figure(7.5, 4.2)
     for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
         label = ", ".join(map(plain, key)) or "run"
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
@@ -236,7 +236,7 @@ def train_curves(records: list[Record]) -> Plot:
     panels: dict[str, dict[str, list[Record]]] = {}
     for key, runs in settings(records).items():
         panels.setdefault(plain(key[0]) if key else "", {})[", ".join(map(plain, key[1:])) or "run"] = runs
-    fig, axes = _figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
+    fig, axes = figure(5 * max(1, len(panels)), 3.6, ncols=max(1, len(panels)), sharey=True)
     for ax, (panel, lines) in zip(axes, panels.items()):
         for colour, (label, runs) in zip(PALETTE * 4, lines.items()):
             curves = [r.get("train_losses", []) for r in runs]
@@ -298,7 +298,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
     powers = all(abs(x - round(x)) < 1e-9 for x in grid)  # a grid of powers of two is labelled 2^k, any other as written
-    fig, axes = _figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
+    fig, axes = figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
     lines = [f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
              f"| loss at each lr, {_rate(grid[0], powers) if grid else ''} ... {_rate(grid[-1], powers) if grid else ''} (mean over seeds) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -364,51 +364,3 @@ def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: t
         f"| {' / '.join(_log2(x) for x, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
         f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
     )
-
-
-def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:
-    """microsoft/mup's coordinate-check picture: one row of panels per step, one column per
-    parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
-    params = list(dict.fromkeys(p for data in panels.values() for p in data))
-    fig, axes = _grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
-    fig.set_layout_engine("constrained")  # titles clear of the panel above, the legend inside the figure
-    for i, (step, data) in enumerate(panels.items()):
-        for j, param in enumerate(params):
-            ax = axes[i][j]
-            for name, v in sorted(data.get(param, {}).items()):
-                xs = sorted(v)
-                key = name in key_layers
-                ax.plot(xs, [v[x] for x in xs], marker="o", ms=3, lw=2.2 if key else 1, alpha=1 if key else 0.6, label=name)
-            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis if i == len(panels) - 1 else "")
-            ax.set_xscale("log", base=2)
-            if j == 0:
-                ax.set_ylabel("RMS change from step 0")
-    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}  # every layer once, in plot order
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(5, len(handles)), fontsize=7, frameon=False)
-    return _png(fig)
-
-
-def probe_decoder_png(results: dict[tuple[str, float], dict[str, list[float]]]) -> bytes:
-    """Deck §7a: the residual stream's RMS entering each block and each block's weight-gradient norm."""
-    fig, (ax1, ax2) = _figure(10, 3.6, ncols=2)
-    for (norm, std), r in results.items():
-        label = f"{norm}-LN, std {std:g}"
-        ax1.plot(range(1, len(r["stream_rms"]) + 1), r["stream_rms"], marker="o", ms=3, label=label)
-        ax2.plot(range(1, len(r["grad_norm"]) + 1), r["grad_norm"], marker="o", ms=3, label=label)
-    ax1.set(title="residual stream RMS entering each block", xlabel="block (last point: leaving the last)", ylabel="RMS")
-    ax2.set(title="weight-gradient norm per block", xlabel="block", ylabel="norm", yscale="log")
-    ax1.legend()
-    return _png(fig)
-
-
-def probe_mlp_png(results: dict[str, dict[str, tuple[list[float], list[float]]]]) -> bytes:
-    """Chapter 003, steps 1-2: activation and gradient std per layer, one row per activation."""
-    fig, axes = _grid(10, 3.4 * len(results), len(results), 2)
-    for (activation, rows), (ax1, ax2) in zip(results.items(), axes):
-        for name, (fwd, bwd) in rows.items():
-            ax1.semilogy(range(1, len(fwd) + 1), fwd, marker="o", ms=2.5, label=name)
-            ax2.semilogy(range(1, len(bwd) + 1), bwd, marker="o", ms=2.5, label=name)
-        ax1.set(title=f"{activation}: activation std (forward)", xlabel="layer (1 = input side)", ylabel="std (log scale)")
-        ax2.set(title=f"{activation}: gradient std (backward)", xlabel="layer (1 = input side)")
-        ax1.legend()
-    return _png(fig)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from initnorm.callbacks.diagnostics import top_singular, top_singulars
+from initnorm.instruments.diagnostics import top_singular, top_singulars
 from initnorm.config import to_plain
 from initnorm.training.group import Member, group_key, train_group, why_alone
 from tests.conftest import compose_cfg

@@ -5,7 +5,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from initnorm.callbacks.stats import LayerStats, capture, gradient_records, parameter_layer
+from initnorm.callbacks.probes import capture, parameter_layer
+from initnorm.instruments.stats import LayerStats, gradient_records
 from initnorm.errors import ConfigError
 from initnorm.models.decoder import Decoder
 from initnorm.cli.train import train

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from initnorm import transfer as tr
-from initnorm.callbacks.diagnostics import eps_fraction, fans, top_singular
+from initnorm.instruments.diagnostics import eps_fraction, fans, top_singular
 
 GRID = [float(x) for x in range(-12, -3)]  # log2 lr: 2^-12 ... 2^-4, the chapter's grid
 

@@ -2,7 +2,7 @@
 
 The engine trains a job alone (E = 1: the family's own LightningModule and ``torch.optim``) or a
 stacked group of jobs (E > 1: ``training/stacked.py``), each with a Lightning ``Trainer``. A callback
-that measures the models (``callbacks/stats.py``, ``callbacks/diagnostics.py``, ``callbacks/coord.py``,
+that measures the models (``instruments/stats/callback.py``, ``instruments/diagnostics/callback.py``, ``instruments/coord/callback.py``,
 or a user's own) asks ``members_of(pl_module)`` for a view with these members and reads every tensor
 with a leading member dimension ``[E, ...]``:
 

@@ -5,7 +5,7 @@ Trains the Decoder for ``--steps`` AdamW steps (10) at a constant ``--lr`` (0.01
 the last residual stream and every block's output move from step 0 on 16 fixed windows
 (``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:
 
-``coord.csv``, ``coord.png`` and ``verdict.txt`` (initnorm/instruments/coord.py); the command
+``coord.csv``, ``coord.png`` and ``verdict.txt`` (initnorm/instruments/coord/analysis.py); the command
 exits with 1 when the verdict fails.
 
 ``--widths 64 --depths 2,4,8,16,32 --params mup,depth_mup,completep`` runs it across depth at a

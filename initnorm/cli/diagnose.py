@@ -15,7 +15,7 @@ from pathlib import Path
 
 from initnorm.cli.disk import cannot_write
 from initnorm.errors import ConfigError
-from initnorm.instruments.diagnose import FACTOR, STATS, departures, render
+from initnorm.instruments.diagnostics import FACTOR, STATS, departures, render
 from initnorm.results import read_metrics, write_atomic
 
 

@@ -162,7 +162,7 @@ class Decoder(nn.Module):
         return roles | {f"ln_f.{n}": r for n, r in self.ln_f.parameter_roles().items()}
 
     def probe_points(self) -> dict[str, tuple[nn.Module, str]]:
-        """What the instruments watch (``initnorm.callbacks.stats``): "layer/role" -> (module, "in" | "out").
+        """What the instruments watch (``initnorm.instruments.stats``): "layer/role" -> (module, "in" | "out").
         ``block_01`` is ``blocks[0]``: blocks are counted from 1, as the deck counts them."""
         points: dict[str, tuple[nn.Module, str]] = {}
         for i, block in enumerate(self.blocks, 1):

@@ -38,7 +38,7 @@ def _layer_roles(depth: int) -> dict[str, Role]:
 
 
 def _probe_points(model: nn.Module, layers: nn.ModuleList, head: nn.Module) -> dict[str, tuple[nn.Module, str]]:
-    """For the instruments (``initnorm.callbacks.stats``): ``layer_NN/preact`` is layer NN's output,
+    """For the instruments (``initnorm.instruments.stats``): ``layer_NN/preact`` is layer NN's output,
     ``layer_NN/act`` what the next layer reads (after the activation, and dropout if any)."""
     points: dict[str, tuple[nn.Module, str]] = {}
     for i, (layer, reader) in enumerate(zip(layers, [*layers[1:], head]), 1):

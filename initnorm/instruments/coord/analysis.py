@@ -2,7 +2,7 @@
 layer's change from step 0 against width (or depth), and give a verdict.
 
 - ``coord.csv``: long form, one row per (width, depth, param, seed, step, layer, role, value);
-- ``coord.png``: in the style of microsoft/mup's coordinate-check plots (``initnorm.plots.coord_check``);
+- ``coord.png``: in the style of microsoft/mup's coordinate-check plots (``figure.py``);
 - the verdict: per layer, the ratio of the largest to the smallest change across widths at the
   last step. What each parameterisation must show is its declared kind (``About.kind``,
   ``nn.param.stable_across``), never its name: a width-stable one (µP) passes when its logits'
@@ -27,10 +27,10 @@ import io
 import math
 from pathlib import Path
 
-from initnorm.callbacks.coord import COORD_FILE, FIELDS
+from initnorm.instruments.coord.callback import COORD_FILE, FIELDS
 from initnorm.errors import ConfigError, bad_value
 from initnorm.nn.param import KINDS, PARAMS, stable_across
-from initnorm.plots import coord_check_png
+from initnorm.instruments.coord.figure import coord_check_png
 from initnorm.results import write_atomic
 
 BLOCK_UPDATE = "blocks/update_x_depth"

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from initnorm.callbacks.stats import capture, grouped
+from initnorm.callbacks.probes import capture, grouped
 from initnorm.data.corpus import load_corpus
 from initnorm.errors import bad_value
 from initnorm.models.build import build_model

@@ -15,12 +15,8 @@ import lightning as L
 import torch
 from torch import nn
 
-from initnorm.callbacks.members import OneMember, members_of
-from initnorm.callbacks.probes import Points, Record, capture, grouped, parameter_layer, parameter_role, probe_points, rms, write, write_members
-
-# ``capture``, ``Record`` ... live in probes.py; importable from here too, where they were first.
-__all__ = ["LayerStats", "OneMember", "Points", "Record", "capture", "gradient_records", "member_gradient_records", "member_update_records",
-           "parameter_layer", "rms", "write"]
+from initnorm.callbacks.members import members_of
+from initnorm.callbacks.probes import Points, Record, grouped, parameter_role, probe_points, rms, write_members
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +76,6 @@ def member_update_records(model: nn.Module, before: dict[str, torch.Tensor], aft
         return [[] for _ in range(len(next(iter(before.values()), [0])))]
     values = torch.stack(ratios, 1).tolist()
     return [[Record(step, layer, "weights", "update_ratio", v) for layer, v in zip(layers, member)] for member in values]
-
-
-def writers(trainer: L.Trainer) -> list:
-    """Every logger's TensorBoard ``SummaryWriter`` (anything with ``add_scalar``)."""
-    return [lg.experiment for lg in trainer.loggers if hasattr(lg.experiment, "add_scalar")]
 
 
 class LayerStats(L.Callback):

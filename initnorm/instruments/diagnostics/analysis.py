@@ -15,7 +15,6 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from initnorm import transfer
 from initnorm.results import read_metrics

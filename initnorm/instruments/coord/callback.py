@@ -2,7 +2,7 @@
 
 Before the first step the callback runs a fixed set of windows (the first ``windows`` of the
 validation set) through the model and keeps every probe point's activation (``probe_points``,
-see ``callbacks/stats.py``); after each of the first ``steps`` optimiser steps it runs the same
+see ``instruments/stats/callback.py``); after each of the first ``steps`` optimiser steps it runs the same
 windows again and records the RMS of the change, ``rms(a_t - a_0)``, per point. Under µP these
 changes are the same at every width; under SP they grow with it.
 
@@ -101,7 +101,7 @@ def watched_points(model) -> tuple[Points, str | None]:
     """The probe points the check watches, and the last residual stream's name (None: no stream)."""
     points = probe_points(model)
     if not points:
-        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/callbacks/stats.py)")
+        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/instruments/stats/callback.py)")
     # a block's input is the previous block's output: keep only the first (the embedded input)
     first_in = next((k for k in points if k.endswith("/stream_in")), None)
     watched = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}

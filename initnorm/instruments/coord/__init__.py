@@ -1,0 +1,29 @@
+"""The coordinate check (deck §7d; Yang et al. 2022, "Tensor Programs V", §D.1), in one place:
+
+- ``callback.py``: ``CoordCheck``, the callback that records it while a job (or every member of a
+  stacked group at once) trains: each probe point's RMS change from step 0 -> events and ``coord.csv``;
+- ``analysis.py``: many jobs' ``coord.csv`` set side by side over width (or depth), and the verdict,
+  read from each parameterisation's declared kind;
+- ``figure.py``: its picture.
+
+The command that trains and judges a whole check is ``python -m initnorm.coord_check``
+(``cli/coord_check.py``: command-line glue only); the preset is ``experiment=coord_check``.
+"""
+
+from initnorm.instruments.coord.callback import (
+    COORD_FILE, CoordCheck, FIELDS, STAT, delta_records, fixed_windows, member_rms, resumed_error,
+    to_csv, watched_points,
+)
+from initnorm.instruments.coord.analysis import (
+    BLOCK_UPDATE, KEY_LAYERS, block_update, combined_csv, coord_axis, curves, depth_verdict,
+    display_name, kind, ordered, panels, ratio, read_rows, summarize, table, verdict,
+)
+from initnorm.instruments.coord.figure import (
+    coord_check_png,
+)
+__all__ = [
+    "BLOCK_UPDATE", "COORD_FILE", "CoordCheck", "FIELDS", "KEY_LAYERS", "STAT", "block_update",
+    "combined_csv", "coord_axis", "coord_check_png", "curves", "delta_records", "depth_verdict",
+    "display_name", "fixed_windows", "kind", "member_rms", "ordered", "panels", "ratio", "read_rows",
+    "resumed_error", "summarize", "table", "to_csv", "verdict", "watched_points",
+]
