@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from initnorm.errors import ConfigError
 

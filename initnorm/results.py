@@ -17,8 +17,9 @@ import re
 import stat
 import statistics
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"

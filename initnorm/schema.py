@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Entry, Int, KeyRule, Num, Text

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from initnorm.results import setting_value
 

@@ -29,8 +29,9 @@ import io
 import math
 import random
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
 

@@ -51,7 +51,7 @@ def sbatch(args: list[str]) -> None:
     (HERE / "submitted.sh").write_text(text)
     JOBS.mkdir(exist_ok=True)
     base = FIRST_ID + len([p for p in JOBS.iterdir() if "_" not in p.name and "." not in p.name])
-    array = re.search(r"^#SBATCH --array=(\d+)-(\d+)", text, re.M)
+    array = re.search(r"^#SBATCH --array=(\d+)-(\d+)", text, re.MULTILINE)
     tasks = range(int(array[1]), int(array[2]) + 1) if array else [None]
     for k, task in enumerate(tasks):
         job = str(base) if task is None else f"{base}_{task}"

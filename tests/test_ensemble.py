@@ -4,6 +4,7 @@ its job alone does (every family, µP members included), divergence and resume a
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,8 @@ import torch
 
 from initnorm.config import to_plain
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
-from initnorm.training.optim import schedule_factor
 from initnorm.training.group import Member, group_key, parameter_count, train_group, why_alone
-from dataclasses import dataclass
-
+from initnorm.training.optim import schedule_factor
 from initnorm.training.vec_optim import VecOptimizer
 from tests.conftest import compose_cfg, run_cli
 
@@ -35,7 +34,7 @@ class MemberHyper:
 def from_hypers(kind: str, flat: torch.Tensor, hypers, lr_mult: torch.Tensor, decayed: torch.Tensor) -> VecOptimizer:
     """Members described by numbers, ``flat`` [E, N]: lr x ``lr_mult`` per element, decay on ``decayed`` elements (adam: none)."""
     E, N = flat.shape
-    col = lambda values: torch.tensor(list(values), dtype=torch.float64).unsqueeze(1)  # noqa: E731
+    col = lambda values: torch.tensor(list(values), dtype=torch.float64).unsqueeze(1)
     rates = col([h.lr for h in hypers]) * lr_mult.to(torch.float64)
     wd = torch.where(decayed.unsqueeze(0), col([0.0 if kind == "adam" else h.weight_decay for h in hypers]), torch.zeros((), dtype=torch.float64))
     eps = col([h.eps for h in hypers]).expand_as(rates)

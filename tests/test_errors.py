@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from initnorm.errors import ConfigError
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.train import main as cli
+from initnorm.errors import ConfigError
 from tests.conftest import TINY, run_cli
 
 MLP = ["model=char_mlp", "data=char_windows"]

@@ -26,7 +26,6 @@ from initnorm.training.resume import inspect_folder
 from tests.conftest import ROOT, TINY, run_cli
 from tests.test_hardening import refused
 
-
 # ---- launcher values: one line from the preflight, before multirun.yaml or any folder
 
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from hydra.core.global_hydra import GlobalHydra
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 from initnorm.cli.sweep import register_resolvers, unique_dir
 from tests.conftest import CONF, ROOT, TINY

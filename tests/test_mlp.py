@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from initnorm.cli.train import train
 from initnorm.config import to_plain
 from initnorm.data.sampling import SampledBatches
 from initnorm.data.windows import CharWindows
 from initnorm.models.build import build_model
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
-from initnorm.cli.train import train
 from tests.conftest import compose_cfg, run_cli
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
@@ -108,7 +108,7 @@ def test_relu_with_unit_normal_is_recorded_as_diverged(tmp_path):
 
 def test_tanh_xavier_learns_where_relu_xavier_stays_at_chance(tmp_path):
     # Chapter 003 step 2 in miniature: Xavier's halving per ReLU layer leaves 30 layers at chance (ln 8).
-    run = lambda act: train(compose_cfg("experiment=deep_mlp_train", f"model.activation={act}", "init=xavier", "steps=60", "summary.tail_steps=5", *QUIET), tmp_path / act)  # noqa: E731
+    run = lambda act: train(compose_cfg("experiment=deep_mlp_train", f"model.activation={act}", "init=xavier", "steps=60", "summary.tail_steps=5", *QUIET), tmp_path / act)
     tanh, relu = run("tanh"), run("relu")
     assert tanh["final_loss"] < 0.5 and tanh["val_acc"] > 0.9
     assert relu["final_loss"] == pytest.approx(math.log(8), abs=0.01) and relu["val_acc"] < 0.2

@@ -33,11 +33,11 @@ import torch.nn.functional as F
 
 mup = pytest.importorskip("mup")
 
-from initnorm.config import to_plain  # noqa: E402
-from initnorm.models.build import build_model  # noqa: E402
-from initnorm.nn.roles import HIDDEN_ROLES, Role  # noqa: E402
-from initnorm.training.optim import make_optimizer  # noqa: E402
-from tests.conftest import compose_cfg  # noqa: E402
+from initnorm.config import to_plain
+from initnorm.models.build import build_model
+from initnorm.nn.roles import HIDDEN_ROLES, Role
+from initnorm.training.optim import make_optimizer
+from tests.conftest import compose_cfg
 
 VOCAB = 28
 BASE = 16

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from initnorm.cli.train import train
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.training.optim import make_optimizer
-from initnorm.cli.train import train
 from tests.conftest import TINY, compose_cfg
 
 VOCAB = 28

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from initnorm.cli.train import train
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
-from initnorm.training.module import LanguageModel
 from initnorm.models.build import build_model
 from initnorm.nn.init import INITS
 from initnorm.nn.norms import NORMS
 from initnorm.nn.param import PARAMS
 from initnorm.nn.roles import Role
-from initnorm.cli.train import train
+from initnorm.training.module import LanguageModel
 from tests.conftest import CONF, ROOT, TINY, compose_cfg
 
 VOCAB = 28
@@ -151,7 +151,7 @@ def test_bad_custom_paths_are_one_line():
 
 def test_readme_custom_scheme_example_runs(tmp_path, monkeypatch):
     readme = (ROOT / "README.md").read_text()
-    code = re.search(r"<!-- example: custom-init -->\n```python\n(.*?)```", readme, re.S).group(1)
+    code = re.search(r"<!-- example: custom-init -->\n```python\n(.*?)```", readme, re.DOTALL).group(1)
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")

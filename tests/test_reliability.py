@@ -13,11 +13,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from initnorm import results
+from initnorm.cli.train import train
 from initnorm.errors import ConfigError
-from initnorm.training.resume import Checkpoint
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
-from initnorm.cli.train import train
+from initnorm.training.resume import Checkpoint
 from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
 
 

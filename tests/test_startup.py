@@ -7,12 +7,12 @@ import os
 import sys
 
 import pytest
-from omegaconf import OmegaConf
 from hydra import initialize_config_dir
 from hydra._internal.core_plugins import basic_sweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from initnorm.cli import sweeper, workers
 from initnorm.cli.compose import CONF_DIR

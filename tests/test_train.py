@@ -5,7 +5,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from initnorm.cli.train import train
-from tests.conftest import compose_cfg, run_cli, TINY
+from tests.conftest import TINY, compose_cfg, run_cli
 
 
 def test_short_run_lowers_the_loss(tmp_path, tiny):

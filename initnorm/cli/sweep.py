@@ -18,8 +18,8 @@ from initnorm.cli import console, lock
 from initnorm.cli.disk import disk_error
 from initnorm.errors import ConfigError
 from initnorm.results import read_metrics
-from initnorm.training.resume import IGNORED
 from initnorm.summary import summarize
+from initnorm.training.resume import IGNORED
 
 log = logging.getLogger(__name__)
 

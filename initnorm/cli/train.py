@@ -26,19 +26,19 @@ from omegaconf import DictConfig
 from initnorm import schema, tb
 from initnorm.cli import console, devices, disk, launchers, sweep
 from initnorm.cli import signals as cli_signals
-from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
+from initnorm.cli.preflight import check_command_line, describe_plan
+from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
-from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
+from initnorm.results import write_metrics
+from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.group import Member, train_group
+from initnorm.training.module import validation_interval
 from initnorm.training.record import hp_metrics, job_metrics
 from initnorm.training.resume import Checkpoint, inspect_folder, record_failure
-from initnorm.results import write_metrics
-from initnorm.cli.sweep import register_resolvers, swept_keys
-from initnorm.training.compiling import should_compile, use_cache
-from initnorm.training.module import validation_interval
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
 

@@ -25,9 +25,10 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
@@ -35,16 +36,16 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import console, devices, disk, sweeper, workers
 from initnorm import schema
+from initnorm.cli import console, devices, disk, sweeper, workers
+from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
-from initnorm.cli.sweep import swept_keys
+from initnorm.training import signals
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
-from initnorm.training import signals
 from initnorm.training.resume import CKPT_DIR, CKPT_FILE, checkpoint_step, record_failure
 from initnorm.training.vec_optim import NotStackable
 

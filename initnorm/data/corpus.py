@@ -13,9 +13,9 @@ import os
 import re
 import secrets
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -31,7 +31,7 @@ def normalise_alice(raw: str) -> str:
     """Gutenberg #11 body from the text's "CHAPTER I." (not the contents') to "THE END", lowercased;
     every run of non-letters becomes one symbol: "." if it holds . ! or ?, else a space."""
     start, end = raw.find("*** START"), raw.find("*** END")
-    body = raw[start if start >= 0 else 0 : end if end >= 0 else len(raw)]
+    body = raw[max(start, 0) : end if end >= 0 else len(raw)]
     first = body.find("CHAPTER I.")
     begin = body.find("CHAPTER I.", first + 1)  # the second one: the first is in the table of contents
     if first < 0:

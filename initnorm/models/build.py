@@ -11,8 +11,9 @@ cannot apply, or that needs a role the model lacks (residual branches), is refus
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from torch import nn
 

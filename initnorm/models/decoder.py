@@ -17,6 +17,7 @@ for attention), so a trainer can vmap an ensemble of members over it (torch.func
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn

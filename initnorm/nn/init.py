@@ -15,8 +15,9 @@ its std is taken to be the same at every width (``normal``, ``small``, ``gpt2``)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -23,8 +23,8 @@ base_width, l = depth / base_depth and α = depth_alpha (0: µP, 1/2: depth-µP,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num

@@ -173,7 +173,7 @@ def summary(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
         walls = [r["wall_s"] for r in rs]
         out[how] = {"wall_s": statistics.median(walls), "walls": walls, "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                     "cpus": [r["cpu_s"] for r in rs], "train_s": statistics.median(r["train_s"] for r in rs),
-                    "root_mb": max(r["root_mb"] for r in rs), "child_mb": max((max(r["children_mb"], default=0.0) for r in rs)),
+                    "root_mb": max(r["root_mb"] for r in rs), "child_mb": max(max(r["children_mb"], default=0.0) for r in rs),
                     "children": max(len(r["children_mb"]) for r in rs), "loads": [r["load"] for r in rs],
                     "losses": rs[0]["losses"], "command": rs[0]["command"],
                     "per_job_s": {k: statistics.median(r["per_job_s"][k] for r in rs) for k in rs[0]["per_job_s"]}}

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, coord_axis, curves, display_name, ordered, ratio, read_rows
@@ -103,7 +104,7 @@ def three_seed_rows(seeds: dict[str, dict[int, float | None]], digits: int = 3) 
         t_page, t_mu, t_sd, t_seeds = ref.CHAPTER_SEEDS[label]
         mu, sd, n = mean_sd(values.values())
         page = values.get(0)
-        fmt = (lambda v: "—" if v is None else f"{v:.3g}") if "log2" in label else (lambda v: _fmt(v, digits))  # noqa: E731
+        fmt = (lambda v: "—" if v is None else f"{v:.3g}") if "log2" in label else (lambda v: _fmt(v, digits))
         per_seed = " / ".join("diverged" if v is None else fmt(v) for v in values.values()) or "not run"
         rows.append([
             label, fmt(page), fmt_mean_sd(mu, sd, n, missing="—") if "log2" not in label else (f"{fmt(mu)} ± {fmt(sd)}" if n else "—"), per_seed,
@@ -133,7 +134,7 @@ def deck_7a(folder: Path) -> str:
     for r in _read_csv(Path(folder) / "probe_decoder.csv"):
         series.setdefault((r["norm"], float(r["std"]), r["stat"]), []).append(float(r["value"]))
     depth = len(series[("pre", 0.25, "grad_norm")])
-    stream = lambda norm, std: series[(norm, std, "stream_rms")]  # noqa: E731 (entering each block, then leaving the last)
+    stream = lambda norm, std: series[(norm, std, "stream_rms")]  # entering each block, then leaving the last
     grads = series[("post", 0.25, "grad_norm")]
     ours = {  # the deck's sentence -> our values (a range where the deck speaks of every depth)
         "pre, std 0.02: stream RMS at every depth": stream("pre", 0.02),

@@ -15,9 +15,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from initnorm.repro import compare
 from initnorm.repro import reference as ref
@@ -195,7 +195,7 @@ def _sections(report: Path) -> dict[str, str]:
     """The sections of an existing report by title (``## title`` up to the next one)."""
     if not report.is_file():
         return {}
-    parts = re.split(r"^## ", report.read_text(encoding="utf-8"), flags=re.M)[1:]
+    parts = re.split(r"^## ", report.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]
     return {p.split("\n", 1)[0].strip(): ("## " + p).rstrip("\n") + "\n" for p in parts}
 
 

@@ -7,15 +7,16 @@ writer): with models of a few thousand parameters, Python overhead per step is t
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 from initnorm.nn.param import Table
-from initnorm.training.compiling import hooked
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
+from initnorm.training.compiling import hooked
 from initnorm.training.optim import make_optimizer, schedule_factor
 
 
@@ -95,7 +96,7 @@ class Trainable(L.LightningModule):
 
     def configure_optimizers(self):
         opt = make_optimizer(self.model, self.roles, self.table, self.lr, self.optim_cfg)
-        factor = lambda step: schedule_factor(step, self.steps, self.warmup, self.schedule)  # noqa: E731
+        factor = lambda step: schedule_factor(step, self.steps, self.warmup, self.schedule)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

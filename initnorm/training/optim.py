@@ -16,7 +16,8 @@ group's peak rate, so each step decays by ``schedule x wd`` whatever the learnin
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 

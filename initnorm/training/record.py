@@ -8,7 +8,8 @@ member adds ``vectorized``: its group's size, its place and the group's own step
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from initnorm.provenance import describe
 from initnorm.training.resume import comparable

@@ -31,9 +31,10 @@ import random
 import secrets
 import traceback
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import lightning as L
 import numpy as np

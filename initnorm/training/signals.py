@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import lightning as L
 
@@ -66,7 +67,7 @@ def _record(signum: int, frame) -> None:
         raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
     if _requested is None:
         _requested = signum
-        for tell in list(_listeners):
+        for tell in _listeners.copy():  # a copy: a listener may leave (passed_on's exit) while it is told
             tell(signum)
 
 

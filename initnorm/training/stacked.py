@@ -25,8 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -136,7 +137,7 @@ class StackedData(L.LightningDataModule):
 class StackedOptimizer(torch.optim.Optimizer):
     """``VecOptimizer`` behind torch's interface, so Lightning drives it (and calls its hooks) as any optimiser."""
 
-    def __init__(self, module: "StackedModule"):
+    def __init__(self, module: StackedModule):
         super().__init__(list(module.params.values()), {"lr": 0.0})
         self.module = module
 

@@ -20,7 +20,7 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -133,7 +133,7 @@ class VecOptimizer:
         return self._per_element(members.to(self.member.device)[self.member])
 
     @classmethod
-    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer], where: Sequence[Mapping[int, tuple[int, int]]]) -> "VecOptimizer":
+    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer], where: Sequence[Mapping[int, tuple[int, int]]]) -> VecOptimizer:
         """The numbers of each member's own torch optimiser: its parameter groups' lr, weight decay,
         eps, betas, momentum, element by element (``where[e]``: id(parameter) -> (start, size) of
         its elements in ``flat.view(-1)``). Whatever the groups hold (per-role lr, weight-decay and ε
