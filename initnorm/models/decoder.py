@@ -168,5 +168,6 @@ class Decoder(nn.Module):
         points: dict[str, tuple[nn.Module, str]] = {}
         for i, block in enumerate(self.blocks, 1):
             b = f"block_{i:02d}"
-            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"), f"{b}/stream_out": (block, "out")}
+            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"),
+                       f"{b}/stream_out": (block, "out")}
         return points | {"logits/output": (self, "out")}

@@ -32,7 +32,8 @@ class Trainable(L.LightningModule):
     """What every family shares: optimiser groups from the table, the schedule, divergence stop,
     sparse logging, validation loss bookkeeping. Subclasses define ``loss(batch)``."""
 
-    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str, log_every: int,
+    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any],
+                 schedule: str, log_every: int,
                  compile: bool = False):
         super().__init__()
         self.model, self.roles, self.table = model, roles, table
