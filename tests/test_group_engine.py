@@ -83,8 +83,8 @@ class Watch(L.Callback):
         from initnorm.callbacks.members import members_of
 
         view = members_of(pl_module, trainer)
-        rows = [{"E": view.E, "folder": str(f), "seed": (c or {}).get("seed"), "grad_names": len(view.grads())} for f,
-                c in zip(view.folders, view.configs)]
+        rows = [{"E": view.E, "folder": str(f), "seed": (c or {}).get("seed"), "grad_names": len(view.grads())}
+                for f, c in zip(view.folders, view.configs)]
         Path(self.out).with_name(f"{Path(self.out).name}.{os.getpid()}.{view.E}.json").write_text(json.dumps(rows))
 
 

@@ -176,7 +176,7 @@ def run(exp: Experiment, out: Path, ci: bool) -> dict:
     argv = [sys.executable, "-m", exp.module, *args, exp.folder_arg.format(out)]
     print(f"[{exp.key}] {' '.join(argv[1:])}", flush=True)
     start = time.perf_counter()
-    status = subprocess.run(argv, cwd=ROOT).returncode
+    status = subprocess.run(argv, cwd=ROOT, check=False).returncode
     return {"command": f"python -m {exp.module} {' '.join(args)}", "seconds": time.perf_counter() - start, "ci": ci, "exit_status": status}
 
 
@@ -220,7 +220,8 @@ def write_report(results: Path, out: Path) -> Path:
         sections += [f"## {exp.title}\n", f"`{command}` took {_duration(t['seconds'])} here{size}.\n"]
         status = t.get("exit_status", 0)
         if status:
-            sections.append(f"It exited with status {status}: {exp.exit_meaning.get(status, 'the command failed; its output above the report says why')}.\n")
+            sections.append(f"It exited with status {status}: "
+                            f"{exp.exit_meaning.get(status, 'the command failed; its output above the report says why')}.\n")
         try:
             # The report sits one folder above each experiment's PNGs: point the links there.
             sections.append(re.sub(r"\]\(([^)/]+\.png)\)", rf"]({exp.key}/\1)", exp.compare(folder)))

@@ -170,8 +170,8 @@ def read_vec_checkpoint(path: Path) -> dict[str, Any]:
     a planted pickle cannot run code); one that lacks what ``MemberCheckpoints.save`` writes is refused in one line."""
     state = load_checkpoint(path)
     missing = [k for k in VEC_KEYS if k not in state]
-    if missing or not isinstance(state["initnorm"],
-                                 dict) or type(state["global_step"]) is not int or not isinstance(state["params"], torch.Tensor):
+    if (missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int
+            or not isinstance(state["params"], torch.Tensor)):
         what = f"it lacks {', '.join(missing)}" if missing else "its fields have the wrong types"
         raise ConfigError(f"{path} is not a vectorised checkpoint initnorm wrote ({what}); delete it (or move it away) to train "
                           f"{path.parent.parent} from the start")

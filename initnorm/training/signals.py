@@ -57,7 +57,8 @@ def exit_status(signum: int) -> int:
 def stop_signals() -> tuple[signal.Signals, ...]:
     """SIGTERM, SIGINT and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
     named = [s.strip().upper() for s in os.environ.get(STOP_ENV, "").split(",") if s.strip()]
-    extra = [signal.Signals[n if n.startswith("SIG") else f"SIG{n}"] for n in named if (n if n.startswith("SIG") else f"SIG{n}") in signal.Signals.__members__]
+    full = [n if n.startswith("SIG") else f"SIG{n}" for n in named]
+    extra = [signal.Signals[n] for n in full if n in signal.Signals.__members__]
     return tuple(dict.fromkeys([*DEFAULT, *extra]))
 
 
