@@ -1,6 +1,6 @@
 # Two commands do all the setup on a fresh machine that has Python 3.10+ and pip:
 #   make train   install into .venv, then train the default Decoder on Alice (1,500 steps, CPU)
-#   make test    install into .venv (with test tools), then run the test suite
+#   make test    install into .venv (with test tools), then lint (ruff, the rules in pyproject.toml) and run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 PYTHON ?= python3
@@ -35,7 +35,9 @@ bench: install
 reproduce: install
 	$(PY) -m initnorm.reproduce
 
+# The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 test: install
+	$(PY) -m ruff check .
 	$(PY) -m pytest -p no:warnings
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.

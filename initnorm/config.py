@@ -7,7 +7,8 @@ for code that holds a resolved config.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def validate(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,9 @@ reads next to its own code (``About.rules``) without importing the schema, which
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from initnorm.registry import Names
 

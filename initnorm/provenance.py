@@ -18,15 +18,19 @@ def git_revision() -> str:
     """The project's git revision (with ``-dirty`` when the tree has changes), or ``unknown``."""
     root = Path(__file__).resolve().parents[1]
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        # check=False: outside a git checkout (an installed wheel) git fails, and the revision is "unknown"
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5,
+                             check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True,
+                               timeout=5, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
 
 
 # Environment variables that change which CPU kernels run (docs/numerics.md), recorded when set.
-NUMERIC_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+NUMERIC_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+               "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,4 +76,5 @@ def describe() -> dict[str, Any]:
     import lightning
     import torch
 
-    return {"initnorm": __version__, "git": git_revision(), "torch": torch.__version__, "lightning": lightning.__version__, "machine": machine()}
+    return {"initnorm": __version__, "git": git_revision(), "torch": torch.__version__,
+            "lightning": lightning.__version__, "machine": machine()}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from initnorm.errors import ConfigError
 
@@ -89,8 +90,8 @@ class Registry(Generic[T]):
             entry = import_dotted(name, key, f"; {self._known()}", f"fix it with `{key}={example}` or a known name")
             if not ok(entry):
                 module_name, attr = split_dotted(name)
-                raise ConfigError(f"{key}={name!r}: {module_name} has no {what} {attr!r} (it is a {type(entry).__name__}); {self._known()}; "
-                                  f"fix it with `{key}={example}`")
+                raise ConfigError(f"{key}={name!r}: {module_name} has no {what} {attr!r} (it is a {type(entry).__name__}); "
+                                  f"{self._known()}; fix it with `{key}={example}`")
             return entry
         raise ConfigError(f"unknown {self.kind} {self.key}={name!r}; {self._known()}; {self._fix(name)}")
 

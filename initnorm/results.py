@@ -17,8 +17,9 @@ import re
 import stat
 import statistics
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
@@ -84,7 +85,8 @@ class NotARecord(Exception):
 
 def file_kind(mode: int) -> str:
     """``a FIFO``, ``a folder``, ``a character device`` ...: what a non-regular file is, for a line."""
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
@@ -117,7 +119,8 @@ def read_record(path: Path) -> dict[str, Any] | None:
     try:
         rec = json.loads(read_small_file(path).decode("utf-8"))
     except NotARecord as exc:  # a FIFO, device or folder cannot be replaced by a rerun's record: the rerun refuses it (training.resume)
-        then = fix if str(exc).startswith("larger") else "delete it or move it away (until then a rerun of the sweep refuses that job's folder)"
+        then = fix if str(exc).startswith("larger") else (
+            "delete it or move it away (until then a rerun of the sweep refuses that job's folder)")
         log.warning("ignored %s: %s, not a job's record; %s", path, exc, then)
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -135,8 +138,10 @@ def read_record(path: Path) -> dict[str, Any] | None:
 NUMBER = (int, float, type(None))  # NaN is a float; null where nothing was measured
 # The fields summaries read, and the type each must have where present (an older record may lack some).
 SHAPE = {
-    "status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list, "choices": dict, "val_history": list,
-    "final_val_loss": NUMBER, "best_val_loss": NUMBER, "diverged": bool, "diverged_step": (int, type(None)), "steps": (int, type(None)), "job_num": int,
+    "status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list,
+    "choices": dict, "val_history": list,
+    "final_val_loss": NUMBER, "best_val_loss": NUMBER, "diverged": bool, "diverged_step": (int, type(None)),
+    "steps": (int, type(None)), "job_num": int,
     "seed": (int, type(None)), "ms_per_step": NUMBER, "wall_s": NUMBER,
 }
 JSON_NAMES = {"str": "string", "bool": "boolean", "NoneType": "null", "dict": "object", "int": "number", "float": "number"}
@@ -241,7 +246,8 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
     for r in records:
         ov = r.get("overrides", {})
         key = tuple(setting_value(ov, k) for k in keys)
-        row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0, "diverged_at": [], "failed": []})
+        row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0,
+                                    "diverged_at": [], "failed": []})
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
             row["failed"].append(f"seed {r.get('seed')}: {r.get('error', r.get('status'))}")
             continue
@@ -251,7 +257,8 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
             row["diverged_at"].append(f"seed {r.get('seed')} at step {r.get('diverged_step')}")
         for m in metrics:
             value = r.get(m)  # a record from an older version may lack it: nan, not "diverged"
-            row["values"][m].append(None if r.get("diverged") else value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            row["values"][m].append(None if r.get("diverged") else value if number else math.nan)
     return keys, metrics, list(rows.values())
 
 
@@ -315,17 +322,20 @@ def render_csv(keys, metrics, rows) -> str:
 
 RUNS_FILE = "runs.csv"
 RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
-RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size", "group_ms_per_step", "group_wall_s", "error"]
+RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
+                 "group_ms_per_step", "group_wall_s", "error"]
 LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summary needs to be rebuilt from runs.csv alone
 
 
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
-    row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys}, **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
+    row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
+           **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
     vec = r.get("vectorized")
     if isinstance(vec, dict):
-        row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="", wall_s="")
+        row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"),
+                   group_wall_s=r.get("wall_s"), ms_per_step="", wall_s="")
     return row
 
 
@@ -380,7 +390,8 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
         rec["status"] = row.get("status") or "finished"
         if "swept" in fields:
             swept = [k for k in row["swept"].split(";") if k]
-            rec["overrides"] = {k: row[k] for k in fields[fields.index("seed") + 1 : fields.index("diverged")] if row[k] != ""} | {"seed": row.get("seed", "")}
+            settings = fields[fields.index("seed") + 1 : fields.index("diverged")]
+            rec["overrides"] = {k: row[k] for k in settings if row[k] != ""} | {"seed": row.get("seed", "")}
         else:
             rec["overrides"] = _dir_overrides(row["_dir"])
             swept = list(rec["overrides"])

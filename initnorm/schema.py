@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Entry, Int, KeyRule, Num, Text
@@ -49,7 +50,8 @@ RULES: dict[str, KeyRule] = {
     "threads": Int(0, fix=1, note="0: torch's default"),
     "log_every": Int(1, fix=25),
     "flush_denormal": Bool(fix=False),
-    "compile": KeyRule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a vectorised group from 50,000 member-steps on"),
+    "compile": KeyRule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a "
+                                                     "vectorised group from 50,000 member-steps on"),
     "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),
     "summary.metrics": KeyRule("names", fix="final_val_loss"),
     "summary.plots": KeyRule("names", choices=Names("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
@@ -199,7 +201,9 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
             whole = f" (write {int(value)}, not {value})" if float(value).is_integer() else ""
             raise bad_value(key, value, f"an integer{whole}", f"{key}={int(value) if float(value).is_integer() else rule.fix}")
         lo, hi = _bound(rule.lo, values), _bound(rule.hi, values)
-        if (lo is not None and (value < lo or (rule.lo_open and value == lo))) or (hi is not None and (value > hi or (rule.hi_open and value == hi))):
+        below = lo is not None and (value < lo or (rule.lo_open and value == lo))
+        above = hi is not None and (value > hi or (rule.hi_open and value == hi))
+        if below or above:
             # Against another key's value (warmup <= steps), the nearest allowed value is the fix.
             fix = f"{key}={min(max(value, lo), hi)}" if isinstance(rule.hi, str) and lo is not None and hi is not None else _fix(key, rule)
             raise bad_value(key, value, _allowed(rule, values), fix)
@@ -248,7 +252,8 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
         raise bad_value(key, value, "one of auto, true, false", f"{key}={rule.fix}")
     if kind == "n_jobs":
         if not isinstance(value, int) or isinstance(value, bool) or value == 0:
-            raise bad_value(key, value, "a whole number of worker processes: >= 1, or -1 for one per CPU core (-2: all but one)", f"{key}={rule.fix}")
+            raise bad_value(key, value, "a whole number of worker processes: >= 1, or -1 for one per CPU core (-2: all but one)",
+                            f"{key}={rule.fix}")
         return value
     raise AssertionError(f"rule kind {kind!r}")
 
@@ -259,8 +264,10 @@ def _allowed(rule: KeyRule, values: Mapping[str, Any]) -> str:
     elif rule.kind == "number" and rule.lo == 0 and rule.lo_open and rule.hi is None:
         text = "a finite positive number"
     else:
-        what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number", "bool": "true or false", "text": "a non-empty name",
-                "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function", "auto_bool": "auto, true or false"}.get(rule.kind, rule.kind)
+        what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number",
+                "bool": "true or false", "text": "a non-empty name",
+                "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function",
+                "auto_bool": "auto, true or false"}.get(rule.kind, rule.kind)
         text = f"{what} {_range_text(rule, values)}".strip()
     if rule.note:
         text += f" ({rule.note})"
@@ -334,7 +341,10 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
     import difflib
 
     group, _, rest = key.rpartition(".")
-    siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in rules if k.startswith(f"{group}.")} if group else {k.split(".")[0] for k in [*rules, *PASSED_ON]})
+    if group:
+        siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in rules if k.startswith(f"{group}.")})
+    else:
+        siblings = sorted({k.split(".")[0] for k in [*rules, *PASSED_ON]})
     near = difflib.get_close_matches(rest, siblings, n=1)
     where = f"the keys of {group}" if group else "the top-level keys"
     top = group.split(".")[0]
@@ -345,8 +355,8 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
            if top in REGISTERED else "")
     if rest == "_target_" and top in REGISTERED:
         own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
-    return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); "
-                       + (f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"))
+    fix = f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"
+    return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); " + fix)
 
 
 def absolute(path: str, base: str | Path | None) -> Path:
@@ -367,8 +377,9 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
     if want is not None and kind != want:
         options = list(data_options.get(want, []))
         fix = f"data={options[0]}" if options else f"data=<a data option of kind {want}>"
-        raise ConfigError(f"model={family} trains on data of kind {want}, and the chosen data is of kind {kind!r}"
-                          f"{' (options of kind ' + want + ': ' + ', '.join(options) + ')' if options else ''}; fix it with `{fix}` (or use the family's experiment= preset)")
+        raise ConfigError(f"model={family} trains on data of kind {want}, and the chosen data is of kind "
+                          f"{kind!r}{' (options of kind ' + want + ': ' + ', '.join(options) + ')' if options else ''}; fix it with "
+                          f"`{fix}` (or use the family's experiment= preset)")
     family_hook(family)(c)
     from initnorm.nn.init import resolve
     from initnorm.nn.param import make_table
@@ -377,17 +388,20 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
     roles = sorted(r.value for r in Role if r not in FIXED_ROLES)
     for role in c["init"].get("per_role") or {}:
         if role not in roles:
-            raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role], f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
+            raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role],
+                            f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
     from initnorm.training.optim import DECOUPLED
 
     optim = c["optim"]
     if optim.get("weight_decay") and optim.get("weight_decay_mode") == "independent" and optim["name"] not in DECOUPLED:
         raise bad_value("optim.weight_decay_mode", "independent",
-                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); optim={optim['name']} decays through its gradient",
+                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); "
+                        f"optim={optim['name']} decays through its gradient",
                         "optim.weight_decay_mode=scaled")
     resolve(c["init"])
-    make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])  # width below µP's base width, an optimiser without a µP table
+    # width below µP's base width, an optimiser without a µP table
+    make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])
 
 
 def family_hook(family: str) -> Callable[[Mapping[str, Any]], None]:
@@ -420,13 +434,15 @@ def check_text(c: Mapping[str, Any]) -> None:
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{shown} cannot be read ({exc.strerror or exc}); fix the file's permissions or pick another with `data.path=/path/to/text.txt`") from None
+        raise ConfigError(f"{shown} cannot be read ({exc.strerror or exc}); fix the file's permissions or pick another with "
+                          "`data.path=/path/to/text.txt`") from None
     if b"\x00" in raw:
         raise ConfigError(f"{shown} is a binary file (it holds NUL bytes), not text; fix it with `data.path=/path/to/text.txt`")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it (iconv -t utf-8) or fix it with `data.path=/path/to/text.txt`") from None
+        raise ConfigError(f"{shown} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it (iconv -t utf-8) or "
+                          "fix it with `data.path=/path/to/text.txt`") from None
     source = SOURCES.get(name)
     if source is not None and path:
         try:

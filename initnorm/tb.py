@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from initnorm.results import setting_value
 
@@ -61,7 +62,8 @@ def _value(v: Any, key: str = ""):
     return str(v)
 
 
-def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varying: Iterable[str], label: str, start_time: float | None = None) -> list:
+def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varying: Iterable[str], label: str,
+                      start_time: float | None = None) -> list:
     """The three ``Summary`` protos of one run's HPARAMS row (experiment, session start, session end)."""
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
@@ -70,7 +72,8 @@ def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varyin
     infos = []
     for k in order:
         v = _value(hparams[k], k)
-        kind = api_pb2.DATA_TYPE_BOOL if isinstance(v, bool) else api_pb2.DATA_TYPE_FLOAT64 if isinstance(v, float) else api_pb2.DATA_TYPE_STRING
+        kind = (api_pb2.DATA_TYPE_BOOL if isinstance(v, bool) else api_pb2.DATA_TYPE_FLOAT64 if isinstance(v, float)
+                else api_pb2.DATA_TYPE_STRING)
         infos.append(api_pb2.HParamInfo(name=k, type=kind, differs=k in varying))
     experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics])
     start = plugin_data_pb2.SessionStartInfo(group_name=trial_id(label), start_time_secs=start_time or time.time())
@@ -96,7 +99,8 @@ def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varyin
     ]
 
 
-def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], varying: Iterable[str], label: str, step: int) -> None:
+def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], varying: Iterable[str],
+                  label: str, step: int) -> None:
     """This run's HPARAMS row and its final metrics as scalars at ``step`` (the last step), into a
     ``SummaryWriter``. Metrics that are None or NaN are not written (an empty cell, not ``nan``)."""
     values = {k: float(v) for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
@@ -110,4 +114,5 @@ def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, floa
 
 def write_layout(writer) -> None:
     """A custom-scalars page: train and validation loss on one chart, and the learning rate."""
-    writer.add_custom_scalars({"Loss and learning rate": {"loss (train, validation)": ["Multiline", [TRAIN_LOSS, VAL_LOSS]], "learning rate": ["Multiline", [LEARNING_RATE]]}})
+    writer.add_custom_scalars({"Loss and learning rate": {"loss (train, validation)": ["Multiline", [TRAIN_LOSS, VAL_LOSS]],
+                                                          "learning rate": ["Multiline", [LEARNING_RATE]]}})

@@ -29,8 +29,9 @@ import io
 import math
 import random
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
 
@@ -130,7 +131,7 @@ def fit_optimum(xs: Iterable[float], ys: Iterable[float], half_width: int = HALF
     if not finite:
         return Fit(math.nan, math.nan, "none", "no finite loss at any lr", xs, ys)
     i = min(finite, key=lambda j: ys[j])
-    argmin = dict(log2_lr=xs[i], loss=ys[i], method="grid argmin", xs=xs, ys=ys)
+    argmin = {"log2_lr": xs[i], "loss": ys[i], "method": "grid argmin", "xs": xs, "ys": ys}
     if i == 0 or i == len(xs) - 1:
         side = "lowest" if i == 0 else "highest"
         return Fit(**argmin, note=f"minimum at the grid's {side} lr (2^{xs[i]:g})", edge=side)
@@ -231,9 +232,11 @@ def transfer_rows(
         for n in sizes:
             f = fits[n]
             point = {"opt": f.log2_lr, "shift": f.log2_lr - fits[base].log2_lr, "pen": _penalty(f, fits[base].log2_lr)}
-            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, math.nan, math.nan) for k, v in point.items()}
+            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, math.nan, math.nan)
+                   for k, v in point.items()}
             n_seeds = len(by_size[n])
-            rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"], n == base, "" if n == base else shift_bound(fits[base], f)))
+            rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"], n == base,
+                            "" if n == base else shift_bound(fits[base], f)))
     return rows
 
 
@@ -308,7 +311,8 @@ def share_base_depth(cells: dict) -> None:
     """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
     (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
     one run may serve them all. The tables' declared kinds say which is which."""
-    kinds = {setting: PARAMS.about(setting[0][1], strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
+    kinds = {setting: PARAMS.about(setting[0][1],
+                                   strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
     width_only = [cells[s] for s, k in kinds.items() if k == "width"]
     if len(width_only) != 1:
         return
@@ -402,8 +406,10 @@ def verdict_class(shift: str, penalty: str) -> str:
 REASONS = {
     ("transfers", "within"): f"both within ±{SHIFT_TOL:g} octave and {PENALTY_TOL:g} {{unit}}",
     ("does not transfer", "past"): f"both past ±{SHIFT_TOL:g} octave and {PENALTY_TOL:g} {{unit}}",
-    ("borderline", "past"): f"the optimum moves past ±{SHIFT_TOL:g} octave but its base rate costs under {PENALTY_TOL:g} {{unit}}: a flat optimum; a larger {{axis}} would tell",
-    ("borderline", "within"): f"the optimum stays within ±{SHIFT_TOL:g} octave but the base rate costs over {PENALTY_TOL:g} {{unit}}: the loss is steep around it",
+    ("borderline", "past"): f"the optimum moves past ±{SHIFT_TOL:g} octave but its base rate costs under {PENALTY_TOL:g} {{unit}}: "
+                            "a flat optimum; a larger {axis} would tell",
+    ("borderline", "within"): f"the optimum stays within ±{SHIFT_TOL:g} octave but the base rate costs over {PENALTY_TOL:g} {{unit}}: "
+                              "the loss is steep around it",
 }
 
 
@@ -447,7 +453,10 @@ def _shift_words(base: Row, r: Row) -> str:
     v = r.shift.value
     verb = "moves" if abs(v) < 0.005 else "falls" if v < 0 else "rises"
     at_least = "at least " if r.bound and r.bound == ("-" if v < 0 else "+") else "at most " if r.bound in ("+", "-") else ""
-    why = " (an optimum on the lr grid's edge: no interval)" if r.bound else f" ({LEVEL:.0%} interval {_interval(r.shift)})" if _has_interval(r.shift) else ""
+    if r.bound:
+        why = " (an optimum on the lr grid's edge: no interval)"
+    else:
+        why = f" ({LEVEL:.0%} interval {_interval(r.shift)})" if _has_interval(r.shift) else ""
     return f"optimum {verb} {at_least}{abs(v):.2f} octaves from {r.axis} {base.size} to {r.size}{why}"
 
 
@@ -488,7 +497,8 @@ def _cells(r: Row) -> list[str]:
     mark = {"-": "≤ ", "+": "≥ ", "?": "? "}.get(r.bound, "")
     shift_int = _interval(r.shift) if _has_interval(r.shift) and not r.bound else none
     measured = _has_interval(r.penalty) and not r.edge
-    pen = ("≥ " if r.edge else "") + _num(r.penalty.value, _digits(r.penalty, 3, signed=False) if measured else 3)  # as many decimals as its interval
+    # as many decimals as its interval
+    pen = ("≥ " if r.edge else "") + _num(r.penalty.value, _digits(r.penalty, 3, signed=False) if measured else 3)
     pen_int = _interval(r.penalty, 3, signed=False) if measured else none
     return [opt, opt_int, mark + _g(r.shift.value), shift_int, pen, pen_int]
 
@@ -505,15 +515,18 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
     for r in rows:
         fit = r.fit.method if r.fit.method == "parabola" else f"{r.fit.method}: {r.fit.note}"
         opt, opt_int, shift, shift_int, pen, pen_int = _cells(r)
-        lines.append("| " + " | ".join([setting_label(r.setting), str(r.size), str(r.seeds), opt, opt_int, fit, _num(r.fit.measured), shift, shift_int, pen, pen_int]) + " |")
+        cells = [setting_label(r.setting), str(r.size), str(r.seeds), opt, opt_int, fit, _num(r.fit.measured),
+                 shift, shift_int, pen, pen_int]
+        lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     notes = (
-        f"Optimal log2 lr: the vertex of a parabola through the seed-mean loss at the grid's best lr and its {HALF_WIDTH} neighbour(s) each side "
-        f"(the grid argmin where that is ill-posed, as the fit column says). Best: the lowest seed-mean measured (not the vertex's loss). Intervals: {pct} percentile bootstrap over seeds "
-        f"({N_BOOT} resamples, RNG seed {BOOT_SEED}; the same seeds drawn for every {axis}). Shift: the optimum minus the {axis}-{rows[0].size} optimum "
-        f"(negative: the optimum falls). Penalty: this {axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss. "
-        f"Verdict: the largest shift against ±{SHIFT_TOL:g} octave and the largest penalty against {PENALTY_TOL:g} {unit}: both within, transfers; "
-        f"both past, does not transfer; one of each, borderline; undetermined where an optimum on the lr grid's edge leaves one open (≤/≥: a bound)."
+        f"Optimal log2 lr: the vertex of a parabola through the seed-mean loss at the grid's best lr and its {HALF_WIDTH} neighbour(s) "
+        "each side (the grid argmin where that is ill-posed, as the fit column says). Best: the lowest seed-mean measured (not the "
+        f"vertex's loss). Intervals: {pct} percentile bootstrap over seeds ({N_BOOT} resamples, RNG seed {BOOT_SEED}; the same seeds drawn "
+        f"for every {axis}). Shift: the optimum minus the {axis}-{rows[0].size} optimum (negative: the optimum falls). Penalty: this "
+        f"{axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss. Verdict: the largest shift against "
+        f"±{SHIFT_TOL:g} octave and the largest penalty against {PENALTY_TOL:g} {unit}: both within, transfers; both past, does not "
+        "transfer; one of each, borderline; undetermined where an optimum on the lr grid's edge leaves one open (≤/≥: a bound)."
     )
     return f"\n{HEADING}\n\n" + "\n".join(f"- {v}" for v in verdicts(rows, unit)) + "\n\n" + text + "\n\n" + notes + "\n"
 
@@ -527,7 +540,9 @@ def render_csv(rows: list[Row]) -> str:
     for r in rows:
         s = dict(r.setting)
         w.writerow([s.get(k, "") for k in setting_keys] + [
-            r.axis, r.size, r.seeds, r.optimum.value, r.optimum.lo, r.optimum.hi, 2**r.optimum.value if _finite(r.optimum.value) else math.nan,
-            r.fit.method, r.fit.note, r.fit.measured, r.fit.loss, r.shift.value, r.shift.lo, r.shift.hi, r.penalty.value, r.penalty.lo, r.penalty.hi,
+            r.axis, r.size, r.seeds, r.optimum.value, r.optimum.lo, r.optimum.hi,
+            2**r.optimum.value if _finite(r.optimum.value) else math.nan,
+            r.fit.method, r.fit.note, r.fit.measured, r.fit.loss, r.shift.value, r.shift.lo, r.shift.hi,
+            r.penalty.value, r.penalty.lo, r.penalty.hi,
         ])
     return out.getvalue()

@@ -52,7 +52,8 @@ def main(mode: str, n: int, overrides: list[str]) -> dict:
     for batch in batches[1:]:
         step(batch)
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    return {"mode": mode, "first_step_s": round(first, 3), "ms_per_step_wall": round(1000 * wall / n, 3), "ms_per_step_cpu": round(1000 * cpu / n, 3), "overrides": overrides}
+    return {"mode": mode, "first_step_s": round(first, 3), "ms_per_step_wall": round(1000 * wall / n, 3),
+            "ms_per_step_cpu": round(1000 * cpu / n, 3), "overrides": overrides}
 
 
 if __name__ == "__main__":

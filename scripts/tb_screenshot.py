@@ -55,7 +55,8 @@ def browser() -> str:
 
 def screenshot(chrome: str, url: str, out: Path, size: str, wait_ms: int) -> None:
     with tempfile.TemporaryDirectory(prefix="tb-shot-profile-") as profile:
-        cmd = [chrome, *CHROME_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}", f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url]
+        cmd = [chrome, *CHROME_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
+               f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
 
 
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     chrome = browser()
     args.out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(args.logdir), "--port", str(port), "--host", "127.0.0.1",
+    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(args.logdir), "--port",
+                           str(port), "--host", "127.0.0.1",
                            "--reload_interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}/"

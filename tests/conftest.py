@@ -24,7 +24,8 @@ def compose_cfg(*overrides: str):
         return compose(config_name="train", overrides=list(overrides))
 
 
-def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600,
+            env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` in ``cwd`` (``env`` added to the environment); return the finished process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -13,6 +13,7 @@ and ``<job>.step`` with the pid of its srun.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -51,16 +52,18 @@ def sbatch(args: list[str]) -> None:
     (HERE / "submitted.sh").write_text(text)
     JOBS.mkdir(exist_ok=True)
     base = FIRST_ID + len([p for p in JOBS.iterdir() if "_" not in p.name and "." not in p.name])
-    array = re.search(r"^#SBATCH --array=(\d+)-(\d+)", text, re.M)
+    array = re.search(r"^#SBATCH --array=(\d+)-(\d+)", text, re.MULTILINE)
     tasks = range(int(array[1]), int(array[2]) + 1) if array else [None]
     for k, task in enumerate(tasks):
         job = str(base) if task is None else f"{base}_{task}"
-        env = dict(os.environ, SLURM_JOB_ID=str(base + k + (1 if array else 0)), SLURM_NTASKS="1", SLURM_JOB_NUM_NODES="1", SLURM_NODEID="0",
+        env = dict(os.environ, SLURM_JOB_ID=str(base + k + (1 if array else 0)), SLURM_NTASKS="1",
+                   SLURM_JOB_NUM_NODES="1", SLURM_NODEID="0",
                    SLURM_JOB_NODELIST="localhost", SLURM_PROCID="0", SLURM_LOCALID="0", FAKE_SLURM_JOB=job)
         if array:
             env |= {"SLURM_ARRAY_JOB_ID": str(base), "SLURM_ARRAY_TASK_ID": str(task)}
         write_state(job, "PENDING")
-        subprocess.Popen([sys.executable, __file__, "_run", job, str(script)], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, __file__, "_run", job, str(script)], env=env, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if array:
         (JOBS / str(base)).write_text("ARRAY\n")
     print(f"Submitted batch job {base}")
@@ -81,20 +84,22 @@ def run(job: str, script: str) -> None:
 
 
 def srun(args: list[str]) -> None:
-    files = {}
-    while args[0].startswith("--"):
-        flag = args.pop(0)
-        if flag in ("--output", "--error"):
-            path = args.pop(0)
-            for k, v in (("%A", os.environ.get("SLURM_ARRAY_JOB_ID", "")), ("%a", os.environ.get("SLURM_ARRAY_TASK_ID", "")), ("%j", os.environ["SLURM_JOB_ID"]), ("%t", "0")):
-                path = path.replace(k, v)
-            files[flag] = open(path, "a")
-    # As srun does, pass signals on to the task; `scancel --signal` signals this step, not the batch script.
-    proc = subprocess.Popen(args, stdout=files.get("--output"), stderr=files.get("--error"))
-    (JOBS / f"{os.environ['FAKE_SLURM_JOB']}.step").write_text(str(os.getpid()))
-    for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
-        signal.signal(s, lambda signum, frame: proc.send_signal(signum))
-    sys.exit(proc.wait())
+    with contextlib.ExitStack() as opened:  # the task's output files, open until it ends
+        files = {}
+        while args[0].startswith("--"):
+            flag = args.pop(0)
+            if flag in ("--output", "--error"):
+                path = args.pop(0)
+                for k, v in (("%A", os.environ.get("SLURM_ARRAY_JOB_ID", "")), ("%a", os.environ.get("SLURM_ARRAY_TASK_ID", "")),
+                             ("%j", os.environ["SLURM_JOB_ID"]), ("%t", "0")):
+                    path = path.replace(k, v)
+                files[flag] = opened.enter_context(open(path, "a"))
+        # As srun does, pass signals on to the task; `scancel --signal` signals this step, not the batch script.
+        proc = subprocess.Popen(args, stdout=files.get("--output"), stderr=files.get("--error"))
+        (JOBS / f"{os.environ['FAKE_SLURM_JOB']}.step").write_text(str(os.getpid()))
+        for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+            signal.signal(s, lambda signum, frame: proc.send_signal(signum))
+        sys.exit(proc.wait())
 
 
 def jobs_of(ids: list[str]) -> list[str]:
@@ -159,7 +164,7 @@ def scontrol(args: list[str]) -> None:
         sys.exit(f"scontrol {' '.join(args)}: only `scontrol requeue <job>` is in this stand-in")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # called from inside the job: it is in the group it ends
     for job in jobs_of(args[1:]):
-        state, pgid = read_state(job)
+        _state, pgid = read_state(job)
         write_state(job, "REQUEUED", pgid)
         signal_job(job, signal.SIGTERM)
 
@@ -170,7 +175,8 @@ def install(bin_dir: Path) -> None:
     (bin_dir / "fake_slurm.py").write_text(Path(__file__).read_text())
     for name in ("sbatch", "srun", "sacct", "scancel", "scontrol"):
         path = bin_dir / name
-        path.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[1:1] = [{name!r}]\nrunpy.run_path({str(bin_dir / 'fake_slurm.py')!r}, run_name='__main__')\n")
+        path.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[1:1] = "
+                        f"[{name!r}]\nrunpy.run_path({str(bin_dir / 'fake_slurm.py')!r}, run_name='__main__')\n")
         path.chmod(0o755)
 
 

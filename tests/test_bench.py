@@ -47,7 +47,8 @@ def test_plain_loop_trains_mup_as_train_does(tmp_path):
     """The plain loop's µP job (initnorm's build and optimiser table, no second copy) ends where train() ends, bit for bit."""
     from initnorm.cli.train import train
 
-    overrides = ["experiment=mup_sweep", "param=mup", "width=64", "lr=0.03", "steps=15", "callbacks=none", "trainer.enable_progress_bar=false"]
+    overrides = ["experiment=mup_sweep", "param=mup", "width=64", "lr=0.03", "steps=15", "callbacks=none",
+                 "trainer.enable_progress_bar=false"]
     plain = plain_run(to_plain(compose_train(overrides)))
     job = train(compose_train(overrides), tmp_path)
     assert math.isfinite(plain["final_val_loss"]) and plain["final_val_loss"] == job["final_val_loss"]
@@ -56,7 +57,8 @@ def test_plain_loop_trains_mup_as_train_does(tmp_path):
 def test_smoke_run_appends_every_row(tmp_path):
     out = tmp_path / "RESULTS.md"
     out.write_text("# an earlier measured section\n")
-    r = run_cli("--sweeps", "7e,mup_mlp", "--flops", "--launchers", "plain,vectorized", "--steps", "3", "--set", "width=64", "--set", "lr=0.01",
+    r = run_cli("--sweeps", "7e,mup_mlp", "--flops", "--launchers", "plain,vectorized", "--steps", "3", "--set",
+                "width=64", "--set", "lr=0.01",
                 "--set", "seed=1", "--flops-seconds", "0.02", "--out", str(out), cwd=tmp_path, module="initnorm.bench")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     text = out.read_text()

@@ -60,7 +60,8 @@ def test_the_chapters_mup_reading(page):
     assert sp["64"] == [-7] * 3 and sp["256"] == [-8] * 3 and set(sp["1024"]) <= {-9, -10}
     # µP: every seed at 64, two of three at 256 (which seed, at what losses), two of three at 1,024, and the chapter's count.
     m = claim(page, r"Under µP it is 2\^-7 at width 64 in every seed and at width 256 in two seeds of three \(seed (\d) is best at 2\^-6: "
-                    r"(\d+(?:\.\d+)?) against (\d+(?:\.\d+)?) at 2\^-7\), and 2\^-6 in two seeds of three at 1,024 \(the chapter: two of three as well\)")
+                    r"(\d+(?:\.\d+)?) against (\d+(?:\.\d+)?) at 2\^-7\), and 2\^-6 in two seeds of three at 1,024 \(the chapter: two of "
+                    r"three as well\)")
     mup = {w: per_seed_best("chapter_mup", "final_loss", param="mup", width=w) for w in ("64", "256", "1024")}
     assert [b for b, _ in mup["64"].values()] == [-7] * 3
     assert [b for b, _ in mup["256"].values()].count(-7) == 2 and mup["256"][int(m[1])][0] == -6
@@ -73,13 +74,15 @@ def test_the_chapters_mup_reading(page):
     m = claim(page, r"SP's optimum falls (\d+(?:\.\d+)?) octaves from width 64 to 1,024 and costs (\d+(?:\.\d+)?) nats")
     sp1024 = transfer_row("chapter_mup", "sp", "1024")
     assert (f"{-sp1024['shift']:.2f}", f"{sp1024['penalty']:.2f}") == (m[1], m[2])
-    m = claim(page, r"µP's rises (\d+(?:\.\d+)?) octaves, just past the ±0.5-octave threshold, and costs (\d+(?:\.\d+)?) nats, under the 0.01-nat one: borderline")
+    m = claim(page, r"µP's rises (\d+(?:\.\d+)?) octaves, just past the ±0.5-octave threshold, and costs (\d+(?:\.\d+)?) nats, under the "
+                    r"0.01-nat one: borderline")
     mup1024 = transfer_row("chapter_mup", "mup", "1024")
     assert (f"{mup1024['shift']:.2f}", f"{mup1024['penalty']:.3f}") == (m[1], m[2]) and 0.5 < mup1024["shift"] and mup1024["penalty"] < 0.01
     assert "- µP borderline:" in (RESULTS / "chapter_mup" / "summary.md").read_text(encoding="utf-8")
     # Seed 0 against the chapter's page, and the chapter's own spread over its seeds.
     claim(page, r"Our seed-0 losses sit 0.02-0.06 above the chapter's at every width")
-    gaps = [per_seed_best("chapter_mup", "final_loss", param=p, width=str(w))[0][1] - ref.CHAPTER_MUP[(p, w)][1] for p in ("sp", "mup") for w in (64, 256, 1024)]
+    gaps = [per_seed_best("chapter_mup", "final_loss", param=p,
+                          width=str(w))[0][1] - ref.CHAPTER_MUP[(p, w)][1] for p in ("sp", "mup") for w in (64, 256, 1024)]
     assert 0.015 <= min(gaps) and max(gaps) < 0.065, gaps
     m = claim(page, r"the chapter's own three seeds at width 1,024 spread by (\d+(?:\.\d+)?) \(SP\) and (\d+(?:\.\d+)?) \(µP\) nats")
     spread = [max(v) - min(v) for v in (ref.CHAPTER_SEEDS[f"Width 1024 under {p}, best loss"][3] for p in ("SP", "muP"))]
@@ -88,7 +91,8 @@ def test_the_chapters_mup_reading(page):
 
 def test_the_chapter_page_says_what_the_numbers_say():
     claim("docs/chapter.md", r"the wide MLP's losses, which are 0.02-0.06 higher here at every width at seed 0")
-    m = claim("docs/chapter.md", r"the chapter's own three seeds at width 1,024 spread by (\d+(?:\.\d+)?) \(SP\) and (\d+(?:\.\d+)?) \(µP\) nats")
+    m = claim("docs/chapter.md", r"the chapter's own three seeds at width 1,024 spread by (\d+(?:\.\d+)?) \(SP\) and (\d+(?:\.\d+)?) "
+                                 r"\(µP\) nats")
     spread = [max(v) - min(v) for v in (ref.CHAPTER_SEEDS[f"Width 1024 under {p}, best loss"][3] for p in ("SP", "muP"))]
     assert [f"{s:.3f}" for s in spread] == [m[1], m[2]]
     for page in ("docs/chapter.md", "results/README.md", "results/chapter_mup/NOTES.md", "results/chapter_deep_mlp/NOTES.md"):
@@ -105,7 +109,8 @@ def test_the_sp_coordinate_check_factor(page):
 
 
 def test_the_depth_readings():
-    m = claim("results/README.md", r"its last residual stream moves (\d+(?:\.\d+)?)x more at 32 blocks than at 2 \((\d+(?:\.\d+)?) -> (\d+(?:\.\d+)?);")
+    m = claim("results/README.md", r"its last residual stream moves (\d+(?:\.\d+)?)x more at 32 blocks than at 2 \((\d+(?:\.\d+)?) -> "
+                                   r"(\d+(?:\.\d+)?);")
     stream = coord("deck_7d_depth", "mup", "stream/last")
     assert (f"{stream[32] / stream[2]:.1f}", f"{stream[2]:.2f}", f"{stream[32]:.1f}") == (m[1], m[2], m[3])
     claim("results/README.md", r"Under µP the best base rate falls as the model deepens, 2\^-5 at 2 and 4 blocks, 2\^-6 at 8, 2\^-7 at 16")
@@ -113,14 +118,17 @@ def test_the_depth_readings():
     assert [best[d][0] for d in ("2", "4", "8", "16")] == [-5, -5, -6, -7]
     m = claim("results/README.md", r"\((\d+(?:\.\d+)?) at 2 blocks, (\d+(?:\.\d+)?) at 16\)")
     assert (f"{best['2'][1]:.3f}", f"{best['16'][1]:.3f}") == (m[1], m[2])
-    m = claim("results/README.md", r"CompleteP goes from (\d+(?:\.\d+)?) \(2 blocks\) to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?) \(16 blocks\), depth-µP to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?)")
+    m = claim("results/README.md", r"CompleteP goes from (\d+(?:\.\d+)?) \(2 blocks\) to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and "
+                                   r"(\d+(?:\.\d+)?) \(16 blocks\), depth-µP to (\d+(?:\.\d+)?), (\d+(?:\.\d+)?) and (\d+(?:\.\d+)?)")
     for param, got in (("completep", m.groups()[1:4]), ("depth_mup", m.groups()[4:7])):
-        assert tuple(f"{per_seed_best('depth_transfer', 'final_val_loss', param=param, depth=d)[1][1]:.3f}" for d in ("4", "8", "16")) == got
+        best = (per_seed_best("depth_transfer", "final_val_loss", param=param, depth=d)[1][1] for d in ("4", "8", "16"))
+        assert tuple(f"{b:.3f}" for b in best) == got
 
 
 def test_the_parameterisation_page_quotes_deck_7e():
     text = prose("docs/parameterisations.md")
-    rows = re.findall(r"\| (0.01|0.03|0.1) \| [\d.]+ ± [\d.]+ \| (\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?) \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\) \|", text)
+    rows = re.findall(r"\| (0.01|0.03|0.1) \| [\d.]+ ± [\d.]+ \| (\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?) \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?), "
+                      r"(\d+(?:\.\d+)?)\) \|", text)
     assert [r[0] for r in rows] == ["0.01", "0.03", "0.1"], rows
     for lr, mean, sd, *seeds in rows:
         v = [r["final_val_loss"] for r in sorted(read_runs_csv(RESULTS / "deck_7e"), key=lambda r: r["seed"])
@@ -138,21 +146,24 @@ def test_the_transfer_pages_worked_example():
         if line.startswith(("- SP ", "- µP ")):
             assert line in summary, line  # the verdict lines it quotes
     sp, base = transfer_row("chapter_mup", "sp", "1024"), transfer_row("chapter_mup", "sp", "64")
-    m = claim(page, r"(\d+(?:\.\d+)?) octaves from 64 to 1024. Training width 1024 at width 64's best rate costs (\d+(?:\.\d+)?) nats, (\w+) times the whole gain from width \((\d+(?:\.\d+)?) → (\d+(?:\.\d+)?)\)")
+    m = claim(page, r"(\d+(?:\.\d+)?) octaves from 64 to 1024. Training width 1024 at width 64's best rate costs (\d+(?:\.\d+)?) nats, "
+                    r"(\w+) times the whole gain from width \((\d+(?:\.\d+)?) → (\d+(?:\.\d+)?)\)")
     gain = base["best_loss"] - sp["best_loss"]
     assert (f"{-sp['shift']:.2f}", f"{sp['penalty']:.2f}", f"{base['best_loss']:.3f}", f"{sp['best_loss']:.3f}") == (m[1], m[2], m[4], m[5])
     assert m[3] == "three" and round(sp["penalty"] / gain) == 3
     mup = transfer_row("chapter_mup", "mup", "1024")
-    m = claim(page, r"Under µP the optimum rises (\d+(?:\.\d+)?) octaves \(interval \+(\d+(?:\.\d+)?) to \+(\d+(?:\.\d+)?)\), just past the half-octave threshold, "
+    m = claim(page, r"Under µP the optimum rises (\d+(?:\.\d+)?) octaves \(interval \+(\d+(?:\.\d+)?) to \+(\d+(?:\.\d+)?)\), just past "
+                    r"the half-octave threshold, "
                     r"and training width 1024 at width 64's rate costs (\d+(?:\.\d+)?) nats")
     assert (f"{mup['shift']:.2f}", f"{mup['shift_lo']:.2f}", f"{mup['shift_hi']:.2f}", f"{mup['penalty']:.3f}") == m.groups()
 
 
 @pytest.mark.parametrize("page", ["results/README.md", "results/depth_transfer/NOTES.md"])
 def test_the_depth_transfer_verdicts(page):
-    m = claim(page, r"transfers to 16 under CompleteP \(its optimum moves (\d+(?:\.\d+)?) octaves at most, costing (\d+(?:\.\d+)?) nats at most\), "
-                    r"is borderline under depth-µP \(it rises (\d+(?:\.\d+)?) octaves by 16 blocks, within the half-octave threshold, but the 2-block rate "
-                    r"costs (\d+(?:\.\d+)?) nats there, past the 0.01-nat one\) and does not transfer under µP \(it falls (\d+(?:\.\d+)?) octaves and costs (\d+(?:\.\d+)?) nats\)")
+    m = claim(page, r"transfers to 16 under CompleteP \(its optimum moves (\d+(?:\.\d+)?) octaves at most, costing (\d+(?:\.\d+)?) nats at "
+                    r"most\), is borderline under depth-µP \(it rises (\d+(?:\.\d+)?) octaves by 16 blocks, within the half-octave "
+                    r"threshold, but the 2-block rate costs (\d+(?:\.\d+)?) nats there, past the 0.01-nat one\) and does not transfer "
+                    r"under µP \(it falls (\d+(?:\.\d+)?) octaves and costs (\d+(?:\.\d+)?) nats\)")
     with open(RESULTS / "depth_transfer" / "transfer.csv", newline="", encoding="utf-8") as f:
         rows = {(r["param"], r["size"]): r for r in csv.DictReader(f)}
     complete = [rows[("completep", d)] for d in ("4", "8", "16")]

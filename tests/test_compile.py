@@ -16,7 +16,8 @@ from initnorm.training.compiling import ALONE_FROM, COMPILE_CACHE, GROUP_FROM, s
 from tests.conftest import ROOT, compose_cfg
 
 # 12 steps, validation every 4, per-layer statistics (forward hooks) at steps 0, 5 and 10; a small Decoder compiles faster.
-RUN = ["steps=12", "trainer.val_check_interval=4", "log_every=2", "~callbacks.progress", "~callbacks.diagnostics", "trainer.enable_progress_bar=false",
+RUN = ["steps=12", "trainer.val_check_interval=4", "log_every=2", "~callbacks.progress", "~callbacks.diagnostics",
+       "trainer.enable_progress_bar=false",
        "callbacks.stats.every_n_steps=5", "depth=1", "width=8"]
 
 

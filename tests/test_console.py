@@ -14,7 +14,8 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert out.startswith("initnorm-train: train a tiny model")
-    order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==", "norm_type: layernorm, none, rmsnorm")]
+    order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==",
+                                    "norm_type: layernorm, none, rmsnorm")]
     assert order == sorted(order)
     launchers = out[out.index("== Launchers"):out.index("== Configuration groups")]
     assert all(f"hydra/launcher={name}" in launchers for name in ("local_parallel", "vectorized", "slurm")), launchers
@@ -24,16 +25,20 @@ def test_every_command_answers_help_with_its_usage(tmp_path):
     for module in ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce"):
         for flag in ("--help", "-h"):
             proc = run_cli(flag, module=module, cwd=tmp_path)
-            assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag, proc.stdout[:300], proc.stderr[-300:])
+            assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag,
+                                                                                                   proc.stdout[:300], proc.stderr[-300:])
             assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
     coord = run_cli("--help", module="initnorm.coord_check", cwd=tmp_path).stdout
-    assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord and "Anything after -- is a training-config override" in coord
+    assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord
+    assert "Anything after -- is a training-config override" in coord
 
 
 def test_the_terminal_summary_ends_with_the_transfer_verdicts(tmp_path):
-    table = "| a |\n|---|\n| 1 |\n\n![x](x.png)\n\n## Learning-rate transfer\n\n- SP does not transfer: ...\n- µP borderline: ...\n\n| setting | width |\n|---|---|\n"
+    table = ("| a |\n|---|\n| 1 |\n\n![x](x.png)\n\n## Learning-rate transfer\n\n- SP does not transfer: ...\n- µP borderline: ...\n\n"
+             "| setting | width |\n|---|---|\n")
     text = console.summary_text(tmp_path, table)
-    assert text.startswith("| a |") and "- SP does not transfer: ...\n- µP borderline: ..." in text and "| setting |" not in text and "![" not in text
+    assert text.startswith("| a |") and "- SP does not transfer: ...\n- µP borderline: ..." in text
+    assert "| setting |" not in text and "![" not in text
 
 
 def test_tab_completion_installs_in_bash(tmp_path):

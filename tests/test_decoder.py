@@ -1,10 +1,10 @@
 import pytest
 import torch
 
+from initnorm.config import to_plain
 from initnorm.models.build import build_model
 from initnorm.models.decoder import sinusoidal
 from tests.conftest import compose_cfg
-from initnorm.config import to_plain
 
 
 def built(*overrides, vocab=28):

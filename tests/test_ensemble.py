@@ -4,6 +4,7 @@ its job alone does (every family, µP members included), divergence and resume a
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,8 @@ import torch
 
 from initnorm.config import to_plain
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
-from initnorm.training.optim import schedule_factor
 from initnorm.training.group import Member, group_key, parameter_count, train_group, why_alone
-from dataclasses import dataclass
-
+from initnorm.training.optim import schedule_factor
 from initnorm.training.vec_optim import VecOptimizer
 from tests.conftest import compose_cfg, run_cli
 
@@ -35,14 +34,16 @@ class MemberHyper:
 def from_hypers(kind: str, flat: torch.Tensor, hypers, lr_mult: torch.Tensor, decayed: torch.Tensor) -> VecOptimizer:
     """Members described by numbers, ``flat`` [E, N]: lr x ``lr_mult`` per element, decay on ``decayed`` elements (adam: none)."""
     E, N = flat.shape
-    col = lambda values: torch.tensor(list(values), dtype=torch.float64).unsqueeze(1)  # noqa: E731
+    col = lambda values: torch.tensor(list(values), dtype=torch.float64).unsqueeze(1)
     rates = col([h.lr for h in hypers]) * lr_mult.to(torch.float64)
-    wd = torch.where(decayed.unsqueeze(0), col([0.0 if kind == "adam" else h.weight_decay for h in hypers]), torch.zeros((), dtype=torch.float64))
+    wd = torch.where(decayed.unsqueeze(0), col([0.0 if kind == "adam" else h.weight_decay for h in hypers]),
+                     torch.zeros((), dtype=torch.float64))
     eps = col([h.eps for h in hypers]).expand_as(rates)
     member = torch.arange(E).unsqueeze(1).expand(E, N)
     keys, seg = torch.unique(torch.stack([member.double(), rates, wd, eps], -1).view(-1, 4), dim=0, return_inverse=True)
     betas = torch.tensor([list(h.betas) for h in hypers], dtype=torch.float64)
-    return VecOptimizer(kind, flat, seg.view(E, N), keys[:, 0].long(), keys[:, 1], keys[:, 2], keys[:, 3], betas, torch.tensor([h.momentum for h in hypers]))
+    return VecOptimizer(kind, flat, seg.view(E, N), keys[:, 0].long(), keys[:, 1], keys[:, 2], keys[:, 3], betas,
+                        torch.tensor([h.momentum for h in hypers]))
 
 
 # ------------------------------------------------------------------------------------------ the optimiser
@@ -73,7 +74,8 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
     flat = torch.stack([torch.cat([p.flatten() for p in ps]) for ps in start])
     sizes = [math.prod(s) for s in shapes]
     N = sum(sizes)
-    columns = [{id(p): (e * N + sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for e, params in enumerate(separate)]  # rows of flat
+    # rows of flat
+    columns = [{id(p): (e * N + sum(sizes[:i]), sizes[i]) for i, p in enumerate(params)} for e, params in enumerate(separate)]
     vec = VecOptimizer.from_torch(flat, [opt for opt, _ in refs], columns)  # the numbers of each member's own optimiser
     for step in range(steps):
         grads = [[torch.randn(s) for s in shapes] for _ in hypers]
@@ -92,7 +94,8 @@ def test_vectorised_step_is_torch_optim_on_separate_tensors(kind):
 
 def test_a_frozen_member_keeps_its_parameters_and_state():
     flat = torch.randn(2, 6)
-    vec = from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64), torch.ones(6, dtype=torch.bool))
+    vec = from_hypers("adamw", flat, [MemberHyper(lr=0.1), MemberHyper(lr=0.1)], torch.ones(2, 6, dtype=torch.float64),
+                      torch.ones(6, dtype=torch.bool))
     before = flat.clone()
     vec.step(torch.randn(2, 6), torch.ones(2, dtype=torch.float64), active=torch.tensor([True, False]))
     assert torch.equal(flat[1], before[1]) and not torch.equal(flat[0], before[0])
@@ -103,7 +106,8 @@ def test_a_frozen_member_keeps_its_parameters_and_state():
 
 FAMILIES = {
     # family: (shared overrides, per-member overrides): seeds, lrs, warmups and µP multipliers differ in one group
-    "decoder": (["width=32", "log_every=1"], [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"], ["seed=3", "param=mup", "schedule=constant"]]),
+    "decoder": (["width=32", "log_every=1"], [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"],
+                                              ["seed=3", "param=mup", "schedule=constant"]]),
     "deep_mlp": (["experiment=deep_mlp_train", "width=32", "depth=4", "model.mup.base_width=16"],
                  [["seed=0", "lr=0.003"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
     "char_mlp": (["experiment=regularization", "width=64", "trainer.val_check_interval=25", "model.mup.base_width=32"],
@@ -172,7 +176,8 @@ def test_groups_are_split_by_shape_and_lone_jobs_named():
 def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
     base = ["steps=40", "trainer.val_check_interval=20", "log_every=1", "checkpoint.every_n_steps=0", *QUIET]
     ok = [Member(to_plain(compose_cfg(*base, "seed=1")), tmp_path / "ok")]
-    mixed = [Member(to_plain(compose_cfg(*base, "seed=1")), tmp_path / "m0"), Member(to_plain(compose_cfg(*base, "seed=2", "lr=1e6")), tmp_path / "m1")]
+    mixed = [Member(to_plain(compose_cfg(*base, "seed=1")), tmp_path / "m0"),
+             Member(to_plain(compose_cfg(*base, "seed=2", "lr=1e6")), tmp_path / "m1")]
     alone, (good, bad) = train_group(ok)[0], train_group(mixed)
     assert bad["diverged"] and 0 < bad["diverged_step"] < 40 and math.isnan(bad["final_val_loss"]) and bad["steps"] == bad["diverged_step"]
     assert not good["diverged"] and good["steps"] == 40
@@ -182,7 +187,8 @@ def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
 
 
 def test_resumed_group_ends_bit_for_bit_as_an_uninterrupted_one(tmp_path):
-    base = ["steps=30", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10", "callbacks=default", "~callbacks.diagnostics", *QUIET[1:]]
+    base = ["steps=30", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10", "callbacks=default",
+            "~callbacks.diagnostics", *QUIET[1:]]
     variants = [["seed=1"], ["seed=2", "lr=0.03", "warmup=5"]]
 
     def members(where):
@@ -199,8 +205,10 @@ def test_resumed_group_ends_bit_for_bit_as_an_uninterrupted_one(tmp_path):
 
 
 def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
-    args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
-            "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5",
+            "trainer.enable_progress_bar=false",
+            "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = run_cli(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     sweep = tmp_path / "sweep"
@@ -218,7 +226,8 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     acc = EventAccumulator(str(next(job.rglob("events.out.tfevents.*")).parent))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/", "eff_lr/", "eps_frac/", "sigma_w/", "sigma_dw/"):
+    for prefix in (TRAIN_LOSS, LEARNING_RATE, VAL_LOSS, "act_rms/", "grad_norm/", "grad_rms/", "update_ratio/", "eff_lr/",
+                   "eps_frac/", "sigma_w/", "sigma_dw/"):
         assert any(t.startswith(prefix) for t in tags), prefix
     # metrics.json: every key a job alone writes (the same record, training/record.py), and the group's own numbers
     alone = run_cli("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
@@ -237,8 +246,10 @@ def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
 
     env = slurm_env(tmp_path)
     sweep = tmp_path / "sweep"
-    args = ["-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none", "trainer.enable_progress_bar=false",
-            "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", "hydra.launcher.slurm.partition=tiny", "hydra.launcher.slurm.mem_gb=2",
+    args = ["-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none",
+            "trainer.enable_progress_bar=false",
+            "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", "hydra.launcher.slurm.partition=tiny",
+            "hydra.launcher.slurm.mem_gb=2",
             f"hydra.sweep.dir={sweep}"]
     proc = run_cli(*args, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -267,13 +278,15 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
     with pytest.raises(NotStackable, match="cannot run over stacked members") as caught:
         build_group(members)[0].check_forward()
     assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
-    assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]  # nothing written: the launcher runs them alone
+    # nothing written: the launcher runs them alone
+    assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]
 
 
 def test_the_default_callbacks_and_the_coordinate_check_stack():
     c = to_plain(compose_cfg())
     assert "diagnostics" in c["callbacks"] and why_alone(c) is None  # the default sweep stacks, diagnostics included
-    coord = [to_plain(compose_cfg("experiment=coord_check", "width=64", f"param={p}", f"seed={s}")) for p in ("sp", "mup") for s in (1, 2, 3)]
+    coord = [to_plain(compose_cfg("experiment=coord_check", "width=64", f"param={p}",
+                                  f"seed={s}")) for p in ("sp", "mup") for s in (1, 2, 3)]
     assert all(why_alone(c) is None for c in coord)
     assert len({group_key(c) for c in coord}) == 1  # param and seed are the check's labels, not shapes
     assert group_key(coord[0]) != group_key(to_plain(compose_cfg("experiment=coord_check", "width=32")))

@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from initnorm.errors import ConfigError
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.train import main as cli
+from initnorm.errors import ConfigError
 from tests.conftest import TINY, run_cli
 
 MLP = ["model=char_mlp", "data=char_windows"]
@@ -40,7 +40,8 @@ CASES = {
     "unknown compile": (["compile=maybe"], ["compile='maybe'", "auto, true, false", "`compile=auto`"]),
     "dropout negative": ([*MLP, "model.dropout=-0.1"], ["model.dropout=-0.1", "[0, 1)", "`model.dropout=0.2`"]),
     "dropout one": ([*MLP, "model.dropout=1.0"], ["model.dropout=1.0", "[0, 1)", "`model.dropout=0.2`"]),
-    "user init does not import": (["init=custom", "init.fn=nowhere.inits.fancy"], ["init.fn='nowhere.inits.fancy'", "does not import", "`init.fn=module.function`"]),
+    "user init does not import": (["init=custom", "init.fn=nowhere.inits.fancy"],
+                                  ["init.fn='nowhere.inits.fancy'", "does not import", "`init.fn=module.function`"]),
     "user init not callable": (["init=custom", "init.fn=math.pi"], ["init.fn='math.pi'", "no callable 'pi'", "`init.fn=module.function`"]),
     "corpus path missing": (["data.path=/no/such/text.txt"], ["data.path='/no/such/text.txt'", "does not exist", "`data.path="]),
     "context beyond position table": (["data.context=100"], ["data.context=100", "model.max_context=64", "`model.max_context=100`"]),
@@ -68,7 +69,8 @@ def test_each_bad_value_is_one_line_with_the_fix(name):
 
 def test_a_good_sweep_passes_every_job(tmp_path):
     jobs = check_command_line(["-m", "norm=pre,post", "seed=1,2", f"hydra.sweep.dir={tmp_path}"])
-    assert [j.folder.relative_to(tmp_path).as_posix() for j in jobs] == ["norm=pre/seed=1", "norm=pre/seed=2", "norm=post/seed=1", "norm=post/seed=2"]
+    assert [j.folder.relative_to(tmp_path).as_posix() for j in jobs] == ["norm=pre/seed=1", "norm=pre/seed=2",
+                                                                         "norm=post/seed=1", "norm=post/seed=2"]
     assert all(j.prior.finished is None and j.prior.checkpoint is None for j in jobs)
 
 
@@ -96,7 +98,8 @@ def test_cli_exit_status_one_line_no_traceback(tmp_path):
     one job of a sweep (nothing trains: no job folder appears)."""
     unknown = run_cli("init=xavir", *TINY, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert unknown.returncode == 2
-    assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()] and unknown.stderr.startswith("error: unknown option init='xavir'; known: custom, gpt2,")
+    assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()]
+    assert unknown.stderr.startswith("error: unknown option init='xavir'; known: custom, gpt2,")
     assert "Traceback" not in unknown.stderr + unknown.stdout and not (tmp_path / "run").exists()
 
     sweep = run_cli("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)

@@ -83,14 +83,16 @@ class Watch(L.Callback):
         from initnorm.callbacks.members import members_of
 
         view = members_of(pl_module, trainer)
-        rows = [{"E": view.E, "folder": str(f), "seed": (c or {}).get("seed"), "grad_names": len(view.grads())} for f, c in zip(view.folders, view.configs)]
+        rows = [{"E": view.E, "folder": str(f), "seed": (c or {}).get("seed"), "grad_names": len(view.grads())}
+                for f, c in zip(view.folders, view.configs)]
         Path(self.out).with_name(f"{Path(self.out).name}.{os.getpid()}.{view.E}.json").write_text(json.dumps(rows))
 
 
 def test_a_users_own_callback_runs_in_a_group_and_sees_every_member(tmp_path):
     out = tmp_path / "seen"
     proc = run_cli("-m", "seed=1,2,3", "steps=5", "callbacks=none", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
-                   "+callbacks.watch._target_=tests.test_group_engine.Watch", f"+callbacks.watch.out={out}", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+                   "+callbacks.watch._target_=tests.test_group_engine.Watch", f"+callbacks.watch.out={out}",
+                   f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = [json.loads(p.read_text()) for p in tmp_path.glob("seen.*.json")]
     assert len(seen) == 1 and [r["seed"] for r in seen[0]] == [1, 2, 3] and {r["E"] for r in seen[0]} == {3}
@@ -100,7 +102,8 @@ def test_a_users_own_callback_runs_in_a_group_and_sees_every_member(tmp_path):
 def test_a_job_checkpointed_in_a_group_resumes_alone_bit_for_bit(tmp_path, uninterrupted):
     """Stopped as a member of a group, rerun with the basic launcher: each job resumes from its own checkpoint as a group of one."""
     sweep = tmp_path / "sweep"
-    first = run_cli(*BASE, "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", *stop_at(tmp_path, 25, signal.SIGTERM, "self"), cwd=tmp_path)
+    first = run_cli(*BASE, "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}",
+                    *stop_at(tmp_path, 25, signal.SIGTERM, "self"), cwd=tmp_path)
     assert first.returncode == 143, first.stderr[-2000:]
     basic = [a for a in BASE if not a.startswith("hydra/launcher") and not a.startswith("hydra.launcher")]
     second = run_cli(*basic, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
@@ -117,7 +120,8 @@ def small_disk(tmp_path):
     """A 400 KB tmpfs (root only; skipped elsewhere)."""
     where = tmp_path / "disk"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(where)], capture_output=True).returncode:
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(where)],
+                                           capture_output=True).returncode:
         pytest.skip("needs root to mount a small tmpfs")
     try:
         yield where
@@ -126,7 +130,8 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk):
-    proc = run_cli("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized", "hydra.launcher.max_group=2",
+    proc = run_cli("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized",
+                   "hydra.launcher.max_group=2",
                    f"hydra.sweep.dir={small_disk / 'sweep'}", cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()

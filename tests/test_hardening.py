@@ -66,7 +66,8 @@ def test_an_exception_in_a_check_is_still_one_line(monkeypatch):
 
 def test_a_relative_data_path_works_in_every_job_of_a_sweep(tmp_path):
     (tmp_path / "plain.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    run = run_cli("-m", "seed=1,2", "data=text", "data.path=plain.txt", *TINY, "steps=10", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    run = run_cli("-m", "seed=1,2", "data=text", "data.path=plain.txt", *TINY, "steps=10",
+                  f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     records = results.read_metrics(tmp_path / "sweep")
     assert [r["status"] for r in records] == ["finished", "finished"]
@@ -257,7 +258,8 @@ def test_an_unwritable_output_folder_is_one_line_naming_it(tmp_path, monkeypatch
 
     monkeypatch.setattr(disk.tempfile, "mkstemp", read_only)
     line = refused(["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep"])
-    assert line == f"cannot write in {tmp_path} (Read-only file system); free space, fix its permissions, or pick another folder with `hydra.sweep.dir=/a/writable/folder`"
+    assert line == (f"cannot write in {tmp_path} (Read-only file system); free space, fix its permissions, or pick another folder with "
+                    "`hydra.sweep.dir=/a/writable/folder`")
 
 
 def test_a_full_disk_mid_sweep_stops_with_one_line_and_keeps_what_finished(tmp_path):
@@ -270,7 +272,8 @@ def test_a_full_disk_mid_sweep_stops_with_one_line_and_keeps_what_finished(tmp_p
     assert "Traceback" not in run.stderr
     assert json.loads((sweep / "default" / "seed=1" / "metrics.json").read_text())["status"] == "finished"
     assert not (sweep / "default" / "seed=2" / "metrics.json").exists() and not (sweep / "default" / "seed=3").exists()
-    assert "1 of 2 jobs finished; missing: default/seed=2 (no metrics.json)." in (sweep / "summary.md").read_text()  # the job the disk stopped
+    # the job the disk stopped
+    assert "1 of 2 jobs finished; missing: default/seed=2 (no metrics.json)." in (sweep / "summary.md").read_text()
     assert "resume with: python -m initnorm.train" in run.stderr
     empty = [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0 and p.suffix != ".log"]  # Hydra's job log may be empty
     assert empty == []

@@ -26,7 +26,6 @@ from initnorm.training.resume import inspect_folder
 from tests.conftest import ROOT, TINY, run_cli
 from tests.test_hardening import refused
 
-
 # ---- launcher values: one line from the preflight, before multirun.yaml or any folder
 
 
@@ -46,13 +45,15 @@ from tests.test_hardening import refused
 ])
 def test_launcher_values_are_refused_before_any_folder(tmp_path, monkeypatch, launcher, value, says):
     monkeypatch.chdir(tmp_path)
-    line = refused(["-m", "seed=1,2", f"hydra/launcher={launcher}", *f"hydra.launcher.{value}".split(), f"hydra.sweep.dir={tmp_path}/sweep"])
+    line = refused(["-m", "seed=1,2", f"hydra/launcher={launcher}", *f"hydra.launcher.{value}".split(),
+                    f"hydra.sweep.dir={tmp_path}/sweep"])
     assert says in line and "fix it with `hydra.launcher." in line, line
     assert os.listdir(tmp_path) == []
 
 
 def test_a_vectorised_launchers_slurm_keys_count_only_for_engine_submitit(tmp_path):
-    check_command_line(["-m", "seed=1,2", "threads=0", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])  # slurm.cpus_per_task=0
+    # threads=0 makes slurm.cpus_per_task=0
+    check_command_line(["-m", "seed=1,2", "threads=0", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])
     assert "hydra.launcher.slurm.cpus_per_task=0 is invalid" in refused(
         ["-m", "seed=1,2", "threads=0", "hydra/launcher=vectorized", "hydra.launcher.engine=submitit", f"hydra.sweep.dir={tmp_path}/sweep"])
 
@@ -99,7 +100,8 @@ def session_processes(sid: int) -> list[str]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_the_preflight_leaves_no_process(tmp_path, signum):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "initnorm.train", "-m", "seed=range(1,60)", "steps=1", "callbacks=none", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"]
+    argv = [sys.executable, "-m", "initnorm.train", "-m", "seed=range(1,60)", "steps=1", "callbacks=none", "hydra/launcher=vectorized",
+            f"hydra.sweep.dir={tmp_path}/sweep"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 30
@@ -134,7 +136,8 @@ def test_a_full_disk_while_the_summary_is_written_is_one_line_and_exit_1(tmp_pat
 
     from initnorm.cli import sweep
 
-    results.write_metrics(tmp_path / "seed=1", {"status": "finished", "seed": 1, "overrides": {"seed": "1"}, "swept": ["seed"], "final_val_loss": 2.0})
+    results.write_metrics(tmp_path / "seed=1", {"status": "finished", "seed": 1, "overrides": {"seed": "1"},
+                                                "swept": ["seed"], "final_val_loss": 2.0})
 
     def full(path, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
@@ -176,7 +179,8 @@ def test_tensorboards_writer_thread_is_quiet_about_a_full_disk(monkeypatch):
 
 
 def good(seed: int) -> dict:
-    return {"status": "finished", "seed": seed, "overrides": {"seed": str(seed)}, "swept": ["seed"], "diverged": False, "final_val_loss": 2.0, "job_num": seed - 1}
+    return {"status": "finished", "seed": seed, "overrides": {"seed": str(seed)}, "swept": ["seed"], "diverged": False,
+            "final_val_loss": 2.0, "job_num": seed - 1}
 
 
 @pytest.fixture
@@ -325,11 +329,13 @@ def test_the_transfer_reports_the_measured_best_loss_on_an_uneven_grid():
     assert "| 2.780 |" in table and f"{base.fit.loss:.3f}" not in table and "lowest seed-mean measured" in table
     csv_row = transfer.render_csv(rows).splitlines()[1].split(",")
     header = transfer.render_csv(rows).splitlines()[0].split(",")
-    assert float(csv_row[header.index("best_loss")]) == pytest.approx(2.78) and float(csv_row[header.index("fitted_loss")]) == pytest.approx(base.fit.loss)
+    assert float(csv_row[header.index("best_loss")]) == pytest.approx(2.78)
+    assert float(csv_row[header.index("fitted_loss")]) == pytest.approx(base.fit.loss)
 
 
 def record(lr: float, width: int, seed: int, diverged: bool) -> dict:
-    return {"status": "finished", "seed": seed, "overrides": {"lr": str(lr), "width": str(width), "seed": str(seed)}, "swept": ["lr", "width", "seed"],
+    return {"status": "finished", "seed": seed, "overrides": {"lr": str(lr), "width": str(width), "seed": str(seed)},
+            "swept": ["lr", "width", "seed"],
             "diverged": diverged, "diverged_step": 3 if diverged else None, "final_loss": float("nan") if diverged else 2.0,
             "summary_metrics": ["final_loss"], "job_num": 0}
 
@@ -376,8 +382,9 @@ def test_an_init_that_changes_a_shape_is_one_line_naming_the_parameter():
 def test_a_second_command_on_a_folder_in_use_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path):
     from initnorm.cli import lock
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[2]); from initnorm.cli import lock; "
-                               "lock.claim(sys.argv[1], 'hydra.sweep.dir'); print('held', flush=True); time.sleep(60)", str(tmp_path / "sweep"), str(ROOT)],
+    holder = subprocess.Popen([sys.executable, "-c", ("import sys, time; sys.path.insert(0, sys.argv[2]); from initnorm.cli import lock; "
+                               "lock.claim(sys.argv[1], 'hydra.sweep.dir'); print('held', flush=True); time.sleep(60)"),
+                               str(tmp_path / "sweep"), str(ROOT)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -414,7 +421,8 @@ def small_disk(tmp_path):
     """A 200 kB tmpfs (root only): a disk that fills during a short sweep, for real."""
     folder = tmp_path / "full"
     folder.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)], capture_output=True).returncode != 0:
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
         pytest.skip("needs root and mount for a small tmpfs")
     yield folder
     subprocess.run(["umount", "-l", str(folder)], capture_output=True)

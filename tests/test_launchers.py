@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from hydra.core.global_hydra import GlobalHydra
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 from initnorm.cli.sweep import register_resolvers, unique_dir
 from tests.conftest import CONF, ROOT, TINY
@@ -19,7 +19,8 @@ SWEEP = ["-m", "norm=pre,post", "seed=1,2", *TINY]
 
 def start(*args: str, cwd, env=None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "initnorm.train", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-m", "initnorm.train", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc: subprocess.Popen, timeout: int = 240) -> str:
@@ -93,7 +94,8 @@ def test_slurm_launcher_submits_what_its_config_says(tmp_path):
             "hydra.launcher.timeout_min=20", "hydra.launcher.mem_gb=3", "hydra.launcher.gpus_per_node=1", "threads=2"]
     finish(start(*args, cwd=tmp_path, env=env))
     script = (tmp_path / "bin" / "submitted.sh").read_text()
-    for line in ["--partition=tiny_gpu", "--time=20", "--mem=3GB", "--gpus-per-node=1", "--cpus-per-task=2", "--ntasks-per-node=1", "--array=0-1%2"]:
+    for line in ["--partition=tiny_gpu", "--time=20", "--mem=3GB", "--gpus-per-node=1", "--cpus-per-task=2",
+                 "--ntasks-per-node=1", "--array=0-1%2"]:
         assert f"#SBATCH {line}\n" in script, script
     # What a job needs from this machine reaches it also where sbatch exports nothing (--export=NONE).
     assert "export SLURM_EXPORT_ENV=ALL" in script and "export INITNORM_SWEPT_KEYS=norm\n" in script, script
@@ -130,7 +132,8 @@ def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
     # A one-job sweep is a plain job (no --array). SLURM's USR2 (before a time limit or a preemption):
     # checkpoint at the next step, submitit requeues (`scontrol requeue`), the requeued run resumes.
     env, sweep = slurm_env(tmp_path), tmp_path / "sweep"
-    proc = start("-m", *TINY, "seed=1", "steps=400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm", cwd=tmp_path, env=env)
+    proc = start("-m", *TINY, "seed=1", "steps=400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}",
+                 "hydra/launcher=slurm", cwd=tmp_path, env=env)
     folder = sweep / "default" / "seed=1"
     wait_for(folder / "checkpoints" / "last.ckpt", proc)
     subprocess.run([tmp_path / "bin" / "scancel", "--signal=USR2", "4242"], check=True)
@@ -143,7 +146,9 @@ def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
 def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():
     from initnorm.cli.slurm import forwarded_environment, status_of
 
-    lines = forwarded_environment({"INITNORM_DATA_DIR": "/data/my corpora", "INITNORM_SWEPT_KEYS": "", "PYTHONPATH": "/src", "HOME": "/root"})
+    lines = forwarded_environment({"INITNORM_DATA_DIR": "/data/my corpora", "INITNORM_SWEPT_KEYS": "",
+                                   "PYTHONPATH": "/src", "HOME": "/root"})
     assert lines[0].startswith("export SLURM_EXPORT_ENV=ALL ")  # srun passes the script's environment (submitit's variable) on
     assert lines[1:] == ["export INITNORM_DATA_DIR='/data/my corpora'", "export INITNORM_SWEPT_KEYS=''", "export PYTHONPATH=/src"]
-    assert [status_of(s) for s in ("CANCELLED by 0", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "")] == ["cancelled", "timeout", "out_of_memory", "preempted", "unknown"]
+    assert [status_of(s) for s in ("CANCELLED by 0", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED",
+                                   "")] == ["cancelled", "timeout", "out_of_memory", "preempted", "unknown"]

@@ -44,7 +44,8 @@ def kind(module: str) -> str:
 
 
 def test_library_imports_no_glue_and_glue_no_scripts():
-    allowed = {"library": {"library"}, "cli": {"library", "cli"}, "plugins": {"library", "cli", "plugins"}, "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
+    allowed = {"library": {"library"}, "cli": {"library", "cli"}, "plugins": {"library", "cli", "plugins"},
+               "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
     wrong = [f"{m} ({kind(m)}) imports {d} ({kind(d)})" for m, deps in imports().items() for d in deps if kind(d) not in allowed[kind(m)]]
     assert not wrong, wrong
 
@@ -75,8 +76,8 @@ def test_no_comment_or_document_names_a_file_that_does_not_exist():
     import re
     import subprocess
 
-    named = re.compile(r"(?<![\w./<-])((?:initnorm|tests|scripts|bench|docs|conf|hydra_plugins|training|callbacks|cli|instruments|models|nn|data|repro)"
-                       r"/[\w./-]*\w\.(?:py|md|yaml|sh))")
+    named = re.compile(r"(?<![\w./<-])((?:initnorm|tests|scripts|bench|docs|conf|hydra_plugins|training|callbacks|cli|instruments|models|nn"
+                       r"|data|repro)/[\w./-]*\w\.(?:py|md|yaml|sh))")
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     missing = []
     for f in tracked:
@@ -91,5 +92,6 @@ def test_no_comment_or_document_names_a_file_that_does_not_exist():
 
 def test_the_graph_holds_the_plugin_classes():
     graph = imports()
-    assert {"hydra_plugins.initnorm_launchers", "hydra_plugins.initnorm_launchers._slurm", "hydra_plugins.initnorm_vectorized.vectorized_launcher"} <= set(graph)
+    assert {"hydra_plugins.initnorm_launchers", "hydra_plugins.initnorm_launchers._slurm",
+            "hydra_plugins.initnorm_vectorized.vectorized_launcher"} <= set(graph)
     assert "initnorm.cli.slurm" in graph["hydra_plugins.initnorm_launchers._slurm"]

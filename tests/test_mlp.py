@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from initnorm.cli.train import train
 from initnorm.config import to_plain
 from initnorm.data.sampling import SampledBatches
 from initnorm.data.windows import CharWindows
 from initnorm.models.build import build_model
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
-from initnorm.cli.train import train
 from tests.conftest import compose_cfg, run_cli
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
@@ -94,7 +94,7 @@ def test_char_windows_match_the_chapter():
     assert len(y) == 19_984 and len(d.val_xy[1]) == 4000 and d.vocab_size == 65
     ids = d.corpus.train
     assert torch.equal(x[123], ids[123:139]) and y[123] == ids[139]
-    train_eval, val = d.val_dataloader()
+    train_eval, _val = d.val_dataloader()
     assert sum(len(b[1]) for b in train_eval) == 4000 and d.eval_names == ("train", "val")
 
 
@@ -108,7 +108,8 @@ def test_relu_with_unit_normal_is_recorded_as_diverged(tmp_path):
 
 def test_tanh_xavier_learns_where_relu_xavier_stays_at_chance(tmp_path):
     # Chapter 003 step 2 in miniature: Xavier's halving per ReLU layer leaves 30 layers at chance (ln 8).
-    run = lambda act: train(compose_cfg("experiment=deep_mlp_train", f"model.activation={act}", "init=xavier", "steps=60", "summary.tail_steps=5", *QUIET), tmp_path / act)  # noqa: E731
+    run = lambda act: train(compose_cfg("experiment=deep_mlp_train", f"model.activation={act}", "init=xavier", "steps=60",
+                                        "summary.tail_steps=5", *QUIET), tmp_path / act)
     tanh, relu = run("tanh"), run("relu")
     assert tanh["final_loss"] < 0.5 and tanh["val_acc"] > 0.9
     assert relu["final_loss"] == pytest.approx(math.log(8), abs=0.01) and relu["val_acc"] < 0.2
@@ -142,7 +143,8 @@ def test_tiny_preset_runs_as_one_command(tmp_path, preset):
 
 
 def test_resumed_run_keeps_the_classifier_records(tmp_path):
-    overrides = ["experiment=deep_mlp_train", "model.activation=tanh", "init=xavier", "steps=40", "trainer.val_check_interval=20", "checkpoint.every_n_steps=30", *QUIET[:2]]
+    overrides = ["experiment=deep_mlp_train", "model.activation=tanh", "init=xavier", "steps=40", "trainer.val_check_interval=20",
+                 "checkpoint.every_n_steps=30", *QUIET[:2]]
     whole = train(compose_cfg(*overrides), tmp_path / "whole")
     cut = tmp_path / "cut"
     train(compose_cfg(*overrides), cut)

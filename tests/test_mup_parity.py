@@ -33,11 +33,11 @@ import torch.nn.functional as F
 
 mup = pytest.importorskip("mup")
 
-from initnorm.config import to_plain  # noqa: E402
-from initnorm.models.build import build_model  # noqa: E402
-from initnorm.nn.roles import HIDDEN_ROLES, Role  # noqa: E402
-from initnorm.training.optim import make_optimizer  # noqa: E402
-from tests.conftest import compose_cfg  # noqa: E402
+from initnorm.config import to_plain
+from initnorm.models.build import build_model
+from initnorm.nn.roles import HIDDEN_ROLES, Role
+from initnorm.training.optim import make_optimizer
+from tests.conftest import compose_cfg
 
 VOCAB = 28
 BASE = 16
@@ -129,7 +129,7 @@ def test_fan_in_init_is_not_shrunk_twice(width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_adamw_groups_and_five_steps_match_muadamw(width):
-    built, c = ours(width)
+    built, _c = ours(width)
     ref = reference(width, built)
     cfg = {"name": "adamw", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1, "weight_decay_mode": "scaled"}
     opt = make_optimizer(built.model, built.roles, built.table, 0.01, cfg)
@@ -190,7 +190,8 @@ def test_the_default_scaled_eps_is_muadamw_on_gradients_m_times_larger(width):
     a, b = per_param(opt, built.model), per_param(ref_opt, ref)
     for name in a:
         assert a[name]["eps"] == pytest.approx(1e-8 / m, rel=1e-12), name  # the rule, on every parameter
-        assert a[name]["lr"] == pytest.approx(b[name]["lr"], rel=1e-12) and a[name]["weight_decay"] == pytest.approx(b[name]["weight_decay"], rel=1e-12), name
+        assert a[name]["lr"] == pytest.approx(b[name]["lr"], rel=1e-12), name
+        assert a[name]["weight_decay"] == pytest.approx(b[name]["weight_decay"], rel=1e-12), name
     g = torch.Generator().manual_seed(3)
     for _ in range(5):
         x = torch.randint(0, VOCAB, (8, 32), generator=g)

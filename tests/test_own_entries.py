@@ -22,7 +22,8 @@ from tests.conftest import ROOT, compose_cfg, run_cli
 
 OWN_PARAM = "tests.own_param:mup_lr_power"
 OWN = ["model=wide_mlp", "data=char_windows", "model.family=tests.own_family:FAMILY", "+model.residual=true", "param=mup", "width=128"]
-SHORT = ["steps=6", "trainer.val_check_interval=3", "log_every=2", "callbacks=none", "trainer.enable_progress_bar=false", "data.train_eval=0"]
+SHORT = ["steps=6", "trainer.val_check_interval=3", "log_every=2", "callbacks=none",
+         "trainer.enable_progress_bar=false", "data.train_eval=0"]
 
 
 def checked(*overrides):
@@ -52,7 +53,8 @@ def test_own_entries_bring_their_keys_and_nothing_else_passes():
     assert c["model"]["residual"] is True and c["param"]["lr_power"] == 0.5
     refused = {
         ("+param.lr_power=3",): "param.lr_power=3 is invalid: a number in [0, 2] (1: µP)",
-        ("+param.bogus=2",): f"param.bogus is not a key initnorm reads (the keys of param for param.name={OWN_PARAM}: base_depth, base_width, depth_alpha, lr_power,",
+        ("+param.bogus=2",): f"param.bogus is not a key initnorm reads (the keys of param for param.name={OWN_PARAM}: base_depth, "
+                             "base_width, depth_alpha, lr_power,",
         ("model.residual=maybe",): "model.residual='maybe' is invalid: true or false",
         ("+model._target_=x",): "model._target_ is not a key initnorm reads",
     }
@@ -63,14 +65,17 @@ def test_own_entries_bring_their_keys_and_nothing_else_passes():
     # the same keys are no one's under the shipped family and table
     with pytest.raises(ConfigError, match=r"model.residual is not a key initnorm reads \(the keys of model for model.family=wide_mlp: "):
         checked("experiment=mup_mlp_sweep", "+model.residual=true")
-    with pytest.raises(ConfigError, match=r"param.lr_power is not a key .* for param.name=mup: .*drop `\+param.lr_power=...`, or declare it"):
+    with pytest.raises(ConfigError,
+                       match=r"param.lr_power is not a key .* for param.name=mup: .*drop `\+param.lr_power=...`, or declare it"):
         checked("param=mup", "+param.lr_power=0.5")
 
 
 @pytest.mark.parametrize("override,says", [
-    ("+model._target_=mymodels.TinyGPT", "initnorm does not instantiate a model by _target_: name your own by `model.family=mypkg.module:Thing`"),
+    ("+model._target_=mymodels.TinyGPT", ("initnorm does not instantiate a model by _target_: name your own by "
+                                          "`model.family=mypkg.module:Thing`")),
     ("+model.foo=1", "model.foo is not a key initnorm reads (the keys of model for model.family=decoder: "),
-    ("+param.bogus=2", "param.bogus is not a key initnorm reads (the keys of param for param.name=sp: base_width, name); drop `+param.bogus=...`"),
+    ("+param.bogus=2", ("param.bogus is not a key initnorm reads (the keys of param for param.name=sp: base_width, name); drop "
+                        "`+param.bogus=...`")),
     ("+init.std=0.5", "init.std is not a key initnorm reads"),
 ])
 def test_unknown_keys_are_one_line_never_ignored(override, says):
@@ -81,13 +86,16 @@ def test_unknown_keys_are_one_line_never_ignored(override, says):
 
 
 @pytest.mark.parametrize("override,known", [
-    ("model.family=tests.nowhere:FAMILY", "known: char_mlp, decoder, deep_mlp, wide_mlp, or your own as a dotted path (`model.family=mypkg.module:Thing`)"),
+    ("model.family=tests.nowhere:FAMILY", ("known: char_mlp, decoder, deep_mlp, wide_mlp, or your own as a dotted path "
+                                           "(`model.family=mypkg.module:Thing`)")),
     ("model.family=transformer", "known: char_mlp, decoder, deep_mlp, wide_mlp, or your own"),
-    ("param.name=tests.own_param:nothing", "known: completep, depth_mup, mup, sp, or your own as a dotted path (`param.name=mypkg.module:Thing`)"),
+    ("param.name=tests.own_param:nothing", ("known: completep, depth_mup, mup, sp, or your own as a dotted path "
+                                            "(`param.name=mypkg.module:Thing`)")),
     ("param.name=ntk", "unknown parameterisation param='ntk'; known: completep, depth_mup, mup, sp, or your own"),
     ("init.name=nowhere.inits.fancy", "(`init.name=mypkg.module:Thing`)"),
     ("norm_type.name=batchnorm", "known: layernorm, none, rmsnorm, or your own as a dotted path (`norm_type.name=mypkg.module:Thing`)"),
-    ("model.family=tests.own_param:mup_lr_power", "tests.own_param has no Family (initnorm.models.build.Family) 'mup_lr_power' (it is a function)"),
+    ("model.family=tests.own_param:mup_lr_power", ("tests.own_param has no Family (initnorm.models.build.Family) 'mup_lr_power' (it is a "
+                                                   "function)")),
 ])
 def test_an_unknown_name_or_a_path_that_does_not_import_is_one_line(override, known):
     with pytest.raises(ConfigError) as err:

@@ -44,19 +44,23 @@ def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
     # The dependencies (torch, lightning, hydra ...) come from the test environment, after the venv's own packages.
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300, env=env)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True,
+                             text=True, timeout=300, env=env)
     assert install.returncode == 0, install.stderr[-2000:]
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work, capture_output=True, text=True, env=env)
+    where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work,
+                           capture_output=True, text=True, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr
     for command in ([str(python), "-m", "initnorm.train"], [str(env_dir / "bin" / "initnorm-train")]):
         run = subprocess.run(
-            [*command, "steps=5", "callbacks=none", "trainer.enable_progress_bar=false", f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
+            [*command, "steps=5", "callbacks=none", "trainer.enable_progress_bar=false",
+             f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
             cwd=work, capture_output=True, text=True, timeout=600, env=env,
         )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -89,24 +93,29 @@ def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
     Path(site, "deps.pth").write_text(f"{site_without_extras(tmp_path / 'base')}\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site, str(wheel)], capture_output=True, text=True, timeout=300, env=env)
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site, str(wheel)],
+                             capture_output=True, text=True, timeout=300, env=env)
     assert install.returncode == 0, install.stderr[-2000:]
     work = tmp_path / "elsewhere"
     work.mkdir()
     missing = subprocess.run([str(python), "-c", "import joblib"], capture_output=True, text=True, env=env)
     assert missing.returncode == 1 and "No module named 'joblib'" in missing.stderr  # the extra is not there
-    run = subprocess.run([str(python), "-m", "initnorm.train", "steps=3", "callbacks=none", "trainer.enable_progress_bar=false", f"hydra.run.dir={work / 'one'}"],
+    run = subprocess.run([str(python), "-m", "initnorm.train", "steps=3", "callbacks=none", "trainer.enable_progress_bar=false",
+                          f"hydra.run.dir={work / 'one'}"],
                          cwd=work, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0 and "final validation loss" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     assert "Traceback" not in run.stderr and "Error importing" not in run.stderr, run.stderr[-2000:]
     for launcher in ("slurm", "local_parallel", "vectorized"):
-        sweep = subprocess.run([str(python), "-m", "initnorm.train", "-m", "seed=1,2", "steps=3", f"hydra/launcher={launcher}", f"hydra.sweep.dir={work / launcher}"],
+        sweep = subprocess.run([str(python), "-m", "initnorm.train", "-m", "seed=1,2", "steps=3", f"hydra/launcher={launcher}",
+                                f"hydra.sweep.dir={work / launcher}"],
                                cwd=work, capture_output=True, text=True, timeout=600, env=env)
         lines = sweep.stderr.strip().splitlines()
-        assert sweep.returncode == 2 and len(lines) == 1 and "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweep.stderr[-2000:]
+        assert sweep.returncode == 2 and len(lines) == 1, sweep.stderr[-2000:]
+        assert "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweep.stderr[-2000:]
 
 
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
@@ -115,7 +124,8 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
     from initnorm.errors import ConfigError
 
     monkeypatch.setattr(launchers, "installed", lambda module: False)
-    for argv, setting in ((["-m", "seed=1,2", "hydra/launcher=local_parallel"], "hydra/launcher=local_parallel"), (["hydra/launcher=slurm"], "hydra/launcher=slurm"),
+    for argv, setting in ((["-m", "seed=1,2", "hydra/launcher=local_parallel"], "hydra/launcher=local_parallel"),
+                          (["hydra/launcher=slurm"], "hydra/launcher=slurm"),
                           (["-m", "seed=1,2", "hydra/launcher=vectorized"], "hydra/launcher=vectorized with hydra.launcher.engine=joblib")):
         with pytest.raises(ConfigError) as err:
             check_command_line(argv)

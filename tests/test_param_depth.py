@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from initnorm.cli.train import train
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.training.optim import make_optimizer
-from initnorm.cli.train import train
 from tests.conftest import TINY, compose_cfg
 
 VOCAB = 28
@@ -29,7 +29,8 @@ PARAMS = {
 ONES = {"emb": (1, 1, 1), "q": (1, 1, 1), "o": (1, 1, 1), "bias": (1, 0, 1), "gain": (1, 0, 1), "ln_f": (1, 0, 1), "head": (1, 1, 1)}
 # (lr multiplier, weight-decay multiplier under `scaled` (vectors: no decay), ε multiplier), by hand
 # from docs/parameterisations.md: m = width / 16, l = depth / 2; depth 8 is l = 4, width 64 is m = 4.
-MUP_W64 = {"emb": (1, 1, 0.25), "q": (0.25, 4, 0.25), "o": (0.25, 4, 0.25), "bias": (1, 0, 0.25), "gain": (1, 0, 0.25), "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)}
+MUP_W64 = {"emb": (1, 1, 0.25), "q": (0.25, 4, 0.25), "o": (0.25, 4, 0.25), "bias": (1, 0, 0.25), "gain": (1, 0, 0.25),
+           "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)}
 EXPECTED = {
     ("sp", 16, 2): ONES,
     ("sp", 64, 8): ONES,
@@ -39,15 +40,20 @@ EXPECTED = {
     ("mup", 64, 8): MUP_W64,
     ("depth_mup", 16, 2): ONES,
     ("depth_mup", 64, 2): MUP_W64,
-    ("depth_mup", 16, 8): {"emb": (1, 1, 1), "q": (0.5, 1, 0.5), "o": (0.5, 1, 0.5), "bias": (0.5, 0, 0.5), "gain": (0.5, 0, 0.5), "ln_f": (1, 0, 1), "head": (1, 1, 1)},
-    ("depth_mup", 64, 8): {"emb": (1, 1, 0.25), "q": (0.125, 4, 0.125), "o": (0.125, 4, 0.125), "bias": (0.5, 0, 0.125), "gain": (0.5, 0, 0.125), "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)},
+    ("depth_mup", 16, 8): {"emb": (1, 1, 1), "q": (0.5, 1, 0.5), "o": (0.5, 1, 0.5), "bias": (0.5, 0, 0.5), "gain": (0.5, 0, 0.5),
+                           "ln_f": (1, 0, 1), "head": (1, 1, 1)},
+    ("depth_mup", 64, 8): {"emb": (1, 1, 0.25), "q": (0.125, 4, 0.125), "o": (0.125, 4, 0.125), "bias": (0.5, 0, 0.125),
+                           "gain": (0.5, 0, 0.125), "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)},
     ("completep", 16, 2): ONES,
     ("completep", 64, 2): MUP_W64,
-    ("completep", 16, 8): {"emb": (1, 1, 1), "q": (1, 1, 0.25), "o": (1, 1, 0.25), "bias": (1, 0, 0.25), "gain": (1, 0, 0.25), "ln_f": (1, 0, 1), "head": (1, 1, 1)},
-    ("completep", 64, 8): {"emb": (1, 1, 0.25), "q": (0.25, 4, 0.0625), "o": (0.25, 4, 0.0625), "bias": (1, 0, 0.0625), "gain": (1, 0, 0.0625), "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)},
+    ("completep", 16, 8): {"emb": (1, 1, 1), "q": (1, 1, 0.25), "o": (1, 1, 0.25), "bias": (1, 0, 0.25), "gain": (1, 0, 0.25),
+                           "ln_f": (1, 0, 1), "head": (1, 1, 1)},
+    ("completep", 64, 8): {"emb": (1, 1, 0.25), "q": (0.25, 4, 0.0625), "o": (0.25, 4, 0.0625), "bias": (1, 0, 0.0625),
+                           "gain": (1, 0, 0.0625), "ln_f": (1, 0, 0.25), "head": (1, 1, 0.25)},
 }
 # the branch multiplier on attn_out / mlp_out, and the logits' multiplier
-FORWARD = {"sp": lambda m, l: (1, 1), "mup": lambda m, l: (1, 1 / m), "depth_mup": lambda m, l: (l**-0.5, 1 / m), "completep": lambda m, l: (1 / l, 1 / m)}
+FORWARD = {"sp": lambda m, l: (1, 1), "mup": lambda m, l: (1, 1 / m), "depth_mup": lambda m, l: (l**-0.5, 1 / m),
+           "completep": lambda m, l: (1 / l, 1 / m)}
 
 
 def built(*overrides):
@@ -74,7 +80,8 @@ def test_groups_match_the_table_by_hand(param, width, depth):
         assert g["weight_decay"] == pytest.approx(WD * wd), (key, "wd")
         assert g["eps"] == pytest.approx(EPS * eps), (key, "eps")
     branch, logits = FORWARD[param](width / 16, depth / 2)
-    assert b.model.blocks[0].attn.o.forward_mult == pytest.approx(branch) and b.model.blocks[-1].mlp.proj.forward_mult == pytest.approx(branch)
+    assert b.model.blocks[0].attn.o.forward_mult == pytest.approx(branch)
+    assert b.model.blocks[-1].mlp.proj.forward_mult == pytest.approx(branch)
     assert b.model.blocks[0].attn.q.forward_mult == 1.0 and b.model.head.forward_mult == pytest.approx(logits)
 
 

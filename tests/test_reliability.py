@@ -13,11 +13,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from initnorm import results
+from initnorm.cli.train import train
 from initnorm.errors import ConfigError
-from initnorm.training.resume import Checkpoint
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
-from initnorm.cli.train import train
+from initnorm.training.resume import Checkpoint
 from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
 
 
@@ -44,14 +44,16 @@ def test_divergence_stops_at_once_and_is_recorded(tmp_path):
 
 def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
     def job(norm, seed, loss, diverged=False):
-        rec = {"status": "finished", "seed": seed, "overrides": {"norm": norm, "seed": str(seed)}, "swept": ["norm", "seed"], "diverged": diverged, "diverged_step": 7 if diverged else None, "final_val_loss": math.nan if diverged else loss}
+        rec = {"status": "finished", "seed": seed, "overrides": {"norm": norm, "seed": str(seed)}, "swept": ["norm", "seed"],
+               "diverged": diverged, "diverged_step": 7 if diverged else None, "final_val_loss": math.nan if diverged else loss}
         write_metrics(tmp_path / f"norm={norm}" / f"seed={seed}", rec)
 
     job("pre", 1, 2.0), job("pre", 2, 2.2), job("post", 1, 2.1), job("post", 2, None, diverged=True)
     table = summarize(tmp_path)
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith(("| pre", "| post"))}
     assert "2.100 ± 0.141" in rows["pre"] and "0/2" in rows["pre"]
-    assert "| post | 2.100 | 2.100, diverged |" in rows["post"] and "2.100, diverged" in rows["post"] and "1/2 (seed 2 at step 7)" in rows["post"]
+    assert "| post | 2.100 | 2.100, diverged |" in rows["post"] and "2.100, diverged" in rows["post"]
+    assert "1/2 (seed 2 at step 7)" in rows["post"]
     csv_rows = (tmp_path / "summary.csv").read_text().splitlines()
     post = next(r for r in csv_rows if r.startswith("post,"))
     assert post.startswith("post,2.1,0.0,1,") and post.split(",")[-2] == "1"
@@ -113,7 +115,8 @@ def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
 
 
 def test_resume_restores_the_rng_that_dropout_draws_from(tmp_path):
-    overrides = [*TINY, "model=char_mlp", "data=char_windows", "width=32", "model.dropout=0.3", "steps=120", "trainer.val_check_interval=40", "checkpoint.every_n_steps=50"]
+    overrides = [*TINY, "model=char_mlp", "data=char_windows", "width=32", "model.dropout=0.3", "steps=120",
+                 "trainer.val_check_interval=40", "checkpoint.every_n_steps=50"]
     whole, resumed = whole_and_resumed(overrides, tmp_path)
     assert resumed["resumed_from_step"] == 100  # the last checkpoint
     assert resumed["val_history"] == whole["val_history"]
@@ -128,7 +131,8 @@ def test_a_folder_of_another_config_is_refused(tmp_path):
 
 def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY, "checkpoint.every_n_steps=10", f"hydra.sweep.dir={sweep}"]
+    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY,
+            "checkpoint.every_n_steps=10", f"hydra.sweep.dir={sweep}"]
     first = run_cli(*args, cwd=tmp_path)
     assert first.returncode == 1, first.stderr[-2000:]  # the sweep went on, then says something failed
     good, bad = sweep / "init.fn=initnorm.nn.init.normal", sweep / "init.fn=tests.test_reliability.explode"

@@ -28,7 +28,8 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
     """coord_check --from an empty folder exits 2: unexpected here, so main returns 1 after the report."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    exp = Experiment("broken", "A command that fails", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth, folder_arg="--out={}")
+    exp = Experiment("broken", "A command that fails", "initnorm.coord_check", [f"--from={empty}"], [],
+                     compare.deck_7d_depth, folder_arg="--out={}")
     monkeypatch.setattr("initnorm.repro.reproduce.EXPERIMENTS", [exp])
     assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 1
     report = (tmp_path / "results" / "README.md").read_text()
@@ -41,7 +42,8 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
 def test_extras_run_only_when_named_and_a_section_without_its_runs_is_kept(tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
-    ok = Experiment("ok", "An experiment", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth, folder_arg="--out={}", expected_exit=(2,))
+    ok = Experiment("ok", "An experiment", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth,
+                    folder_arg="--out={}", expected_exit=(2,))
     extra = Experiment("long", "A long extra", "initnorm.nothing_of_the_sort", [], [], compare.deck_7d_depth, extra=True)
     monkeypatch.setattr("initnorm.repro.reproduce.EXPERIMENTS", [ok, extra])
     results = tmp_path / "results"

@@ -4,7 +4,8 @@ from initnorm.results import fmt_mean_sd, group_rows, render_markdown
 
 
 def record(norm, seed, loss, **extra):
-    return {"overrides": {"norm": norm, "seed": str(seed)}, "swept": ["norm"], "seed": seed, "final_val_loss": loss, "status": "finished", **extra}
+    return {"overrides": {"norm": norm, "seed": str(seed)}, "swept": ["norm"], "seed": seed, "final_val_loss": loss,
+            "status": "finished", **extra}
 
 
 def test_rows_average_over_seeds_with_sample_sd():
@@ -15,7 +16,8 @@ def test_rows_average_over_seeds_with_sample_sd():
 
 
 def test_rows_with_different_seeds_name_each_seed():
-    recs = [record("pre", 1, 2.0), record("pre", 2, 2.1), record("post", 2, 2.5), {**record("post", 1, None), "status": "failed", "error": "boom"}]
+    recs = [record("pre", 1, 2.0), record("pre", 2, 2.1), record("post", 2, 2.5),
+            {**record("post", 1, None), "status": "failed", "error": "boom"}]
     md = render_markdown(*group_rows(recs))
     assert "Per seed (seed: value)" in md and "| post | 2.500 | 2: 2.500 |" in md and "boom" in md
 

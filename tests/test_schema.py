@@ -8,7 +8,8 @@ from tests.conftest import ROOT, compose_cfg
 
 PRESETS = [[], ["experiment=deep_mlp_train"], ["experiment=mup_mlp_sweep"], ["experiment=regularization"], ["experiment=coord_check"],
            ["experiment=mup_sweep_wide"], ["experiment=norm_warmup"], ["experiment=norm_type"], ["data=shakespeare"], ["param=mup"],
-           ["experiment=regularization", "regularizer=weight_decay_1.0"], ["init=custom", "init.fn=math.sqrt"], ["optim=sgd", "init=orthogonal"]]
+           ["experiment=regularization", "regularizer=weight_decay_1.0"], ["init=custom", "init.fn=math.sqrt"],
+           ["optim=sgd", "init=orthogonal"]]
 
 # (overrides, what the one line must say): one entry per class of bad input.
 BAD = [
@@ -106,7 +107,8 @@ def test_a_missing_text_is_one_line(tmp_path):
         schema.check_text(c)
 
 
-@pytest.mark.parametrize("launcher,says", [({"n_jobs": 0}, "hydra.launcher.n_jobs=0 is invalid"), ({"n_jobs": 2.5}, "n_jobs=2.5"), ({"timeout_min": 0}, "timeout_min=0")])
+@pytest.mark.parametrize("launcher,says", [({"n_jobs": 0}, "hydra.launcher.n_jobs=0 is invalid"), ({"n_jobs": 2.5}, "n_jobs=2.5"),
+                                           ({"timeout_min": 0}, "timeout_min=0")])
 def test_launcher_values(launcher, says):
     with pytest.raises(ConfigError, match=says):
         schema.check_launcher(launcher)

@@ -29,7 +29,8 @@ class SignalAt(L.Callback):
 @pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tmp_path, signum, status):
     sweep = tmp_path / "sweep"
-    kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=12", f"+callbacks.kill.signum={int(signum)}", f"+callbacks.kill.marker={tmp_path / 'fired'}"]
+    kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=12", f"+callbacks.kill.signum={int(signum)}",
+            f"+callbacks.kill.marker={tmp_path / 'fired'}"]
     args = ["-m", "seed=1,2", *TINY, "checkpoint.every_n_steps=0", f"hydra.sweep.dir={sweep}", *kill]
     first = run_cli(*args, cwd=tmp_path)
     assert first.returncode == status, first.stderr[-2000:]

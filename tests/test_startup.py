@@ -7,12 +7,12 @@ import os
 import sys
 
 import pytest
-from omegaconf import OmegaConf
 from hydra import initialize_config_dir
 from hydra._internal.core_plugins import basic_sweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from initnorm.cli import sweeper, workers
 from initnorm.cli.compose import CONF_DIR
@@ -62,7 +62,8 @@ def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
 
 def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
     composed = []
-    monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self, batch: composed.append([list(j) for j in batch]))
+    monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self,
+                        batch: composed.append([list(j) for j in batch]))
     monkeypatch.setattr(sweeper, "COMPOSED", {("seed=1",): None, ("seed=2",): None})
     s = sweeper.CheckedSweeper(max_batch_size=None)
     s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
@@ -75,7 +76,8 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
     """Two groups in joblib's workers (started from the command line): job folders named by the swept
     keys, and progress counted against the sweep's size, both set by the parent after the workers started."""
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none", "trainer.enable_progress_bar=false",
+    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "steps=10", "trainer.val_check_interval=5", "callbacks=none",
+                   "trainer.enable_progress_bar=false",
                    "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     folders = sorted(str(p.parent.relative_to(sweep)) for p in sweep.rglob("metrics.json"))
@@ -85,7 +87,8 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
     # The launcher took the preflight's compositions: each job's .hydra/ is still Hydra's own for that job.
     for f, r in zip(folders, records):
         hydra = OmegaConf.load(sweep / f / ".hydra" / "hydra.yaml").hydra
-        assert hydra.mode == "MULTIRUN" and hydra.job.name == "train" and hydra.job.id == f"train_{r['job_num']}" and hydra.job.num == r["job_num"]
+        assert hydra.mode == "MULTIRUN" and hydra.job.name == "train"
+        assert hydra.job.id == f"train_{r['job_num']}" and hydra.job.num == r["job_num"]
         assert "hydra.mode=MULTIRUN" in hydra.overrides.hydra and set(f.split("/")) <= set(hydra.overrides.task)
         assert OmegaConf.load(sweep / f / ".hydra" / "config.yaml").norm == f.split("/")[0].split("=")[1]
     assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
@@ -162,7 +165,8 @@ def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserve
     mark = f"INITNORM_TEST_MARK={secrets.token_hex(8)}"
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": str(ROOT), workers.FORKSERVER_ENV: forkserver, mark.split("=")[0]: mark.split("=")[1]}
-    command = [sys.executable, "-m", "initnorm.train", "-m", "norm=pre,post", "seed=1,2", "steps=100000", "compile=false", "callbacks=none", "trainer.enable_progress_bar=false",
+    command = [sys.executable, "-m", "initnorm.train", "-m", "norm=pre,post", "seed=1,2", "steps=100000", "compile=false", "callbacks=none",
+               "trainer.enable_progress_bar=false",
                "checkpoint.every_n_steps=100", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -54,7 +54,8 @@ def test_hparams_mark_varying_keys_first_and_write_metrics_at_the_last_step(tmp_
 
 def test_loss_and_learning_rate_tags_sort_before_the_instruments():
     # TensorBoard orders card groups by the tag's first path component, capitals before lower case.
-    groups = sorted({t.split("/")[0] for t in (tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "act_rms/block_01/attn_out", "grad_norm/x", "hp/final_val_loss", "update_ratio/x")})
+    groups = sorted({t.split("/")[0] for t in (tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "act_rms/block_01/attn_out", "grad_norm/x",
+                                               "hp/final_val_loss", "update_ratio/x")})
     assert groups[:2] == ["Loss", "Schedule"]
 
 
@@ -91,7 +92,8 @@ def test_docs_list_every_tag_a_run_writes(tmp_path):
     from tests.conftest import ROOT, compose_cfg
 
     quick = ["trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0", "log_every=2"]
-    train(compose_cfg("steps=4", "trainer.val_check_interval=4", "callbacks.stats.every_n_steps=2", "callbacks.diagnostics.every_n_steps=2", *quick), tmp_path / "run")
+    train(compose_cfg("steps=4", "trainer.val_check_interval=4", "callbacks.stats.every_n_steps=2",
+                      "callbacks.diagnostics.every_n_steps=2", *quick), tmp_path / "run")
     train(compose_cfg("experiment=coord_check", "steps=2", *quick), tmp_path / "coord")
     written = set()
     for run in ("run", "coord"):
@@ -100,6 +102,7 @@ def test_docs_list_every_tag_a_run_writes(tmp_path):
     table = doc[doc.index("| tag | what | when |"):doc.index("TensorBoard orders card groups")]
     named = set(re.findall(r"`([^`]+)`", "\n".join(line.split(" | ")[0] for line in table.splitlines())))
     groups = {n.removesuffix("/...") for n in named if n.endswith("/...")}
-    missing = sorted(t for t in written if t not in named and t.split("/")[0] not in groups and not (t.startswith("hp/") and "hp/<family metric>" in named))
+    missing = sorted(t for t in written
+                     if t not in named and t.split("/")[0] not in groups and not (t.startswith("hp/") and "hp/<family metric>" in named))
     assert not missing, f"tags written but not in docs/tensorboard.md: {missing}"
     assert {"eff_lr", "eps_frac", "sigma_w", "sigma_dw", "coord_delta_rms"} <= {t.split("/")[0] for t in written}

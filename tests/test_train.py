@@ -5,7 +5,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from initnorm.cli.train import train
-from tests.conftest import compose_cfg, run_cli, TINY
+from tests.conftest import TINY, compose_cfg, run_cli
 
 
 def test_short_run_lowers_the_loss(tmp_path, tiny):
@@ -42,7 +42,7 @@ def test_multirun_writes_summary_rows(tmp_path):
     sweep = tmp_path / "sweep"
     assert (sweep / "norm=post" / "seed=2" / "metrics.json").is_file()
     md = (sweep / "summary.md").read_text()
-    rows = [line for line in md.splitlines() if line.startswith("| pre") or line.startswith("| post")]
+    rows = [line for line in md.splitlines() if line.startswith(("| pre", "| post"))]
     assert len(rows) == 2 and "±" in rows[0]
     csv_lines = (sweep / "summary.csv").read_text().splitlines()
     assert csv_lines[0].startswith("norm,final_val_loss_mean") and len(csv_lines) == 3

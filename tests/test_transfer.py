@@ -92,7 +92,8 @@ def test_within_half_an_octave_transfers_and_the_bootstrap_is_deterministic():
     rows = tr.transfer_rows(cells, n_boot=100)
     assert rows == tr.transfer_rows(cells, n_boot=100)
     (verdict,) = tr.verdicts(rows)
-    assert verdict.startswith("µP transfers: optimum rises 0.") and "octaves from width 64 to " in verdict and "(95% interval [+0." in verdict
+    assert verdict.startswith("µP transfers: optimum rises 0.") and "octaves from width 64 to " in verdict
+    assert "(95% interval [+0." in verdict
     assert "; penalty ≤ " in verdict and "(both within ±0.5 octave and 0.01 nats)" in verdict
 
 
@@ -103,7 +104,8 @@ def _records(axis="width"):
             for seed in (0, 1):
                 for x in GRID:
                     loss = 0.05 * (x - (-7 + drift * k)) ** 2 + 2 + rng.gauss(0, 0.005)
-                    out.append({"status": "finished", "seed": seed, "swept": ["param", axis, "lr", "seed"], "summary_metrics": ["final_loss"],
+                    out.append({"status": "finished", "seed": seed, "swept": ["param", axis, "lr", "seed"],
+                                "summary_metrics": ["final_loss"],
                                 "overrides": {"param": param, axis: str(n), "lr": str(2**x), "seed": str(seed)}, "final_loss": loss,
                                 "diverged": x == -4 and n == 256 and param == "sp"})
     return out
@@ -125,9 +127,11 @@ def test_table_from_records_fills_every_column(axis):
 
 def test_the_verdict_reads_the_shift_and_the_penalty_together():
     # The chapter's µP case: the optimum moves a little past ±0.5 octave on a flat curve (0.6^2 x 0.02 = 0.007 nats).
-    flat = {(("param", "mup"),): {64: parabola_seeds(-7.0, a=0.02, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.4, a=0.02, sd=0.0, n_seeds=3)}}
+    flat = {(("param", "mup"),): {64: parabola_seeds(-7.0, a=0.02, sd=0.0, n_seeds=3),
+                                  1024: parabola_seeds(-6.4, a=0.02, sd=0.0, n_seeds=3)}}
     (verdict,) = tr.verdicts(tr.transfer_rows(flat, n_boot=50))
-    assert verdict.startswith("µP borderline: optimum rises 0.60 octaves from width 64 to 1024") and "penalty ≤ 0.0072 nats at width 1024" in verdict
+    assert verdict.startswith("µP borderline: optimum rises 0.60 octaves from width 64 to 1024")
+    assert "penalty ≤ 0.0072 nats at width 1024" in verdict
     assert "past ±0.5 octave but its base rate costs under 0.01 nats" in verdict
     # The same shift on a steep curve costs 0.18 nats: that does not transfer.
     steep = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.4, a=0.5, sd=0.0, n_seeds=3)}}
@@ -136,7 +140,8 @@ def test_the_verdict_reads_the_shift_and_the_penalty_together():
     # Within half an octave, but steep enough that the base rate costs more than 0.01 nats: borderline too.
     sharp = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.7, a=0.5, sd=0.0, n_seeds=3)}}
     (verdict,) = tr.verdicts(tr.transfer_rows(sharp, n_boot=50))
-    assert verdict.startswith("all borderline: optimum rises 0.30 octaves") and "stays within ±0.5 octave but the base rate costs over 0.01 nats" in verdict
+    assert verdict.startswith("all borderline: optimum rises 0.30 octaves")
+    assert "stays within ±0.5 octave but the base rate costs over 0.01 nats" in verdict
     assert tr.verdict_class("within", "within") == "transfers" and tr.verdict_class("past", "unknown") == "undetermined"
 
 
@@ -155,7 +160,8 @@ def test_an_optimum_on_the_grid_edge_is_a_bound_not_a_zero_width_interval():
     base, wide = rows = tr.transfer_rows(cells, n_boot=50)
     assert (base.edge, wide.bound) == ("highest", "-")
     (verdict,) = tr.verdicts(rows)
-    assert verdict.startswith("SP does not transfer: optimum falls at least 2.00 octaves from width 16 to 64 (an optimum on the lr grid's edge: no interval)")
+    assert verdict.startswith("SP does not transfer: optimum falls at least 2.00 octaves from width 16 to 64 (an optimum on the lr grid's "
+                              "edge: no interval)")
     md = tr.render_markdown(rows)
     assert "| SP | 16 | 3 | ≥ -4.00 | — (grid edge) |" in md and "| ≤ -2.00 | — (grid edge) |" in md
     assert "[-4.00, -4.00]" not in md and "[-2.00, -2.00]" not in md and "[+0.00, +0.00]" not in md
@@ -168,7 +174,8 @@ def test_intervals_are_printed_to_the_precision_that_shows_their_ends():
     assert tr._interval(tr.Estimate(-2.0, -2.0, -2.0)) == "[-2.00, -2.00]"  # a measured zero width stays (every seed agrees)
     # A penalty is printed to its interval's decimals: 0.0002 [0.0001, 0.0004], not 0.000 [0.0001, 0.0004].
     fit = tr.fit_optimum([-8.0, -7.0, -6.0], [2.1, 2.0, 2.1])
-    row = tr.Row((), "width", 256, 2, fit, tr.Estimate(-7.0, -7.1, -6.9), tr.Estimate(0.1, 0.0, 0.2), tr.Estimate(0.00023, 0.00011, 0.00041))
+    row = tr.Row((), "width", 256, 2, fit, tr.Estimate(-7.0, -7.1, -6.9), tr.Estimate(0.1, 0.0, 0.2),
+                 tr.Estimate(0.00023, 0.00011, 0.00041))
     assert tr._cells(row)[4:] == ["0.0002", "[0.0001, 0.0004]"]
 
 
@@ -238,7 +245,8 @@ def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
     acc = EventAccumulator(str(tmp_path / "on"), size_guidance={"scalars": 0})  # events sit in the job folder
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    wanted = ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight", "sigma_dw/head/weight", "sigma_w/tok_emb/weight")
+    wanted = ("eff_lr/block_01/attn.q.weight", "eps_frac/block_01/params", "sigma_w/block_01/attn.q.weight",
+              "sigma_dw/head/weight", "sigma_w/tok_emb/weight")
     for tag in wanted:
         assert tag in tags and [e.step for e in acc.Scalars(tag)] == [0, 5, 10], tag
     # SP: every group at the base lr times the schedule's factor at that step (cosine over 12 steps).
@@ -257,7 +265,8 @@ def small_sweep(tmp_path_factory):
     sweep = tmp / "sweep"
     # 12 jobs: the fewest that fill every column (two widths, three rates for a parabola, two seeds for an interval)
     proc = run_cli("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
-                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
+                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false",
+                   "checkpoint.every_n_steps=0",
                    "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (tmp / "stdout.txt").write_text(proc.stdout)
@@ -326,12 +335,15 @@ def test_a_folder_that_keeps_only_runs_csv_gives_the_same_summary(tmp_path):
     from initnorm.summary import summarize
 
     for i, r in enumerate(_records("width")):
-        write_metrics(tmp_path / f"param={r['overrides']['param']},width={r['overrides']['width']},lr={r['overrides']['lr']}" / f"seed={r['seed']}",
-                      {**r, "job_num": i, "summary_plots": ["lr_transfer"], "vectorized": {"group_size": 4, "group_ms_per_step": 8.0}, "wall_s": 3.0})
+        job = f"param={r['overrides']['param']},width={r['overrides']['width']},lr={r['overrides']['lr']}"
+        write_metrics(tmp_path / job / f"seed={r['seed']}",
+                      {**r, "job_num": i, "summary_plots": ["lr_transfer"],
+                       "vectorized": {"group_size": 4, "group_ms_per_step": 8.0}, "wall_s": 3.0})
     summarize(tmp_path)
     before = {f: (tmp_path / f).read_text() for f in ("summary.md", "summary.csv", "transfer.csv", "runs.csv")}
     runs = list(csv.DictReader(io.StringIO(before["runs.csv"])))
-    assert [runs[0][k] for k in ("param", "width", "lr", "group_size", "group_ms_per_step", "group_wall_s", "ms_per_step", "wall_s")] == ["sp", "64", str(2**-12), "4", "8.0", "3.0", "", ""]
+    assert [runs[0][k] for k in ("param", "width", "lr", "group_size", "group_ms_per_step", "group_wall_s", "ms_per_step",
+                                 "wall_s")] == ["sp", "64", str(2**-12), "4", "8.0", "3.0", "", ""]
     for f in tmp_path.rglob("metrics.json"):
         f.unlink()
     assert main([str(tmp_path)]) == 0

@@ -14,7 +14,8 @@ def _find_conf_dir() -> str:
     for folder in (package / "conf", package.parent / "conf"):  # installed wheel, then source checkout
         if (folder / "train.yaml").is_file():
             return str(folder)
-    raise FileNotFoundError(f"initnorm's configs (train.yaml) are neither in {package / 'conf'} nor in {package.parent / 'conf'}; reinstall initnorm")
+    raise FileNotFoundError(f"initnorm's configs (train.yaml) are neither in {package / 'conf'} nor in {package.parent / 'conf'}; "
+                            "reinstall initnorm")
 
 
 CONF_DIR = _find_conf_dir()

@@ -75,7 +75,8 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
             done += 1
             finished.add(path.parent)
     done = min(done, total)
-    work = min(float(total), done + sum(_share_done(p.parent) for p in launch_relative(sweep_dir).rglob(PROGRESS_FILE) if p.parent not in finished))
+    work = min(float(total),
+               done + sum(_share_done(p.parent) for p in launch_relative(sweep_dir).rglob(PROGRESS_FILE) if p.parent not in finished))
     start = float(os.environ.get(START_ENV, "0") or 0)
     elapsed = (now or time.time()) - start if start else 0.0
     left = f", about {duration(elapsed / work * (total - work))} left" if start and work and done < total else ""
@@ -156,5 +157,6 @@ def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
     """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``."""
     total = os.environ.get(TOTAL_ENV)
     name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
-    how = {"basic": "one job after another", "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    how = {"basic": "one job after another",
+           "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
     return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"

@@ -90,4 +90,5 @@ def check_memory(need: int, what: str, fix: str) -> None:
 
     have = available_memory()
     if have is not None and need > have:
-        raise ConfigError(f"{what} needs about {need / 2**30:,.1f} GiB of memory and this machine has {have / 2**30:,.1f} GiB available; fix it with `{fix}`")
+        raise ConfigError(f"{what} needs about {need / 2**30:,.1f} GiB of memory and this machine has {have / 2**30:,.1f} GiB available; "
+                          f"fix it with `{fix}`")

@@ -53,9 +53,9 @@ def disk_error(exc: BaseException | None, within: str | Path | None = None) -> D
             return exc
         if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
             return DiskError(exc.filename, os.strerror(exc.errno), None if exc.filename else str(Path(within or os.getcwd()).absolute()))
-        if isinstance(exc, OSError) and exc.errno in PERMISSION_ERRNOS and exc.filename:
-            if Path(os.fspath(exc.filename)).absolute().is_relative_to(Path(within or os.getcwd()).absolute()):
-                return DiskError(exc.filename, os.strerror(exc.errno))
+        if (isinstance(exc, OSError) and exc.errno in PERMISSION_ERRNOS and exc.filename
+                and Path(os.fspath(exc.filename)).absolute().is_relative_to(Path(within or os.getcwd()).absolute())):
+            return DiskError(exc.filename, os.strerror(exc.errno))
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -85,7 +85,8 @@ def check_writable(folder: str | Path, fix: str) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise ConfigError(f"cannot write in {where} ({exc.strerror or exc}); free space, fix its permissions, or pick another folder with `{fix}`") from None
+        raise ConfigError(f"cannot write in {where} ({exc.strerror or exc}); free space, fix its permissions, or pick another folder with "
+                          f"`{fix}`") from None
 
 
 # training.compiling.CACHE_ENV, read here before torch is imported (tests/test_hardening_surfaces.py checks they agree).
@@ -118,8 +119,9 @@ def check_compiler_cache(folder: str | Path) -> None:
     unusable = os.environ.get(UNUSABLE_CACHE_ENV)
     if unusable:
         where = nearest_existing(Path(unusable))
-        raise ConfigError(f"{COMPILER_CACHE_ENV}={unusable} cannot be made or written (nearest folder that exists: {where}), and a run that "
-                          f"compiles keeps the compiler's cache there; point it at a writable folder or unset it, or fix it with `compile=false`")
+        raise ConfigError(f"{COMPILER_CACHE_ENV}={unusable} cannot be made or written (nearest folder that exists: {where}), and a run "
+                          "that compiles keeps the compiler's cache there; point it at a writable folder or unset it, or fix it with "
+                          "`compile=false`")
     check_writable(cache_folder(folder), "compile=false")
 
 

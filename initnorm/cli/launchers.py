@@ -27,7 +27,8 @@ PLUGINS = {
 }
 # hydra/launcher=<name> -> (module it needs, what it is, the other way to run the sweep)
 NEEDS = {
-    "local_parallel": (JOBLIB, "Hydra's joblib launcher", "drop hydra/launcher=local_parallel (the default launcher runs the jobs one after another)"),
+    "local_parallel": (JOBLIB, "Hydra's joblib launcher",
+                       "drop hydra/launcher=local_parallel (the default launcher runs the jobs one after another)"),
     "slurm": (SUBMITIT, "Hydra's submitit launcher", "drop hydra/launcher=slurm (the default launcher runs the jobs here)"),
 }
 # hydra/launcher=vectorized's hydra.launcher.engine -> (module, what it is, the other way)

@@ -91,7 +91,8 @@ def one_line(exc: BaseException) -> ConfigError:
         return ConfigError(f"{key}={value!r} is invalid: {'an integer' if kind == 'Integer' else f'a {kind.lower()}'}{fix}")
     parts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
     lines = [line.strip() for part in parts for line in part.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type", "Set the environment variable HYDRA_FULL_ERROR"))]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type", "reference_type",
+                                                            "Set the environment variable HYDRA_FULL_ERROR"))]
     return ConfigError(" ".join(dict.fromkeys(lines)) or type(exc).__name__)
 
 
@@ -228,7 +229,8 @@ def check_command_line(argv: list[str]) -> list[Job] | None:
 
 def _check_command_line(argv: list[str]) -> list[Job] | None:
     args = get_args_parser().parse_args(argv)
-    if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun or args.config_dir or args.config_path:
+    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun
+            or args.config_dir or args.config_path):
         return None
     multirun = bool(args.multirun)
     chosen = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0].lstrip("+~") == "hydra/launcher"]
@@ -241,7 +243,8 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             try:
-                primary = loader.load_configuration(args.config_name or "train", list(args.overrides), run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+                primary = loader.load_configuration(args.config_name or "train", list(args.overrides),
+                                                    run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
                 job_lists = expand(primary) if multirun else [list(args.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
 
 from initnorm.training import signals
 

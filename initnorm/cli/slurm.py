@@ -28,8 +28,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -61,16 +62,19 @@ def status_of(state: str) -> str:
 
 
 def slurm_state(job_id: str) -> str:
-    """This job's state as SLURM's accounting has it (``RUNNING``, ``CANCELLED``, ``TIMEOUT``, ``PREEMPTED``); ``UNKNOWN`` if sacct does not answer."""
+    """This job's state as SLURM's accounting has it (``RUNNING``, ``CANCELLED``, ``TIMEOUT``, ``PREEMPTED``);
+    ``UNKNOWN`` if sacct does not answer."""
     try:
-        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "UNKNOWN"
     lines = [line for line in out.splitlines() if line.strip()]
     return lines[-1].split()[0].rstrip("+") if lines else "UNKNOWN"
 
 
-WHAT = {"cancelled": "cancelled", "timeout": "reached its time limit", "preempted": "preempted", "out_of_memory": "ran out of memory", "node_fail": "lost its node"}
+WHAT = {"cancelled": "cancelled", "timeout": "reached its time limit", "preempted": "preempted", "out_of_memory": "ran out of memory",
+        "node_fail": "lost its node"}
 
 
 def record_stop(folder: Path, status: str, job: dict[str, Any], step: int | None, slurm: str) -> None:
@@ -99,7 +103,8 @@ class SlurmLauncher(HydraSlurmLauncher):
         assert self.config is not None
         params = dict(self.params)
         params["setup"] = forwarded_environment() + list(params.get("setup") or [])
-        executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"), slurm_max_num_timeout=params.pop("max_num_timeout"))
+        executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
+                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
         common = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -143,7 +148,8 @@ class SlurmLauncher(HydraSlurmLauncher):
             if isinstance(exc, FailedJobError) or status in ("completed", "failed", "unknown"):
                 status = "failed"
             record_stop(folder, status, job_info, None, f"job {job.job_id} ended {state} without a result; its log: {job.paths.stderr}")
-            return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train", status=JobStatus.COMPLETED, _return_value=math.nan)
+            return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train",
+                             status=JobStatus.COMPLETED, _return_value=math.nan)
 
     def _job(self, overrides: list[str], num: int) -> tuple[Path, dict[str, Any]]:
         """The job's folder and what its metrics.json says of it (seed, number, overrides), from its config."""
@@ -194,4 +200,5 @@ class SlurmLauncher(HydraSlurmLauncher):
 
     @staticmethod
     def _nan(overrides: list[str], folder: Path) -> JobReturn:
-        return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train", status=JobStatus.COMPLETED, _return_value=math.nan)
+        return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train",
+                         status=JobStatus.COMPLETED, _return_value=math.nan)

@@ -18,8 +18,8 @@ from initnorm.cli import console, lock
 from initnorm.cli.disk import disk_error
 from initnorm.errors import ConfigError
 from initnorm.results import read_metrics
-from initnorm.training.resume import IGNORED
 from initnorm.summary import summarize
+from initnorm.training.resume import IGNORED
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,8 @@ def run_name(task_overrides) -> str:
     """A single run's folder name: what its command line set (``norm=post,lr=0.02``), or ``default``;
     TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart."""
     keep = set(what_sets_apart(task_overrides))
-    parts = [re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(o).lstrip("+~")) for o in task_overrides if str(o).partition("=")[0].lstrip("+~") in keep]
+    parts = [re.sub(r"[^A-Za-z0-9._=,+-]", "_",
+                    str(o).lstrip("+~")) for o in task_overrides if str(o).partition("=")[0].lstrip("+~") in keep]
     return ",".join(parts)[:120] or "default"
 
 
@@ -134,7 +135,8 @@ class SummaryCallback(Callback):
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
         os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
-        print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")), config.hydra.launcher.get("n_jobs")), flush=True)
+        print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")),
+                                   config.hydra.launcher.get("n_jobs")), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir
@@ -148,16 +150,19 @@ class SummaryCallback(Callback):
                 print(f"error: no summary: {err}; the jobs' results are kept: free space (or fix the folder's permissions), then "
                       f"rebuild it with `python -m initnorm.summarize {folder}`", file=sys.stderr)
                 raise SystemExit(1) from None
-            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
+            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder,
+                        type(exc).__name__, exc, folder)
             table = None
         except Exception as exc:  # a record nobody foresaw: the jobs' results stand; say how to rebuild it
-            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder, type(exc).__name__, exc, folder)
+            log.warning("no summary for %s (%s: %s); rebuild it with `python -m initnorm.summarize %s`", folder,
+                        type(exc).__name__, exc, folder)
             table = None
         if table is not None:
             print(f"\nSummary of {folder} (also in summary.md and summary.csv):\n\n{console.summary_text(folder, table)}", end="")
         FAILED_JOBS[:] = [r["_dir"] for r in read_metrics(folder) if r.get("status") == "failed"]
         if FAILED_JOBS:
-            print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): {', '.join(FAILED_JOBS)}")
+            print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): "
+                  f"{', '.join(FAILED_JOBS)}")
         stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:

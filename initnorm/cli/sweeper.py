@@ -13,7 +13,8 @@ of the basic sweeper a second time, so a class taken from it at import would not
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig

@@ -26,19 +26,19 @@ from omegaconf import DictConfig
 from initnorm import schema, tb
 from initnorm.cli import console, devices, disk, launchers, sweep
 from initnorm.cli import signals as cli_signals
-from initnorm.config import to_plain
 from initnorm.cli.compose import CONF_DIR
+from initnorm.cli.preflight import check_command_line, describe_plan
+from initnorm.cli.sweep import register_resolvers, swept_keys
+from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
-from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.provenance import describe
+from initnorm.results import write_metrics
+from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.group import Member, train_group
+from initnorm.training.module import validation_interval
 from initnorm.training.record import hp_metrics, job_metrics
 from initnorm.training.resume import Checkpoint, inspect_folder, record_failure
-from initnorm.results import write_metrics
-from initnorm.cli.sweep import register_resolvers, swept_keys
-from initnorm.training.compiling import should_compile, use_cache
-from initnorm.training.module import validation_interval
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
 
@@ -90,7 +90,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     compiled = should_compile(c["compile"], c["steps"])
     if compiled:
         use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep
-    module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"], schedule=c["schedule"], log_every=c["log_every"],
+    module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"],
+                         schedule=c["schedule"], log_every=c["log_every"],
                          compile=compiled)
     logger = instantiate(cfg.logger, save_dir=str(out_dir))
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
@@ -102,7 +103,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     callbacks += [checkpoint, CheckpointOnSignal(checkpoint.save, out_dir)]  # SIGTERM/SIGINT: checkpoint, then stop
     device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
     every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir), enable_progress_bar=bar, val_check_interval=every, **device)
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
+                                     enable_progress_bar=bar, val_check_interval=every, **device)
     tb.write_layout(logger.experiment)
 
     start = time.perf_counter()
@@ -113,7 +115,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         trainer.validate(module, datamodule=data, verbose=False)
 
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)
-    metrics = job_metrics(c, val_history=module.val_history, diverged_step=module.diverged_step, steps=steps_done, resumed=prior.step, wall=wall,
+    metrics = job_metrics(c, val_history=module.val_history, diverged_step=module.diverged_step, steps=steps_done,
+                          resumed=prior.step, wall=wall,
                           ms_per_step=1000.0 * wall / max(1, steps_done - prior.step), compiled=compiled,
                           params=sum(p.numel() for p in built.model.parameters()), extra=extra, meta=job_meta())
     write_metrics(out_dir, metrics)
@@ -140,7 +143,8 @@ def hparams_writer(c: dict[str, Any]):
 
 def as_member(cfg: DictConfig, c: dict[str, Any], out_dir: str | Path) -> Member:
     """This job (inside Hydra's run of it) as a member of a stacked group: its config, folder, record fields, logger and HPARAMS."""
-    return Member(c, Path(out_dir), meta=job_meta(), hparams=hparams_of(c, job_overrides()[0]), logger=instantiate(cfg.logger, save_dir=str(out_dir)),
+    return Member(c, Path(out_dir), meta=job_meta(), hparams=hparams_of(c, job_overrides()[0]),
+                  logger=instantiate(cfg.logger, save_dir=str(out_dir)),
                   write_hparams=hparams_writer(c))
 
 
@@ -150,13 +154,15 @@ disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launch
 
 def run_label(overrides: dict[str, str], swept: list[str] | None, seed) -> str:
     """``norm=post warmup=200 seed=3``: a sweep's swept values, or what a single run's command line set (watch-only keys left out)."""
-    return tb.run_label(overrides if swept is not None else {k: v for k, v in overrides.items() if k in sweep.what_sets_apart(overrides)}, swept, seed)
+    return tb.run_label(overrides if swept is not None else {k: v for k, v in overrides.items() if k in sweep.what_sets_apart(overrides)},
+                        swept, seed)
 
 
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
     """Record a failed job (status, error line, traceback) in its metrics.json; the sweep goes on."""
     overrides, num, choices = job_overrides()
-    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices, "provenance": describe()}
+    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(),
+           "choices": choices, "provenance": describe()}
     print(f"error: job {num} failed: {record_failure(os.getcwd(), exc, job)} -> {os.getcwd()}", file=sys.stderr)
     return math.nan
 

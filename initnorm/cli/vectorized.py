@@ -25,9 +25,10 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
@@ -35,16 +36,16 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import console, devices, disk, sweeper, workers
 from initnorm import schema
+from initnorm.cli import console, devices, disk, sweeper, workers
+from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
-from initnorm.cli.sweep import swept_keys
+from initnorm.training import signals
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
-from initnorm.training import signals
 from initnorm.training.resume import CKPT_DIR, CKPT_FILE, checkpoint_step, record_failure
 from initnorm.training.vec_optim import NotStackable
 
@@ -214,7 +215,8 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
 def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state, env) -> list[JobReturn]:
     if len(unit) == 1:
         sc = _config_of(unit[0], hydra_context, config)
-        return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")]
+        return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir",
+                        job_subdir_key="hydra.sweep.subdir")]
 
     from initnorm import schema
     from initnorm.cli.train import as_member, job_overrides, launch_folder, run_label
@@ -224,7 +226,8 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         sc = _config_of(job, hydra_context, config)
         prepared: dict[str, Any] = {}
 
-        def prepare(cfg: DictConfig) -> None:  # inside Hydra's run_job: folder, .hydra/, logging set up
+        # Inside Hydra's run_job: folder, .hydra/, logging set up. `prepared` bound as a default: this iteration's dict.
+        def prepare(cfg: DictConfig, prepared: dict[str, Any] = prepared) -> None:
             c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder, as train() does
             overrides, num, _ = job_overrides()
             label = run_label(overrides, swept_keys(), c["seed"])
@@ -233,7 +236,8 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
             prepared["callbacks"] = cfg.get("callbacks")  # the config's nodes, instantiated once for the group
             prepared["member"] = as_member(cfg, c, os.getcwd())  # the same record fields a job alone writes
 
-        ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir",
+                      job_subdir_key="hydra.sweep.subdir")
         if ret.status != JobStatus.COMPLETED:
             return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
         members.append(prepared["member"])
@@ -242,8 +246,10 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         rets.append(ret)
     device = _device(config, unit_index)
     try:
-        callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]  # one set for the group: each sees every member (pl_module.members)
-        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
+        # one set for the group: each sees every member (pl_module.members)
+        callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
+        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks,
+                              label=f"{labels[0]} .. {labels[-1]}")
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
@@ -253,7 +259,8 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
         log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
                     "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
-        return [ret for p in parts for ret in _run([unit[i] for i in p], unit_index, hydra_context, config, task_function, singleton_state, env)]
+        return [ret for p in parts for ret in _run([unit[i] for i in p], unit_index, hydra_context, config,
+                                                   task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -279,11 +286,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     params = dict(launcher.params)
     engine, max_group, max_params = params["engine"], params["max_group"], params.get("max_params")
     if engine not in ENGINES:
-        raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with `hydra.launcher.engine=joblib`")
+        raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with "
+                          "`hydra.launcher.engine=joblib`")
     if not isinstance(max_group, int) or max_group < 1:
         raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
     if max_params is not None and (not isinstance(max_params, int) or isinstance(max_params, bool) or max_params < 1):
-        raise ConfigError(f"hydra.launcher.max_params={max_params!r} must be a positive integer or null; fix it with `hydra.launcher.max_params=2000000`")
+        raise ConfigError(f"hydra.launcher.max_params={max_params!r} must be a positive integer or null; fix it with "
+                          "`hydra.launcher.max_params=2000000`")
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     # compile=true|auto: the compiler's on-disk cache where the next group and the next sweep find it
     # (set before the workers start, so they inherit it; `make clean` removes it with outputs/).
@@ -314,11 +323,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
     units = units_of(jobs, max_group, max_params, params_of)
     grouped = [u for u in units if len(u) > 1]
-    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s", len(jobs), len(grouped),
-             ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
+    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s",
+             len(jobs), len(grouped), ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
     for u in units:
         for j in u:
-            log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)), f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
+            log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),
+                     f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
     state = Singleton.get_state()
     env = workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}
     args = [(u, k, hydra_context, config, launcher.task_function, state, env) for k, u in enumerate(units)]

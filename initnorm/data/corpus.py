@@ -13,9 +13,9 @@ import os
 import re
 import secrets
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -31,7 +31,7 @@ def normalise_alice(raw: str) -> str:
     """Gutenberg #11 body from the text's "CHAPTER I." (not the contents') to "THE END", lowercased;
     every run of non-letters becomes one symbol: "." if it holds . ! or ?, else a space."""
     start, end = raw.find("*** START"), raw.find("*** END")
-    body = raw[start if start >= 0 else 0 : end if end >= 0 else len(raw)]
+    body = raw[max(start, 0) : end if end >= 0 else len(raw)]
     first = body.find("CHAPTER I.")
     begin = body.find("CHAPTER I.", first + 1)  # the second one: the first is in the table of contents
     if first < 0:
@@ -115,8 +115,8 @@ def _download(source: Source, target: Path) -> Path:
         _verified(tmp, source)
         tmp.replace(target)
     except OSError as exc:  # a full disk, or a folder that refused the file after all
-        raise ConfigError(f"{source.file} was downloaded but cannot be written into {target.parent} ({exc.strerror or exc}); "
-                          f"free space, or set INITNORM_CACHE to a writable folder (or INITNORM_DATA_DIR to one that holds {source.file})") from None
+        raise ConfigError(f"{source.file} was downloaded but cannot be written into {target.parent} ({exc.strerror or exc}); free space, "
+                          f"or set INITNORM_CACHE to a writable folder (or INITNORM_DATA_DIR to one that holds {source.file})") from None
     finally:
         tmp.unlink(missing_ok=True)
     return target
@@ -129,10 +129,13 @@ def locate(name: str, path: str | None = None) -> Path:
         if not p.exists():
             raise ConfigError(f"data.path={path!r} does not exist; fix it with `data.path=/path/to/text.txt`")
         if not p.is_file():  # a folder, /dev/null, a FIFO (reading one would wait for a writer)
-            raise ConfigError(f"data.path={path!r} is {file_kind(p.stat().st_mode)}, not a text file; fix it with `data.path=/path/to/text.txt`")
+            raise ConfigError(f"data.path={path!r} is {file_kind(p.stat().st_mode)}, not a text file; fix it with "
+                              "`data.path=/path/to/text.txt`")
         return p
     if name not in SOURCES:
-        raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; fix it with `data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or `data.path=/path/to/text.txt`")
+        raise ConfigError(f"unknown corpus data.name={name!r}; known: {', '.join(sorted(SOURCES))}; fix it with "
+                          f"`data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or "
+                          "`data.path=/path/to/text.txt`")
     source = SOURCES[name]
     env = os.environ.get("INITNORM_DATA_DIR")
     if env and (Path(env) / source.file).is_file():

@@ -30,7 +30,8 @@ def windows(ids: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor
 class CharWindows(L.LightningDataModule):
     """Training windows from ``train[:train_chars]`` (all of it if null), held-out ones from ``val[:val_chars]``."""
 
-    def __init__(self, name: str, context: int, batch_size: int, seed: int, train_chars: int | None = None, val_chars: int | None = None, train_eval: int = 0, path: str | None = None, eval_batch_size: int = 4096):
+    def __init__(self, name: str, context: int, batch_size: int, seed: int, train_chars: int | None = None, val_chars: int | None = None,
+                 train_eval: int = 0, path: str | None = None, eval_batch_size: int = 4096):
         super().__init__()
         self.name, self.path, self.context = name, path, context
         self.train_chars, self.val_chars, self.train_eval = train_chars, val_chars, train_eval

@@ -11,8 +11,9 @@ cannot apply, or that needs a role the model lacks (residual branches), is refus
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from torch import nn
 
@@ -49,7 +50,8 @@ class Family:
 
 
 MODELS: Registry[Family] = Registry("model family", "model", path_key="model.family",
-                                    expects=(lambda e: isinstance(e, Family), "Family (initnorm.models.build.Family)", "mypkg.models:FAMILY"))
+                                    expects=(lambda e: isinstance(e, Family),
+                                             "Family (initnorm.models.build.Family)", "mypkg.models:FAMILY"))
 
 DECODER_RULES = {
     "n_heads": Int(1, fix=2),
@@ -68,7 +70,8 @@ def check_decoder(cfg: Mapping[str, Any]) -> None:
         raise bad_value("width", model["width"], f"a multiple of model.n_heads={heads}", f"width={heads * max(1, model['width'] // heads)}")
     context = cfg["data"]["context"]
     if context > model["max_context"]:
-        raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}", f"model.max_context={context}")
+        raise bad_value("data.context", context, f"at most the position table's model.max_context={model['max_context']}",
+                        f"model.max_context={context}")
 
 
 def decoder(m: Mapping[str, Any], vocab_size: int) -> nn.Module:
@@ -107,7 +110,8 @@ def check_roles(model: nn.Module, table: Table) -> dict[str, Role]:
         raise ConfigError(f"{type(model).__name__} has parameters without a role: {', '.join(missing)}; add them to its parameter_roles()")
     lacking = sorted(r.value for r in table.needs - set(roles.values()))
     if lacking:
-        raise ConfigError(f"param={table.name} scales {', '.join(lacking)} (residual branches), which {type(model).__name__} does not have; use param=mup")
+        raise ConfigError(f"param={table.name} scales {', '.join(lacking)} (residual branches), which {type(model).__name__} does not "
+                          "have; use param=mup")
     for name in roles:
         table.rule(roles[name])
     return roles
@@ -148,6 +152,6 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
         if tuple(p.shape) != shape:  # (``w.data = ...`` of another shape): the model would fail many lines later, far from the cause
             which = f"init.fn={init_cfg.get('fn')}" if init_cfg.get("name") == "custom" else f"init={init_cfg.get('name')}"
             raise ConfigError(f"{which} changed the shape of parameter {name} from {list(shape)} to {list(p.shape)}; an init scheme fills "
-                              f"its weight in place and keeps its shape (w.normal_(...), torch.nn.init.*_(w)); fix the function, or pick a registered "
-                              f"scheme with `init=normal`")
+                              "its weight in place and keeps its shape (w.normal_(...), torch.nn.init.*_(w)); fix the function, or pick a "
+                              "registered scheme with `init=normal`")
     return Built(model, table, roles)

@@ -17,6 +17,7 @@ for attention), so a trainer can vmap an ensemble of members over it (torch.func
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -167,5 +168,6 @@ class Decoder(nn.Module):
         points: dict[str, tuple[nn.Module, str]] = {}
         for i, block in enumerate(self.blocks, 1):
             b = f"block_{i:02d}"
-            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"), f"{b}/stream_out": (block, "out")}
+            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"),
+                       f"{b}/stream_out": (block, "out")}
         return points | {"logits/output": (self, "out")}

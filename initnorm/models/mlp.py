@@ -19,7 +19,7 @@ multiplier a table sets for the roles they have; a table that needs residual bra
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn

@@ -15,8 +15,9 @@ its std is taken to be the same at every width (``normal``, ``small``, ``gpt2``)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -108,7 +109,8 @@ def zero_readout(w, role, ctx):
 
 @INITS.register("zero_branch", About("zero branch", "fixed", STD))
 def zero_branch(w, role, ctx):
-    """Residual-branch outputs start at zero, so every block starts as the identity (Fixup, Zhang et al. 2019; ReZero, Bachlechner et al. 2020)."""
+    """Residual-branch outputs start at zero, so every block starts as the identity
+    (Fixup, Zhang et al. 2019; ReZero, Bachlechner et al. 2020)."""
     if role in BRANCH_OUT_ROLES:
         w.zero_()
     else:
@@ -181,7 +183,8 @@ def base_shape_ratio(scheme: InitScheme, role: Role, shape: tuple[int, ...], wid
 
 
 @torch.no_grad()
-def init_parameter(w: torch.Tensor, role: Role, ctx: InitContext, scheme: InitScheme, multiplier: float = 1.0, base_width_mult: float | None = None) -> None:
+def init_parameter(w: torch.Tensor, role: Role, ctx: InitContext, scheme: InitScheme, multiplier: float = 1.0,
+                   base_width_mult: float | None = None) -> None:
     """Fill ``w`` for its role: fixed roles get their constant, others the scheme (or ``init.per_role``'s
     choice) times ``multiplier``; with ``base_width_mult`` the multiplier is relative to the chosen
     scheme's std at the base shape (``base_shape_ratio``), as µP's tables are."""

@@ -39,7 +39,8 @@ class _Multiplied:
 
     def extra_repr(self) -> str:
         c = self.forward_mult
-        return super().extra_repr() + ("" if self.unit() else f", forward_mult={c:g}" if isinstance(c, float) else ", forward_mult=<per member>")
+        mult = "" if self.unit() else f", forward_mult={c:g}" if isinstance(c, float) else ", forward_mult=<per member>"
+        return super().extra_repr() + mult
 
 
 class Linear(_Multiplied, nn.Linear):

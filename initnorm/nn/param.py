@@ -23,8 +23,8 @@ base_width, l = depth / base_depth and α = depth_alpha (0: µP, 1/2: depth-µP,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num
@@ -89,7 +89,8 @@ class Table:
         try:
             return rules[role]
         except KeyError:
-            raise ConfigError(f"param={self.name} has no rule for role {role.value!r}; add one to its table in initnorm/nn/param.py") from None
+            raise ConfigError(f"param={self.name} has no rule for role {role.value!r}; "
+                              "add one to its table in initnorm/nn/param.py") from None
 
 
 ParamFn = Callable[..., Table]
@@ -116,7 +117,8 @@ def _optimizer_kind(optimizer: str, name: str) -> str:
         return "adam"
     if optimizer in SGD_LIKE:
         return "sgd"
-    raise bad_value("optim", optimizer, f"param={name} has tables for Adam-like ({', '.join(ADAM_LIKE)}) and SGD-like ({', '.join(SGD_LIKE)}) optimisers only", "optim=adamw")
+    raise bad_value("optim", optimizer, f"param={name} has tables for Adam-like ({', '.join(ADAM_LIKE)}) and SGD-like "
+                                        f"({', '.join(SGD_LIKE)}) optimisers only", "optim=adamw")
 
 
 def mup_table(
@@ -138,7 +140,9 @@ def mup_table(
         raise bad_value("width", width, f"µP here is defined for width >= param.base_width={base_width}", f"param.base_width={width}")
     if depth_alpha and (depth is None or base_depth is None or base_depth < 1):
         raise bad_value(
-            "param.base_depth", base_depth, f"param={name} scales residual branches relative to a positive number of blocks (model.mup.base_depth); a model without residual blocks (the MLP families) cannot take it", "param=mup"
+            "param.base_depth", base_depth,
+            f"param={name} scales residual branches relative to a positive number of blocks (model.mup.base_depth); "
+            "a model without residual blocks (the MLP families) cannot take it", "param=mup"
         )
     kind = _optimizer_kind(optimizer, name)
     m = width / base_width

@@ -3,7 +3,7 @@ the floor under compute-bound work.
 
     python -m initnorm.bench                  # every part (about an hour on 2 cores); appends to bench/RESULTS.md
     python -m initnorm.bench --sweeps 7e      # one part alone: --per-step, --sweeps KEYS, --flops, --groups SIZES
-    python -m initnorm.bench --sweeps 7e,mup_mlp --flops --steps 20 --set seed=1 --set width=64 --set lr=0.01 --out /tmp/b.md   # a smoke run
+    python -m initnorm.bench --sweeps 7e,mup_mlp --flops --steps 20 --set seed=1 --set width=64 --set lr=0.01 --out /tmp/b.md  # a smoke run
 
 docs/bench.md has the commands of the full measurement and how long each takes.
 
@@ -26,6 +26,7 @@ a core) is reported beside wall time, and the load average before and after each
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -74,9 +75,10 @@ def per_step(steps: int, repeats: int, workdir: Path) -> dict[str, dict[str, Any
     runs: dict[str, list] = {name: [] for name in VARIANTS}
     for r in range(repeats):
         for name, cfg in cfgs.items():
-            out, wall, cpu = timed(lambda: once(name, cfg))
+            out, wall, cpu = timed(functools.partial(once, name, cfg))
             runs[name].append((1000 * wall / steps, 1000 * cpu / steps, out["final_val_loss"]))
-            print(f"  repeat {r + 1}/{repeats} {name:17s} {runs[name][-1][0]:6.3f} ms/step wall, {runs[name][-1][1]:6.3f} CPU", file=sys.stderr, flush=True)
+            print(f"  repeat {r + 1}/{repeats} {name:17s} {runs[name][-1][0]:6.3f} ms/step wall, {runs[name][-1][1]:6.3f} CPU",
+                  file=sys.stderr, flush=True)
     return {
         name: {"wall_ms": statistics.median(x[0] for x in rs), "cpu_ms": statistics.median(x[1] for x in rs),
                "walls": [x[0] for x in rs], "final_val_loss": {x[2] for x in rs}}
@@ -99,7 +101,8 @@ def one_job(name: str, steps: int, workdir: Path) -> dict[str, Any]:
 def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] = ()) -> list:
     from initnorm.training.group import Member
 
-    return [Member(to_plain(compose_train([f"seed={i + 1}", f"steps={steps}", "callbacks=none", *extra])), Path(tempfile.mkdtemp(dir=workdir))) for i in range(size)]
+    return [Member(to_plain(compose_train([f"seed={i + 1}", f"steps={steps}", "callbacks=none", *extra])),
+                   Path(tempfile.mkdtemp(dir=workdir))) for i in range(size)]
 
 
 def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[str, float]:
@@ -160,37 +163,46 @@ def group_scan(sizes: list[int], compile_sizes: list[int], steps: int, repeats: 
         runs["plain"].append(plain_steps(steps))
         for n in sizes:
             runs[n].append(group_steps(n, steps, False, workdir))
-            print(f"  repeat {r + 1}/{repeats} group of {n:2d}: {runs[n][-1]['cpu_ms']:.3f} ms CPU per member-step", file=sys.stderr, flush=True)
-    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} | {"spread": (min(x["cpu_ms"] for x in v), max(x["cpu_ms"] for x in v))} for k, v in runs.items()}
+            print(f"  repeat {r + 1}/{repeats} group of {n:2d}: {runs[n][-1]['cpu_ms']:.3f} ms CPU per member-step",
+                  file=sys.stderr, flush=True)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} | {"spread": (min(x["cpu_ms"] for x in v), max(x["cpu_ms"] for x in v))}
+           for k, v in runs.items()}
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
     warm = bool(cache) and Path(cache).is_dir() and any(Path(cache).iterdir())
     compiled = []  # a size twice: the second compile finds the first one's cache
     for n in compile_sizes:
         compiled.append((n, group_steps(n, steps, True, workdir)))
-        print(f"  compiled group of {n:2d}: {compiled[-1][1]['cpu_ms']:.3f} ms CPU per member-step, first step {compiled[-1][1]['first_s']:.1f} s", file=sys.stderr, flush=True)
-    return {"eager": med, "compiled": compiled, "cache": cache or "(torch's default)", "cache_warm": warm, "steps": steps, "repeats": repeats}
+        print(f"  compiled group of {n:2d}: {compiled[-1][1]['cpu_ms']:.3f} ms CPU per member-step, first step "
+              f"{compiled[-1][1]['first_s']:.1f} s", file=sys.stderr, flush=True)
+    return {"eager": med, "compiled": compiled, "cache": cache or "(torch's default)", "cache_warm": warm,
+            "steps": steps, "repeats": repeats}
 
 
 def group_report(scan: dict[str, Any], rss: dict[str, Any] | None) -> list[str]:
     plain = scan["eager"]["plain"]
-    lines = ["", f"## Vectorised groups: ms per member-step against group size (default Decoder, {scan['steps']} training steps, 1 thread)", "",
-             f"Eager: medians of {scan['repeats']} interleaved repeats (CPU-time spread in brackets); compiled: one run each, after the first step "
-             f"(its time is the compile time; compiler cache {scan['cache']}, {'warm' if scan['cache_warm'] else 'cold'} at the start). "
-             "Training steps only: no validation, no logging. "
-             f"Load average before → after: {scan['load'][0]:.2f} → {scan['load'][1]:.2f}.", "",
-             "| group size | ms/member-step (wall) | ms/member-step (CPU) | speed-up over one plain model (CPU) | compiled: ms/member-step (CPU) | compiled: speed-up | compile (first step), wall |",
+    lines = ["", f"## Vectorised groups: ms per member-step against group size (default Decoder, {scan['steps']} training steps, 1 thread)",
+             "",
+             (f"Eager: medians of {scan['repeats']} interleaved repeats (CPU-time spread in brackets); compiled: one run each, after the "
+              f"first step (its time is the compile time; compiler cache {scan['cache']}, {'warm' if scan['cache_warm'] else 'cold'} at "
+              f"the start). Training steps only: no validation, no logging. Load average before → after: {scan['load'][0]:.2f} → "
+              f"{scan['load'][1]:.2f}."), "",
+             ("| group size | ms/member-step (wall) | ms/member-step (CPU) | speed-up over one plain model (CPU) | compiled: "
+              "ms/member-step (CPU) | compiled: speed-up | compile (first step), wall |"),
              "|---|---|---|---|---|---|---|",
-             f"| plain loop, one model | {plain['wall_ms']:.3f} | {plain['cpu_ms']:.3f} ({plain['spread'][0]:.2f}–{plain['spread'][1]:.2f}) | 1.00 | | | |"]
+             (f"| plain loop, one model | {plain['wall_ms']:.3f} | {plain['cpu_ms']:.3f} "
+              f"({plain['spread'][0]:.2f}–{plain['spread'][1]:.2f}) | 1.00 | | | |")]
     for n, r in scan["eager"].items():
         if n == "plain":
             continue
-        lines.append(f"| {n} | {r['wall_ms']:.3f} | {r['cpu_ms']:.3f} ({r['spread'][0]:.2f}–{r['spread'][1]:.2f}) | {plain['cpu_ms'] / r['cpu_ms']:.2f} | | | |")
+        lines.append(f"| {n} | {r['wall_ms']:.3f} | {r['cpu_ms']:.3f} ({r['spread'][0]:.2f}–{r['spread'][1]:.2f}) | "
+                     f"{plain['cpu_ms'] / r['cpu_ms']:.2f} | | | |")
     for n, comp in scan["compiled"]:
-        lines.append(f"| {n}, compiled | {comp['wall_ms']:.3f} | | | {comp['cpu_ms']:.3f} | {plain['cpu_ms'] / comp['cpu_ms']:.2f} | {comp['first_s']:.1f} s |")
+        lines.append(f"| {n}, compiled | {comp['wall_ms']:.3f} | | | {comp['cpu_ms']:.3f} | {plain['cpu_ms'] / comp['cpu_ms']:.2f} | "
+                     f"{comp['first_s']:.1f} s |")
     if rss:
         ok = rss["root_mb"] <= TARGETS["group_rss_mb"]
-        lines += ["", f"- peak RSS of a process training one group of 12 default Decoders ({rss['steps']} steps, `compile=false`): "
-                  f"{rss['root_mb']:.0f} MB (target ≤ {TARGETS['group_rss_mb']} MB: {'met' if ok else 'missed'})"]
+        lines += ["", (f"- peak RSS of a process training one group of 12 default Decoders ({rss['steps']} steps, `compile=false`): "
+                  f"{rss['root_mb']:.0f} MB (target ≤ {TARGETS['group_rss_mb']} MB: {'met' if ok else 'missed'})")]
     return lines
 
 
@@ -206,7 +218,8 @@ def machine() -> str:
         mem_gb = float("nan")
     import lightning
 
-    return f"{cpu}, {WORKERS} cores, {mem_gb:.0f} GB RAM; Linux {platform.release()}; Python {platform.python_version()}, torch {torch.__version__}, Lightning {lightning.__version__}"
+    return (f"{cpu}, {WORKERS} cores, {mem_gb:.0f} GB RAM; Linux {platform.release()}; Python {platform.python_version()}, torch "
+            f"{torch.__version__}, Lightning {lightning.__version__}")
 
 
 def verdict(value: float, target: float) -> str:
@@ -222,7 +235,8 @@ def report(args, parts: dict[str, Any], loads: tuple[float, float]) -> str:
         "",
         f"`python -m initnorm.bench {' '.join(args.argv)}`, git {git_revision()}.",
         f"Machine: {machine()}.",
-        f"Load average (1 min) at the start / end: {loads[0]:.2f} / {loads[1]:.2f} (the machine may be shared: read the ratios, not the absolute times).",
+        (f"Load average (1 min) at the start / end: {loads[0]:.2f} / {loads[1]:.2f} (the machine may be shared: read the ratios, not the "
+         "absolute times)."),
     ]
     if parts.get("steps"):
         lines += per_step_report(args, parts["steps"], parts["jobs"], parts["steps_load"])
@@ -241,19 +255,20 @@ def per_step_report(args, steps_res, jobs, loads: tuple[float, float]) -> list[s
         "",
         f"## Per step: the default Decoder, {args.steps or DEFAULT_STEPS} steps, batch 32, 1 torch thread",
         "",
-        f"Medians of {args.repeats} interleaved repeats in one process; a run's time includes its setup and its validations. "
-        "RSS and \"whole job\" come from one more run of each as a process of its own (imports included). "
-        f"Load average before → after the interleaved runs: {loads[0]:.2f} → {loads[1]:.2f}; "
-        f"the processes of their own: {'; '.join(f'{a:.2f} → {b:.2f}' for a, b in (j['load'] for j in jobs.values()))}.",
+        (f"Medians of {args.repeats} interleaved repeats in one process; a run's time includes its setup and its validations. "
+         "RSS and \"whole job\" come from one more run of each as a process of its own (imports included). "
+         f"Load average before → after the interleaved runs: {loads[0]:.2f} → {loads[1]:.2f}; "
+         f"the processes of their own: {'; '.join(f'{a:.2f} → {b:.2f}' for a, b in (j['load'] for j in jobs.values()))}."),
         "",
         "| variant | ms/step (wall) | ratio | ms/step (CPU) | ratio | final val loss | peak RSS | whole job, wall |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in steps_res.items():
-        label = {"plain": "(1) plain PyTorch loop", "initnorm": "(2) initnorm, `callbacks=none`", "initnorm + stats": "(3) initnorm + per-layer stats (`callbacks=default`)"}[name]
+        label = {"plain": "(1) plain PyTorch loop", "initnorm": "(2) initnorm, `callbacks=none`",
+                 "initnorm + stats": "(3) initnorm + per-layer stats (`callbacks=default`)"}[name]
         losses = ", ".join(f"{v:.6f}" for v in sorted(r["final_val_loss"]))
-        lines.append(f"| {label} | {r['wall_ms']:.3f} | {r['wall_ms'] / base['wall_ms']:.3f} | {r['cpu_ms']:.3f} | {r['cpu_ms'] / base['cpu_ms']:.3f} | "
-                     f"{losses} | {jobs[name]['root_mb']:.0f} MB | {jobs[name]['wall_s']:.1f} s |")
+        lines.append(f"| {label} | {r['wall_ms']:.3f} | {r['wall_ms'] / base['wall_ms']:.3f} | {r['cpu_ms']:.3f} | "
+                     f"{r['cpu_ms'] / base['cpu_ms']:.3f} | {losses} | {jobs[name]['root_mb']:.0f} MB | {jobs[name]['wall_s']:.1f} s |")
     same = len(set().union(*(r["final_val_loss"] for r in steps_res.values()))) == 1
     lines += ["", f"Same final validation loss in all three, bit for bit: {'yes' if same else 'NO'}.", ""]
     lines.append(f"- (2)/(1): wall {verdict(steps_res['initnorm']['wall_ms'] / base['wall_ms'], TARGETS['initnorm'])}, "
@@ -261,7 +276,8 @@ def per_step_report(args, steps_res, jobs, loads: tuple[float, float]) -> list[s
     lines.append(f"- (3)/(1): wall {verdict(steps_res['initnorm + stats']['wall_ms'] / base['wall_ms'], TARGETS['initnorm + stats'])}, "
                  f"CPU {verdict(steps_res['initnorm + stats']['cpu_ms'] / base['cpu_ms'], TARGETS['initnorm + stats'])}")
     rss = max(j["root_mb"] for j in jobs.values())
-    lines.append(f"- peak RSS of a process that trains one job: {rss:.0f} MB (target ≤ {TARGETS['rss_mb']} MB: {'met' if rss <= TARGETS['rss_mb'] else 'missed'})")
+    lines.append(f"- peak RSS of a process that trains one job: {rss:.0f} MB (target ≤ {TARGETS['rss_mb']} MB: "
+                 f"{'met' if rss <= TARGETS['rss_mb'] else 'missed'})")
     return lines
 
 
@@ -269,20 +285,26 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m initnorm.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--per-step", action="store_true", help="the per-step part: plain loop vs train(), in one process")
     p.add_argument("--sweeps", type=comma_list(), default=None, help=f"whole sweeps, comma-separated: {','.join(bench_sweeps.SWEEPS)}")
-    p.add_argument("--flops", action="store_true", help="the FLOP floor of experiment=mup_mlp_sweep's MLPs (beside its sweep when that runs too)")
+    p.add_argument("--flops", action="store_true",
+                   help="the FLOP floor of experiment=mup_mlp_sweep's MLPs (beside its sweep when that runs too)")
     p.add_argument("--groups", type=comma_list(int), default=None, help="vectorised group sizes to time (all parts: 1,2,4,8,16,32)")
     p.add_argument("--steps", type=int, default=None, help=f"steps per job (default: each sweep's own; the per-step part {DEFAULT_STEPS})")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUES",
-                   help="in every sweep (and the FLOP part): replace a swept key's values (--set seed=1), or add an override (--set width=64)")
+                   help="in every sweep (and the FLOP part): replace a swept key's values (--set seed=1), "
+                        "or add an override (--set width=64)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the per-step variants and the group sizes (default 3)")
     p.add_argument("--sweep-repeats", type=int, default=1, help="interleaved repeats of each sweep's rows (default 1)")
-    p.add_argument("--out", default="bench/RESULTS.md", help="the markdown file this run's section is appended to (default bench/RESULTS.md)")
+    p.add_argument("--out", default="bench/RESULTS.md",
+                   help="the markdown file this run's section is appended to (default bench/RESULTS.md)")
     p.add_argument("--no-sweep", action="store_true", help="no sweeps")
     p.add_argument("--sequential", action="store_true", help="also each sweep with Hydra's basic launcher (= sequential in --launchers)")
-    p.add_argument("--submitit", action="store_true", help="also each sweep with submitit's local executor, all jobs at once (= submitit in --launchers)")
+    p.add_argument("--submitit", action="store_true",
+                   help="also each sweep with submitit's local executor, all jobs at once (= submitit in --launchers)")
     p.add_argument("--launchers", type=comma_list(), default=["plain", "vectorized", "local_parallel"],
-                   help=f"each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): {','.join(bench_sweeps.ROWS)}")
-    p.add_argument("--vectorized-only", action="store_true", help="only the canonical sweep's plain loops and vectorised run, the group sizes and a group's RSS")
+                   help="each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): "
+                        f"{','.join(bench_sweeps.ROWS)}")
+    p.add_argument("--vectorized-only", action="store_true",
+                   help="only the canonical sweep's plain loops and vectorised run, the group sizes and a group's RSS")
     p.add_argument("--compile-sizes", type=comma_list(int), default=[1, 12], help="group sizes to time compiled too (default 1,12)")
     p.add_argument("--group-steps", type=int, default=200, help="training steps per group-size measurement (default 200)")
     p.add_argument("--flops-seconds", type=float, default=5.0, help="seconds of matmuls per throughput measurement (default 5)")
@@ -300,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--set {s!r} is not KEY=VALUES; write e.g. --set seed=1 or --set lr=0.01,0.03")
     wrong = [r for r in args.launchers if r not in bench_sweeps.ROWS]
     if wrong or not args.launchers:
-        p.error(f"--launchers {','.join(wrong)}: not a row; known: {','.join(bench_sweeps.ROWS)} (e.g. --launchers vectorized,local_parallel)")
+        p.error(f"--launchers {','.join(wrong)}: not a row; known: {','.join(bench_sweeps.ROWS)} (e.g. --launchers "
+                "vectorized,local_parallel)")
     unknown = [k for k in (args.sweeps or []) + ([args.plain_sweep] if args.plain_sweep else []) if k not in bench_sweeps.SWEEPS]
     if unknown:
         p.error(f"--sweeps {','.join(unknown)}: not a sweep; known: {','.join(bench_sweeps.SWEEPS)} (e.g. --sweeps 7e)")
@@ -311,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(bench_sweeps.plain_jobs(bench_sweeps.SWEEPS[args.plain_sweep], args.steps, args.set, args.plain_jobs)))
         return
     if args.matmul_job:
-        print(json.dumps(bench_flops.matmul_job(args.matmul_job, args.steps, args.set, args.flops_seconds, args.matmul_barrier, args.matmul_peers)))
+        print(json.dumps(bench_flops.matmul_job(args.matmul_job, args.steps, args.set, args.flops_seconds,
+                                                args.matmul_barrier, args.matmul_peers)))
         return
     if args.group_job:
         from initnorm.training.group import train_group
@@ -323,9 +347,11 @@ def main(argv: list[str] | None = None) -> None:
 
     # Named parts run alone; without any, every part runs.
     chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None
-    rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential, *["submitit"] * args.submitit])]
+    rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential,
+                                                         *["submitit"] * args.submitit])]
     if args.vectorized_only:
-        per_step_on, sweeps, flops, groups, rows = False, ["canonical"], False, args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
+        per_step_on, sweeps, flops = False, ["canonical"], False
+        groups, rows = args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
     elif chosen:
         per_step_on, sweeps, flops, groups = args.per_step, args.sweeps or [], args.flops, args.groups or []
     else:
@@ -355,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
             print("group sizes ...", file=sys.stderr)
             before = load()
             parts["groups"] = group_scan(groups, args.compile_sizes, args.group_steps, args.repeats, work) | {"load": (before, load())}
-            parts["group_rss"] = run_command(bench_command("--group-job", "12", "--steps", str(args.group_steps)), work) | {"steps": args.group_steps}
+            rss = run_command(bench_command("--group-job", "12", "--steps", str(args.group_steps)), work)
+            parts["group_rss"] = rss | {"steps": args.group_steps}
     loads.append(load())
     text = report(args, parts, (loads[0], loads[1]))
     out = Path(args.out)

@@ -131,7 +131,8 @@ def together(width: str, steps: int | None, sets: list[str], seconds: float, n: 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory(prefix="initnorm-mm-") as barrier:
         procs = [subprocess.Popen(bench_command("--matmul-job", width, "--flops-seconds", str(seconds), "--matmul-barrier", barrier,
-                                                "--matmul-peers", str(n), *tail), env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+                                                "--matmul-peers", str(n), *tail),
+                                  env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
         outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"a matmul timing process failed: {[p.returncode for p in procs]}")
@@ -163,22 +164,26 @@ def report(res: dict[str, Any], sweep_res: dict[str, Any] | None, workers: int) 
         for job in sweep_res["plan"]["jobs"]:
             n_jobs[job["width"]] += 1
     lines = ["", "## The FLOP floor: `experiment=mup_mlp_sweep`'s wide MLPs", "",
-             "A job's matmul FLOPs (from its model's `nn.Linear` shapes at its batch: forward, the weights' and the inputs' gradients per "
-             "training step, one forward over the held-out set per evaluation) against `torch.mm` at the same shapes, 1 thread: in one process, "
-             f"and in {len(next(iter(res['widths'].values()))['pair'])} processes at once (the mean of theirs). The floor is FLOPs / throughput: "
-             "no launcher trains the job faster on this machine's cores. Element-wise work (ReLU, Adam, the loss) comes on top.", ""]
-    head = "| width | params | GFLOP per job (train + eval) | GFLOP/s, 1 process | floor per job, 1 process | GFLOP/s each, 2 at once | floor per job, 2 at once |"
+             ("A job's matmul FLOPs (from its model's `nn.Linear` shapes at its batch: forward, the weights' and the inputs' gradients per "
+              "training step, one forward over the held-out set per evaluation) against `torch.mm` at the same shapes, 1 thread: in one "
+              f"process, and in {len(next(iter(res['widths'].values()))['pair'])} processes at once (the mean of theirs). The floor is "
+              "FLOPs / throughput: no launcher trains the job faster on this machine's cores. Element-wise work (ReLU, Adam, the loss) "
+              "comes on top."), ""]
+    head = ("| width | params | GFLOP per job (train + eval) | GFLOP/s, 1 process | floor per job, 1 process | GFLOP/s each, 2 at once | "
+            "floor per job, 2 at once |")
     sep = "|---|---|---|---|---|---|---|"
     if rows:
-        head += " jobs | floor of the jobs, summed | " + " | ".join(f"`{name.split('`')[1]}`: the jobs' training, summed (÷ floor)" for name in rows) + " |"
+        per_row = (f"`{name.split('`')[1]}`: the jobs' training, summed (÷ floor)" for name in rows)
+        head += " jobs | floor of the jobs, summed | " + " | ".join(per_row) + " |"
         sep += "---|---|" + "---|" * len(rows)
     lines += [head, sep]
     floor_all = 0.0
     for w, r in res["widths"].items():
         pair_gflops = statistics.mean(p["gflops"] for p in r["pair"])
         flops = r["flops"]["total"]
-        line = (f"| {w} | {r['shapes']['params']:,} | {flops / 1e9:.2f} ({r['flops']['train'] / 1e9:.2f} + {r['flops']['eval'] / 1e9:.2f}) | "
-                f"{r['alone']['gflops']:.1f} | {secs(flops / r['alone']['gflops'] / 1e9)} | {pair_gflops:.1f} | {secs(flops / pair_gflops / 1e9)} |")
+        line = (f"| {w} | {r['shapes']['params']:,} | {flops / 1e9:.2f} ({r['flops']['train'] / 1e9:.2f} + {r['flops']['eval'] / 1e9:.2f}) "
+                f"| {r['alone']['gflops']:.1f} | {secs(flops / r['alone']['gflops'] / 1e9)} | {pair_gflops:.1f} | "
+                f"{secs(flops / pair_gflops / 1e9)} |")
         if rows:
             floor = n_jobs[w] * flops / pair_gflops / 1e9
             floor_all += floor
@@ -190,6 +195,6 @@ def report(res: dict[str, Any], sweep_res: dict[str, Any] | None, workers: int) 
         lines.append(line)
     if rows and workers:
         walls = ", ".join(f"`{name.split('`')[1]}` {r['wall_s']:.1f} s" for name, r in rows.items())
-        lines += ["", f"- the whole sweep's floor on {workers} cores (every job's floor at the two-at-once throughput, summed, ÷ {workers}): "
-                  f"{secs(floor_all / workers)}; its whole commands took: {walls}."]
+        lines += ["", (f"- the whole sweep's floor on {workers} cores (every job's floor at the two-at-once throughput, summed, "
+                       f"÷ {workers}): {secs(floor_all / workers)}; its whole commands took: {walls}.")]
     return lines

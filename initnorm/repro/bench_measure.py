@@ -8,8 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -131,7 +132,8 @@ def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     root = peaks.pop(proc.pid, 0)
-    return {"wall_s": wall, "cpu_s": cpu_s, "output": out, "root_mb": root / 1024, "children_mb": sorted((kb / 1024 for kb in peaks.values()), reverse=True),
+    return {"wall_s": wall, "cpu_s": cpu_s, "output": out, "root_mb": root / 1024,
+            "children_mb": sorted((kb / 1024 for kb in peaks.values()), reverse=True),
             "load": (load_before, load())}
 
 

@@ -9,8 +9,10 @@ each row ran, so a shrunk run cannot pass for a full one.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -60,7 +62,8 @@ SWEEPS = {
                      "`make reproduce` runs these 36."),
     "mup_mlp": Sweep("mup_mlp", "chapter step 4: the wide MLP, widths 64/256/1024 x 9 lrs x SP/µP, seed 0 (the preset's grid)",
                      ("experiment=mup_mlp_sweep", "callbacks=none"),
-                     plain="the plain loop is the Decoder's language-model loop; this MLP classifier is compared against `local_parallel` (issue 14)"),
+                     plain="the plain loop is the Decoder's language-model loop; this MLP classifier is compared against `local_parallel` "
+                           "(issue 14)"),
 }
 
 
@@ -114,7 +117,7 @@ def plain_jobs(sweep: Sweep, steps: int | None, sets: list[str], limit: int = 0)
     out = {}
     for job in jobs:
         c = to_plain(compose_train([*p["fixed"], *(f"{k}={v}" for k, v in job.items())]))
-        r, wall, _ = timed(lambda: plain_run(c))
+        r, wall, _ = timed(functools.partial(plain_run, c))
         out[job_key(job, p["grid"])] = [r["final_val_loss"], wall, r["diverged_step"]]
     return out
 
@@ -134,7 +137,8 @@ def run_row(sweep: Sweep, how: str, p: dict[str, Any], argv_tail: list[str], wor
         r = run_command(bench_command("--plain-sweep", sweep.key, *argv_tail), workdir)
         done = json.loads(r["output"].strip().splitlines()[-1])
         return r | {"losses": {k: v[0] for k, v in done.items()}, "train_s": sum(v[1] for v in done.values()),
-                    "per_job_s": {k: v[1] for k, v in done.items()}, "command": "python -m initnorm.bench --plain-sweep " + " ".join([sweep.key, *argv_tail])}
+                    "per_job_s": {k: v[1] for k, v in done.items()},
+                    "command": "python -m initnorm.bench --plain-sweep " + " ".join([sweep.key, *argv_tail])}
     folder = Path(tempfile.mkdtemp(dir=workdir))
     cmd = [sys.executable, "-m", "initnorm.train", "-m", *p["overrides"], *LAUNCHERS[how]]
     r = run_command([*cmd, f"hydra.sweep.dir={folder}"], workdir)
@@ -173,7 +177,7 @@ def summary(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
         walls = [r["wall_s"] for r in rs]
         out[how] = {"wall_s": statistics.median(walls), "walls": walls, "cpu_s": statistics.median(r["cpu_s"] for r in rs),
                     "cpus": [r["cpu_s"] for r in rs], "train_s": statistics.median(r["train_s"] for r in rs),
-                    "root_mb": max(r["root_mb"] for r in rs), "child_mb": max((max(r["children_mb"], default=0.0) for r in rs)),
+                    "root_mb": max(r["root_mb"] for r in rs), "child_mb": max(max(r["children_mb"], default=0.0) for r in rs),
                     "children": max(len(r["children_mb"]) for r in rs), "loads": [r["load"] for r in rs],
                     "losses": rs[0]["losses"], "command": rs[0]["command"],
                     "per_job_s": {k: statistics.median(r["per_job_s"][k] for r in rs) for k in rs[0]["per_job_s"]}}
@@ -189,17 +193,18 @@ def report(res: dict[str, Any], workers: int) -> list[str]:
     base = rows[base_name]
     label = {PLAIN: "plain loops", PARALLEL: "local_parallel"}.get(base_name, base_name)
     lines = ["", f"## Sweep `{sweep.key}`: {sweep.title}; {n} jobs, whole command, imports included", "",
-             f"Swept: {' '.join(f'{k}={v}' for k, v in p['grid'].items())}. Each row ran {res['repeats']} time(s), "
-             "interleaved (the order rotates with each repeat); medians, with the spread (lowest–highest) of the wall and CPU times. "
-             "\"the jobs' training, summed\": each job's own `wall_s` (a vectorised group's counted once); "
-             "load: the 1-minute load average before → after each run.", "",
-             f"| how | wall | spread (wall; CPU) | ratio to {label} | CPU, all processes | CPU ratio | the jobs' training, summed | largest process RSS | load before → after |",
+             (f"Swept: {' '.join(f'{k}={v}' for k, v in p['grid'].items())}. Each row ran {res['repeats']} time(s), "
+              "interleaved (the order rotates with each repeat); medians, with the spread (lowest–highest) of the wall and CPU times. "
+              "\"the jobs' training, summed\": each job's own `wall_s` (a vectorised group's counted once); "
+              "load: the 1-minute load average before → after each run."), "",
+             (f"| how | wall | spread (wall; CPU) | ratio to {label} | CPU, all processes | CPU ratio | the jobs' training, summed | "
+              "largest process RSS | load before → after |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for how, r in rows.items():
         rss = max(r["root_mb"], r["child_mb"])
         loads = "; ".join(f"{a:.2f} → {b:.2f}" for a, b in r["loads"])
-        lines.append(f"| {how} | {r['wall_s']:.1f} s | {_spread(r['walls'], r['cpus'])} | {r['wall_s'] / base['wall_s']:.3f} | {r['cpu_s']:.1f} s | "
-                     f"{r['cpu_s'] / base['cpu_s']:.3f} | {r['train_s']:.1f} s | {rss:.0f} MB | {loads} |")
+        lines.append(f"| {how} | {r['wall_s']:.1f} s | {_spread(r['walls'], r['cpus'])} | {r['wall_s'] / base['wall_s']:.3f} | "
+                     f"{r['cpu_s']:.1f} s | {r['cpu_s'] / base['cpu_s']:.3f} | {r['train_s']:.1f} s | {rss:.0f} MB | {loads} |")
     lines += ["", "Commands:", ""] + [f"- {how}: `{r['command']}`" for how, r in rows.items()]
     if sweep.plain:
         lines += ["", f"No plain-loop row: {sweep.plain}."]
@@ -211,17 +216,19 @@ def report(res: dict[str, Any], workers: int) -> list[str]:
         lines.append(f"- vectorised / {label}, wall: {vec['wall_s'] / base['wall_s']:.3f} "
                      f"(issue 14's target ≤ {TARGET}: {'met' if vec['wall_s'] / base['wall_s'] <= TARGET else 'missed'})")
         if par and base_name == PLAIN:
-            lines.append(f"- vectorised / local_parallel, wall: {vec['wall_s'] / par['wall_s']:.3f}; CPU: {vec['cpu_s'] / par['cpu_s']:.3f}")
+            lines.append(f"- vectorised / local_parallel, wall: {vec['wall_s'] / par['wall_s']:.3f}; CPU: "
+                         f"{vec['cpu_s'] / par['cpu_s']:.3f}")
     if par and workers:
-        lines.append(f"- local_parallel: with {workers} workers its jobs' training alone takes at least {par['train_s'] / workers:.1f} s; the other "
-                     f"{par['wall_s'] - par['train_s'] / workers:.1f} s are start-up (imports, composing and checking {n} jobs), uneven ends and the summary.")
+        lines.append(f"- local_parallel: with {workers} workers its jobs' training alone takes at least {par['train_s'] / workers:.1f} s; "
+                     f"the other {par['wall_s'] - par['train_s'] / workers:.1f} s are start-up (imports, composing and checking {n} jobs), "
+                     "uneven ends and the summary.")
     lines += agreement(rows, base_name)
     return lines
 
 
 def _rel(a: float, b: float) -> float:
-    if a != a or b != b:  # NaN: a diverged job agrees with a diverged job only
-        return 0.0 if (a != a) == (b != b) else float("inf")
+    if math.isnan(a) or math.isnan(b):  # a diverged job agrees with a diverged job only
+        return 0.0 if math.isnan(a) == math.isnan(b) else float("inf")
     return abs(a - b) / abs(b)
 
 
@@ -231,10 +238,11 @@ def agreement(rows: dict[str, dict[str, Any]], base: str) -> list[str]:
     lines = []
     for how in (n for n in rows if n != base):
         losses = rows[how]["losses"]
-        same = all(losses[k] == v or (v != v and losses[k] != losses[k]) for k, v in ref.items())
+        same = all(losses[k] == v or (math.isnan(v) and math.isnan(losses[k])) for k, v in ref.items())
         worst = max(_rel(losses[k], v) for k, v in ref.items())
-        lines.append(f"- final validation losses, {how} against {base}: " + ("the same, bit for bit" if same else f"at most {worst:.1e} relative apart"))
-    diverged = sorted(k for k, v in ref.items() if v != v)
+        apart = "the same, bit for bit" if same else f"at most {worst:.1e} relative apart"
+        lines.append(f"- final validation losses, {how} against {base}: {apart}")
+    diverged = sorted(k for k, v in ref.items() if math.isnan(v))
     if diverged:
         lines.append(f"- diverged (NaN final loss) in {base}: {', '.join(diverged)}")
     return lines

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from initnorm import transfer
 from initnorm.instruments.coord import KEY_LAYERS, coord_axis, curves, display_name, ordered, ratio, read_rows
@@ -62,8 +63,10 @@ def seed_table(folder: Path, keys: tuple[str, ...], reference: dict, metric: str
         else:
             t_mu, t_sd, _ = mean_sd(theirs)
             t_seeds = ", ".join(f"{v:.3f}" for v in theirs)
-        out.append([*key, fmt_mean_sd(mu, sd, n, missing="—"), per_seed, f"{t_mu:.3f} ± {t_sd:.3f}", t_seeds, _spread_verdict(mu, sd, n, t_mu, t_sd)])
-    return _table([*keys, "ours (mean ± sd)", "ours per seed", f"{label} (mean ± sd)", f"{label} per seed", "agreement"], out) + transfer_section(folder)
+        out.append([*key, fmt_mean_sd(mu, sd, n, missing="—"), per_seed, f"{t_mu:.3f} ± {t_sd:.3f}", t_seeds,
+                    _spread_verdict(mu, sd, n, t_mu, t_sd)])
+    head = [*keys, "ours (mean ± sd)", "ours per seed", f"{label} (mean ± sd)", f"{label} per seed", "agreement"]
+    return _table(head, out) + transfer_section(folder)
 
 
 SWEEP_FIGURES = {  # the figures a sweep's summary draws (initnorm/plots.py), as the report shows them
@@ -103,13 +106,15 @@ def three_seed_rows(seeds: dict[str, dict[int, float | None]], digits: int = 3) 
         t_page, t_mu, t_sd, t_seeds = ref.CHAPTER_SEEDS[label]
         mu, sd, n = mean_sd(values.values())
         page = values.get(0)
-        fmt = (lambda v: "—" if v is None else f"{v:.3g}") if "log2" in label else (lambda v: _fmt(v, digits))  # noqa: E731
+        fmt = (lambda v: "—" if v is None else f"{v:.3g}") if "log2" in label else (lambda v: _fmt(v, digits))
         per_seed = " / ".join("diverged" if v is None else fmt(v) for v in values.values()) or "not run"
         rows.append([
-            label, fmt(page), fmt_mean_sd(mu, sd, n, missing="—") if "log2" not in label else (f"{fmt(mu)} ± {fmt(sd)}" if n else "—"), per_seed,
+            label, fmt(page), fmt_mean_sd(mu, sd, n, missing="—") if "log2" not in label else (f"{fmt(mu)} ± {fmt(sd)}" if n else "—"),
+            per_seed,
             fmt(t_page), f"{fmt(t_mu)} ± {fmt(t_sd)}", " / ".join(fmt(v) for v in t_seeds), _spread_verdict(mu, sd, n, t_mu, t_sd),
         ])
-    head = ["run", "ours seed 0", "ours mean ± sd", "ours per seed", "chapter seed 0", "chapter mean ± sd", "chapter seeds 0 / 1 / 2", "agreement"]
+    head = ["run", "ours seed 0", "ours mean ± sd", "ours per seed", "chapter seed 0", "chapter mean ± sd",
+            "chapter seeds 0 / 1 / 2", "agreement"]
     return "Across three seeds (the chapter's table):\n\n" + _table(head, rows)
 
 
@@ -133,7 +138,7 @@ def deck_7a(folder: Path) -> str:
     for r in _read_csv(Path(folder) / "probe_decoder.csv"):
         series.setdefault((r["norm"], float(r["std"]), r["stat"]), []).append(float(r["value"]))
     depth = len(series[("pre", 0.25, "grad_norm")])
-    stream = lambda norm, std: series[(norm, std, "stream_rms")]  # noqa: E731 (entering each block, then leaving the last)
+    stream = lambda norm, std: series[(norm, std, "stream_rms")]  # entering each block, then leaving the last
     grads = series[("post", 0.25, "grad_norm")]
     ours = {  # the deck's sentence -> our values (a range where the deck speaks of every depth)
         "pre, std 0.02: stream RMS at every depth": stream("pre", 0.02),
@@ -176,7 +181,8 @@ def chapter_probe(folder: Path) -> str:
         verdict = "same to the 3 printed digits" if all(same) else apart
         rows.append([act, init] + [c for o, t in zip(ours, theirs) for c in (f"{o:.2e}", f"{t:.2e}")] + [verdict])
     n = len(next(iter(series.values()))) if series else 0
-    head = ["activation", "init"] + [f"{q} {w}" for q in ("act std L1", f"act std L{n}", "grad std L1", f"grad std L{n}") for w in ("ours", "chapter")] + ["agreement"]
+    stats = ("act std L1", f"act std L{n}", "grad std L1", f"grad std L{n}")
+    head = ["activation", "init"] + [f"{q} {w}" for q in stats for w in ("ours", "chapter")] + ["agreement"]
     note = "" if n == 30 else f"\n{n} layers here: L{n} is compared with the chapter's L30.\n"
     return _table(head, rows) + note + "\n![activation and gradient std per layer](probe_mlp.png)\n"
 
@@ -205,11 +211,13 @@ def deck_7d(folder: Path) -> str:
         o16, o256 = v.get(16), v.get(256)
         growth = o256 / o16 if o16 and o256 else None
         agree = f"16: {_diff(o16, t16)}; 256: {_diff(o256, t256)}; 256/16: {_diff(growth, t256 / t16)}"
-        rows.append([f"{display_name(param)} logits", _g(o16), _g(t16), _g(o256), _g(t256), _g(growth), _g(t256 / t16), f"{ratio(v):.2f}" if v else "—", agree])
+        rows.append([f"{display_name(param)} logits", _g(o16), _g(t16), _g(o256), _g(t256), _g(growth), _g(t256 / t16),
+                     f"{ratio(v):.2f}" if v else "—", agree])
     stream = data.get("sp", {}).get("stream/last", {})
     rows.append(["SP last residual stream", _g(stream.get(16)), "—", _g(stream.get(256)), _g(ref.DECK_7D_SP_STREAM_256), "—", "—",
                  f"{ratio(stream):.2f}" if stream else "—", f"256: {_diff(stream.get(256), ref.DECK_7D_SP_STREAM_256)}"])
-    head = [f"after {step} steps", "ours 16", "deck 16", "ours 256", "deck 256", "ours 256/16", "deck 256/16", "ours max/min (all widths)", "difference (ours − deck)"]
+    head = [f"after {step} steps", "ours 16", "deck 16", "ours 256", "deck 256", "ours 256/16", "deck 256/16",
+            "ours max/min (all widths)", "difference (ours − deck)"]
     return (
         "RMS change from step 0 (the deck's: after 10 steps); the deck gives one run, so the last column is the difference.\n\n"
         + _table(head, rows) + "\n" + _every_layer(data, "width") + _verdict(folder) + "\n![coordinate check](coord.png)\n"
@@ -279,7 +287,8 @@ def depth_transfer(folder: Path) -> str:
 
 def _every_layer(data: dict, axis: str) -> str:
     xs = sorted({x for layers in data.values() for v in layers.values() for x in v})
-    rows = [[display_name(p), layer] + [_g(v[x]) for x in xs] + [f"{ratio(v):.2f}"] for p in ordered(data) for layer, v in data[p].items() if layer in KEY_LAYERS]
+    rows = [[display_name(p), layer] + [_g(v[x]) for x in xs] + [f"{ratio(v):.2f}"]
+            for p in ordered(data) for layer, v in data[p].items() if layer in KEY_LAYERS]
     return _table(["param", "layer"] + [f"{axis} {x}" for x in xs] + ["max/min"], rows)
 
 
@@ -292,7 +301,8 @@ def _verdict(folder: Path) -> str:
 
 
 DEEP_MLP_INITS = {"N(0, 1)": "unit_normal", "N(0, 0.01)": "small", "Xavier": "xavier", "He": "he"}
-REGULARIZERS = {"no regularization": "none", "dropout 0.2": "dropout_0.2", "dropout 0.5": "dropout_0.5", "weight decay 1.0": "weight_decay_1.0"}
+REGULARIZERS = {"no regularization": "none", "dropout 0.2": "dropout_0.2", "dropout 0.5": "dropout_0.5",
+                "weight decay 1.0": "weight_decay_1.0"}
 # The chapter's "Dropout 0.5, final val" row holds, at seed 0, the step-3 table's final *train* loss
 # of dropout 0.5 (its final val is another number): we compare that row with our final train loss.
 _DROPOUT_TRAIN = ref.CHAPTER_SEEDS["Dropout 0.5, final val"][0] == ref.CHAPTER_REGULARIZATION["dropout 0.5"][0]
@@ -327,13 +337,15 @@ def chapter_deep_mlp(folder: Path) -> str:
         if page.get("diverged"):
             row[2] = f"diverged at step {page.get('diverged_step')}"
         rows.append([act, init, *row])
-    head = ["activation", "init", "first loss ours", "chapter", "final loss ours", "chapter", "val acc ours", "chapter", "difference (ours − chapter)"]
+    head = ["activation", "init", "first loss ours", "chapter", "final loss ours", "chapter", "val acc ours", "chapter",
+            "difference (ours − chapter)"]
     seeds = {
         "Tanh, Xavier: val accuracy": _seed_values(recs, {"model.activation": "tanh", "init": "xavier"}, "val_acc"),
         "ReLU, Xavier: val accuracy": _seed_values(recs, {"model.activation": "relu", "init": "xavier"}, "val_acc"),
         "ReLU, He: val accuracy": _seed_values(recs, {"model.activation": "relu", "init": "he"}, "val_acc"),
     }
-    return "Seed 0 (the chapter's page; one run, so the last column is the difference):\n\n" + _table(head, rows) + "\n" + three_seed_rows(seeds) + "\n![training loss per init](train_curves.png)\n"
+    return ("Seed 0 (the chapter's page; one run, so the last column is the difference):\n\n" + _table(head, rows) + "\n"
+            + three_seed_rows(seeds) + "\n![training loss per init](train_curves.png)\n")
 
 
 def chapter_regularization(folder: Path) -> str:
@@ -344,10 +356,12 @@ def chapter_regularization(folder: Path) -> str:
     for name, theirs in ref.CHAPTER_REGULARIZATION.items():
         ours = [_seed_values(recs, {"regularizer": REGULARIZERS[name]}, m).get(0) for m in metrics]
         rows.append([name, *_page_row(ours, theirs)])
-    head = ["setting"] + [c for q in ("final train", "final val", "best val", "gap") for c in (f"{q} ours", "chapter")] + ["difference (ours − chapter)"]
+    head = (["setting"] + [c for q in ("final train", "final val", "best val", "gap") for c in (f"{q} ours", "chapter")]
+            + ["difference (ours − chapter)"])
     seeds = {label: _seed_values(recs, {"regularizer": reg}, m) for label, (reg, m) in REGULARIZATION_SEEDS.items()}
     return (
-        "Seed 0 (the chapter's page; one run, so the last column is the difference):\n\n" + _table(head, rows) + "\n" + three_seed_rows(seeds)
+        "Seed 0 (the chapter's page; one run, so the last column is the difference):\n\n" + _table(head, rows) + "\n"
+        + three_seed_rows(seeds)
         + f"\n{_DROPOUT_NOTE}\n\n![training (dashed) and validation (solid) loss](train_val_curves.png)\n"
     )
 
@@ -381,8 +395,10 @@ def chapter_mup(folder: Path) -> str:
         exp, loss = best
         steps = "same best lr" if exp == t_exp else f"best lr off by {exp - t_exp:+d} in log2"
         losses = " ".join(f"{curve[lr]:.2f}" for lr in sorted(curve))
-        rows.append([param, width, f"2^{exp}", f"2^{t_exp}", f"{loss:.3f}", f"{t_loss:.3f}", losses, " ".join(f"{v:.2f}" for v in t_curve), f"{steps}; loss {loss - t_loss:+.3f}"])
-    head = ["param", "width", "best lr ours", "chapter", "loss ours", "chapter", "loss per lr ours", "chapter (2^-12 ... 2^-4)", "agreement (seed 0)"]
+        rows.append([param, width, f"2^{exp}", f"2^{t_exp}", f"{loss:.3f}", f"{t_loss:.3f}", losses, " ".join(f"{v:.2f}" for v in t_curve),
+                     f"{steps}; loss {loss - t_loss:+.3f}"])
+    head = ["param", "width", "best lr ours", "chapter", "loss ours", "chapter", "loss per lr ours",
+            "chapter (2^-12 ... 2^-4)", "agreement (seed 0)"]
     seeds = {}
     for param, name in (("sp", "SP"), ("mup", "muP")):
         per_seed = {s: _best(c) for s, c in _lr_grid(recs, param, 1024).items()}
@@ -391,7 +407,8 @@ def chapter_mup(folder: Path) -> str:
     order = [k for k in ref.CHAPTER_SEEDS if k.startswith("Width 1024")]
     steps = sorted({r.get("steps") for r in recs}, key=str)
     return (
-        f"Seed 0 (the chapter's page; one run). Loss: the mean of the last 50 training batches after {', '.join(map(str, steps))} steps.\n\n" + _table(head, rows)
+        f"Seed 0 (the chapter's page; one run). Loss: the mean of the last 50 training batches after {', '.join(map(str, steps))} "
+        "steps.\n\n" + _table(head, rows)
         + "\n" + three_seed_rows({k: seeds[k] for k in order}) + "\n![loss against learning rate](lr_transfer.png)\n"
         + transfer_section(folder)
     )
@@ -402,7 +419,10 @@ def transfer_section(folder: Path) -> str:
     so nothing to set beside it; empty for any other sweep."""
     recs = _records(folder)
     rows = transfer.transfer_table(recs)
-    return transfer.render_markdown(rows, transfer.metric_of(recs)).replace("## Learning-rate transfer", "#### Learning-rate transfer (not in the documents)") if rows else ""
+    if not rows:
+        return ""
+    return transfer.render_markdown(rows, transfer.metric_of(recs)).replace("## Learning-rate transfer",
+                                                                            "#### Learning-rate transfer (not in the documents)")
 
 
 COMPARE: dict[str, Callable[[Path], str]] = {

@@ -15,9 +15,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from initnorm.repro import compare
 from initnorm.repro import reference as ref
@@ -176,7 +176,7 @@ def run(exp: Experiment, out: Path, ci: bool) -> dict:
     argv = [sys.executable, "-m", exp.module, *args, exp.folder_arg.format(out)]
     print(f"[{exp.key}] {' '.join(argv[1:])}", flush=True)
     start = time.perf_counter()
-    status = subprocess.run(argv, cwd=ROOT).returncode
+    status = subprocess.run(argv, cwd=ROOT, check=False).returncode
     return {"command": f"python -m {exp.module} {' '.join(args)}", "seconds": time.perf_counter() - start, "ci": ci, "exit_status": status}
 
 
@@ -195,7 +195,7 @@ def _sections(report: Path) -> dict[str, str]:
     """The sections of an existing report by title (``## title`` up to the next one)."""
     if not report.is_file():
         return {}
-    parts = re.split(r"^## ", report.read_text(encoding="utf-8"), flags=re.M)[1:]
+    parts = re.split(r"^## ", report.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]
     return {p.split("\n", 1)[0].strip(): ("## " + p).rstrip("\n") + "\n" for p in parts}
 
 
@@ -220,7 +220,8 @@ def write_report(results: Path, out: Path) -> Path:
         sections += [f"## {exp.title}\n", f"`{command}` took {_duration(t['seconds'])} here{size}.\n"]
         status = t.get("exit_status", 0)
         if status:
-            sections.append(f"It exited with status {status}: {exp.exit_meaning.get(status, 'the command failed; its output above the report says why')}.\n")
+            sections.append(f"It exited with status {status}: "
+                            f"{exp.exit_meaning.get(status, 'the command failed; its output above the report says why')}.\n")
         try:
             # The report sits one folder above each experiment's PNGs: point the links there.
             sections.append(re.sub(r"\]\(([^)/]+\.png)\)", rf"]({exp.key}/\1)", exp.compare(folder)))

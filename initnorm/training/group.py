@@ -17,9 +17,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -100,7 +101,8 @@ def _logger(member: Member):
         from lightning.pytorch.loggers import TensorBoardLogger
 
         lg = member.cfg["logger"]  # the config's TensorBoard logger, as train() instantiates it
-        member.logger = TensorBoardLogger(save_dir=str(member.out_dir), name=lg["name"], version=lg["version"], default_hp_metric=lg["default_hp_metric"])
+        member.logger = TensorBoardLogger(save_dir=str(member.out_dir), name=lg["name"], version=lg["version"],
+                                          default_hp_metric=lg["default_hp_metric"])
     return member.logger
 
 
@@ -155,7 +157,8 @@ def build_group(members: Sequence[Member], device: str | torch.device = "cpu") -
         data = task.make_data(c)
         data.setup("fit")
         built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
-        modules.append(task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"],
+        modules.append(task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"],
+                                   warmup=c["warmup"], optim=c["optim"],
                                    schedule=c["schedule"], log_every=c["log_every"]))
         datas.append(data)
     for m in members:
@@ -190,7 +193,8 @@ def _trainer_kwargs(c: Mapping[str, Any], device: torch.device) -> dict[str, Any
 
 
 def train_group(members: Sequence[Member], device: str | torch.device = "cpu", on_done: Callable[[int, dict], None] | None = None,
-                abandoned: Callable[[], bool] | None = None, callbacks: Sequence[L.Callback] | None = None, label: str | None = None) -> list[dict[str, Any]]:
+                abandoned: Callable[[], bool] | None = None, callbacks: Sequence[L.Callback] | None = None,
+                label: str | None = None) -> list[dict[str, Any]]:
     """Train ``members`` as one stacked model under Lightning; write each one's job folder; return their metrics in order.
     ``callbacks``: one instance of each for the group (each sees every member through ``pl_module.members``); None: the
     first member's ``callbacks`` config, instantiated.
@@ -209,7 +213,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     for m in members:
         write_layout(m.logger.experiment)
     for e, c in enumerate(module.cs):
-        module.logs[e].info("vectorised group of %d jobs, member %d (seed=%s lr=%s warmup=%s), %d parameters each%s", module.E, e, c["seed"], c["lr"],
+        module.logs[e].info("vectorised group of %d jobs, member %d (seed=%s lr=%s warmup=%s), %d parameters each%s",
+                            module.E, e, c["seed"], c["lr"],
                             c["warmup"], module.N, f"; resumed at step {resumed}" if resumed else "")
     if callbacks is None:
         from hydra.utils import instantiate  # the config's _target_ nodes, as train() makes them
@@ -223,7 +228,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
         extra.append(AbandonCheck(abandoned, module.logs))
     steps = c0["steps"]
     trainer = L.Trainer(**_trainer_kwargs(c0, device) | {"logger": False, "callbacks": extra, "enable_progress_bar": False,
-                                                         "val_check_interval": validation_interval(steps, c0["trainer"]["val_check_interval"]),
+                                                         "val_check_interval": validation_interval(steps,
+                                                                                                   c0["trainer"]["val_check_interval"]),
                                                          "default_root_dir": str(members[0].out_dir)})
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
@@ -243,16 +249,19 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
                               steps=module.diverged[e] if module.diverged[e] is not None else done_steps, resumed=resumed, wall=wall,
                               ms_per_step=group_ms / module.E,  # this member's share of the group's step
                               compiled=module.compiled, params=module.N, extra=extra_metrics, meta=m.meta)
-        metrics["vectorized"] = {"group_size": module.E, "member": e, "compiled": module.compiled, "group_ms_per_step": group_ms, "device": str(device)}
+        metrics["vectorized"] = {"group_size": module.E, "member": e, "compiled": module.compiled,
+                                 "group_ms_per_step": group_ms, "device": str(device)}
         write_metrics(Path(m.out_dir), metrics)
         hp = hp_metrics(metrics, extra_metrics)
         if m.write_hparams is not None:
             m.write_hparams(m.logger.experiment, hp, metrics["steps"])
         else:
             hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps") if k in c}
-            m.logger.log_hyperparams(hparams, {k: v for k, v in hp.items() if v is not None})  # no diverged_step for a run that did not diverge
+            # no diverged_step for a run that did not diverge
+            m.logger.log_hyperparams(hparams, {k: v for k, v in hp.items() if v is not None})
         m.logger.finalize("success")
-        module.logs[e].info("%s (%d steps, group of %d: %.2f ms per member-step)", status_line(metrics), metrics["steps"], module.E, metrics["ms_per_step"])
+        module.logs[e].info("%s (%d steps, group of %d: %.2f ms per member-step)", status_line(metrics), metrics["steps"],
+                            module.E, metrics["ms_per_step"])
         for h in list(module.logs[e].handlers):
             module.logs[e].removeHandler(h)
             h.close()

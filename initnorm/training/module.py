@@ -7,15 +7,16 @@ writer): with models of a few thousand parameters, Python overhead per step is t
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 from initnorm.nn.param import Table
-from initnorm.training.compiling import hooked
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
+from initnorm.training.compiling import hooked
 from initnorm.training.optim import make_optimizer, schedule_factor
 
 
@@ -31,7 +32,8 @@ class Trainable(L.LightningModule):
     """What every family shares: optimiser groups from the table, the schedule, divergence stop,
     sparse logging, validation loss bookkeeping. Subclasses define ``loss(batch)``."""
 
-    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any], schedule: str, log_every: int,
+    def __init__(self, model: torch.nn.Module, roles, table: Table, *, lr: float, steps: int, warmup: int, optim: Mapping[str, Any],
+                 schedule: str, log_every: int,
                  compile: bool = False):
         super().__init__()
         self.model, self.roles, self.table = model, roles, table
@@ -95,7 +97,7 @@ class Trainable(L.LightningModule):
 
     def configure_optimizers(self):
         opt = make_optimizer(self.model, self.roles, self.table, self.lr, self.optim_cfg)
-        factor = lambda step: schedule_factor(step, self.steps, self.warmup, self.schedule)  # noqa: E731
+        factor = lambda step: schedule_factor(step, self.steps, self.warmup, self.schedule)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

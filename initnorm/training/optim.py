@@ -16,7 +16,8 @@ group's peak rate, so each step decays by ``schedule x wd`` whatever the learnin
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 
@@ -74,8 +75,10 @@ def param_groups(
         decay = p.dim() >= 2
         key = (rule.lr, rule.wd, rule.eps, decay)
         if key not in groups:
-            wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd, "independent": weight_decay / (lr * rule.lr)}[mode]
-            groups[key] = {"params": [], "names": [], "lr": lr * rule.lr, "weight_decay": wd, "lr_mult": rule.lr, "wd_mult": rule.wd, "eps_mult": rule.eps}
+            wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd,
+                                        "independent": weight_decay / (lr * rule.lr)}[mode]
+            groups[key] = {"params": [], "names": [], "lr": lr * rule.lr, "weight_decay": wd, "lr_mult": rule.lr,
+                           "wd_mult": rule.wd, "eps_mult": rule.eps}
             if eps is not None:
                 groups[key]["eps"] = eps * rule.eps
         groups[key]["params"].append(p)
@@ -86,7 +89,8 @@ def param_groups(
 def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
     mode = weight_decay_mode(optim_cfg)
     opts = {k: v for k, v in dict(optim_cfg).items() if k not in ("name", "weight_decay_mode")}
-    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0), mode, opts.get("eps"), lambda n: in_block(model, n))
+    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0), mode, opts.get("eps"),
+                          lambda n: in_block(model, n))
     return OPTIMIZERS.get(optim_cfg["name"])(groups, lr=lr, **opts)
 
 

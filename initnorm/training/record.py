@@ -8,13 +8,15 @@ member adds ``vectorized``: its group's size, its place and the group's own step
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from initnorm.provenance import describe
 from initnorm.training.resume import comparable
 
 
-def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int | None, steps: int, resumed: int, wall: float, ms_per_step: float,
+def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int | None, steps: int, resumed: int,
+                wall: float, ms_per_step: float,
                 compiled: bool, params: int, extra: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
     """What ``metrics.json`` holds: the result, how long it took, what made it (``meta``: job number,
     overrides, swept keys, group choices; ``extra``: the family's own numbers)."""
@@ -43,11 +45,13 @@ def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int |
 
 def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, float | None]:
     """The HPARAMS tab's metrics: the final and best losses, divergence, and every number of the family's own."""
-    out = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"], "hp/diverged": float(metrics["diverged"]),
+    out = {"hp/final_val_loss": metrics["final_val_loss"], "hp/best_val_loss": metrics["best_val_loss"],
+           "hp/diverged": float(metrics["diverged"]),
            "hp/diverged_step": metrics["diverged_step"]}
     return out | {f"hp/{k}": float(v) for k, v in extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def status_line(metrics: Mapping[str, Any]) -> str:
     """``final validation loss 1.8157`` or ``diverged at step 412``."""
-    return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else f"final validation loss {metrics['final_val_loss']:.4f}"
+    return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else ("final validation loss "
+                                                                                       f"{metrics['final_val_loss']:.4f}")

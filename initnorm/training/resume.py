@@ -31,9 +31,10 @@ import random
 import secrets
 import traceback
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -115,14 +116,15 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
     folder = Path(folder)
     record = folder / METRICS_FILE
     if record.exists() and not record.is_file():  # a FIFO would hang the job's read, a folder its write
-        raise ConfigError(f"{record} is {file_kind(record.stat().st_mode)}, not a job's record; delete it (or move it away) to train {folder} again")
+        raise ConfigError(f"{record} is {file_kind(record.stat().st_mode)}, not a job's record; delete it (or move it away) to train "
+                          f"{folder} again")
     done = read_json(record)
     if done is not None and done.get("status") == "finished":
         if diff := differences(done.get("config") if isinstance(done.get("config"), dict) else None, c):
             raise _refuse(folder, "a finished run", diff)
         if missing := [k for k in FINISHED_KEYS if k not in done]:
-            log.warning("%s is a finished record without %s (an older initnorm?): kept as that job's result; delete it to train the job again",
-                        folder / METRICS_FILE, ", ".join(missing))
+            log.warning("%s is a finished record without %s (an older initnorm?): kept as that job's result; "
+                        "delete it to train the job again", folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
     ckpt = folder / CKPT_DIR / CKPT_FILE
     if not ckpt.is_file():
@@ -168,7 +170,8 @@ def read_vec_checkpoint(path: Path) -> dict[str, Any]:
     a planted pickle cannot run code); one that lacks what ``MemberCheckpoints.save`` writes is refused in one line."""
     state = load_checkpoint(path)
     missing = [k for k in VEC_KEYS if k not in state]
-    if missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int or not isinstance(state["params"], torch.Tensor):
+    if (missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int
+            or not isinstance(state["params"], torch.Tensor)):
         what = f"it lacks {', '.join(missing)}" if missing else "its fields have the wrong types"
         raise ConfigError(f"{path} is not a vectorised checkpoint initnorm wrote ({what}); delete it (or move it away) to train "
                           f"{path.parent.parent} from the start")
@@ -220,14 +223,16 @@ def tensorboard_logger(save_dir: str, **kwargs):
         for p in stale:
             p.unlink()
         if stale:
-            log.info("removed %d TensorBoard event file(s) of an earlier attempt in %s: it left no checkpoint, this run starts from step 0", len(stale), folder)
+            log.info("removed %d TensorBoard event file(s) of an earlier attempt in %s: it left no checkpoint, this run starts from step 0",
+                     len(stale), folder)
     return TensorBoardLogger(save_dir=save_dir, **kwargs)
 
 
 def rng_states() -> dict[str, Any]:
     """torch, Python and numpy RNG states, as tensors and plain values (Lightning loads with ``weights_only``)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)}
 
 
 def set_rng_states(states: Mapping[str, Any]) -> None:
@@ -261,7 +266,8 @@ class Checkpoint(L.Callback):
         self._saving = True
         try:
             # A temporary name no other process uses: two runs in one folder by mistake must not write one file.
-            save_atomically(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))  # the full state: optimiser, schedule, loops
+            # the full state: optimiser, schedule, loops
+            save_atomically(self.path, lambda tmp: trainer.save_checkpoint(tmp, weights_only=False))
         finally:
             self._saving = False
 
@@ -324,8 +330,10 @@ class MemberCheckpoints(L.Callback):
         m = self.module
         for e, (folder, c) in enumerate(zip(m.folders, m.cs)):
             own = m.member_state(e)
-            state = {"vectorized": True, "global_step": int(step), "params": own["params"], "optim": own["optim"], "train_losses": own["train_losses"],
-                     "evals": own["evals"], "initnorm": {"config": comparable(c), "val_history": own["val_history"], "diverged_step": own["diverged_step"]}}
+            state = {"vectorized": True, "global_step": int(step), "params": own["params"], "optim": own["optim"],
+                     "train_losses": own["train_losses"],
+                     "evals": own["evals"], "initnorm": {"config": comparable(c), "val_history": own["val_history"],
+                                                         "diverged_step": own["diverged_step"]}}
             save_atomically(vec_checkpoint(folder), lambda tmp, state=state: torch.save(state, tmp))
 
 

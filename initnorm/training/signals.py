@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import lightning as L
 
@@ -56,7 +57,8 @@ def exit_status(signum: int) -> int:
 def stop_signals() -> tuple[signal.Signals, ...]:
     """SIGTERM, SIGINT and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
     named = [s.strip().upper() for s in os.environ.get(STOP_ENV, "").split(",") if s.strip()]
-    extra = [signal.Signals[n if n.startswith("SIG") else f"SIG{n}"] for n in named if (n if n.startswith("SIG") else f"SIG{n}") in signal.Signals.__members__]
+    full = [n if n.startswith("SIG") else f"SIG{n}" for n in named]
+    extra = [signal.Signals[n] for n in full if n in signal.Signals.__members__]
     return tuple(dict.fromkeys([*DEFAULT, *extra]))
 
 
@@ -66,7 +68,7 @@ def _record(signum: int, frame) -> None:
         raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
     if _requested is None:
         _requested = signum
-        for tell in list(_listeners):
+        for tell in _listeners.copy():  # a copy: a listener may leave (passed_on's exit) while it is told
             tell(signum)
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -86,7 +87,8 @@ class _Shim:
 
 
 def _stack(batches, device=None):
-    return tuple(torch.stack([b[k] for b in batches]) if device is None else torch.stack([b[k] for b in batches]).to(device) for k in range(2))
+    stacked = (torch.stack([b[k] for b in batches]) for k in range(2))
+    return tuple(t if device is None else t.to(device) for t in stacked)
 
 
 class _Zipped(IterableDataset):
@@ -128,7 +130,8 @@ class StackedData(L.LightningDataModule):
             for d in self.datas:
                 loaders = d.val_dataloader()
                 per_member.append([list(loader) for loader in (loaders if isinstance(loaders, (list, tuple)) else [loaders])])
-            self._evals = [[_stack([m[k][b] for m in per_member]) for b in range(len(per_member[0][k]))] for k in range(len(self.eval_names))]
+            self._evals = [[_stack([m[k][b] for m in per_member]) for b in range(len(per_member[0][k]))]
+                           for k in range(len(self.eval_names))]
         loaders = [DataLoader(batches, batch_size=None) for batches in self._evals]
         return loaders if len(loaders) > 1 else loaders[0]
 
@@ -136,7 +139,7 @@ class StackedData(L.LightningDataModule):
 class StackedOptimizer(torch.optim.Optimizer):
     """``VecOptimizer`` behind torch's interface, so Lightning drives it (and calls its hooks) as any optimiser."""
 
-    def __init__(self, module: "StackedModule"):
+    def __init__(self, module: StackedModule):
         super().__init__(list(module.params.values()), {"lr": 0.0})
         self.module = module
 
@@ -182,7 +185,8 @@ class StackedModule(L.LightningModule):
         # Each parameter is a leaf of its own that views ``flat``, and its ``.grad`` a view of one flat
         # gradient buffer, so backward writes every gradient in place. (Views of one flat leaf would
         # make every view's backward allocate, fill and add a zero tensor the size of the whole group.)
-        self.flat = torch.cat([torch.stack([p.detach() for p in ps]).reshape(-1) for ps in zip(*(m.parameters() for m in models))]).to(device)
+        per_param = zip(*(m.parameters() for m in models))  # each parameter of every member, member first
+        self.flat = torch.cat([torch.stack([p.detach() for p in ps]).reshape(-1) for ps in per_param]).to(device)
         self.grad = torch.zeros_like(self.flat)
         self._bind()
         # The optimiser numbers come from each member's own optimiser (its LightningModule's
@@ -275,7 +279,8 @@ class StackedModule(L.LightningModule):
         except RuntimeError as exc:
             if "vmap" not in str(exc):
                 raise
-            raise NotStackable(f"{type(self.base).__name__}'s forward cannot run over stacked members ({str(exc).splitlines()[0][:160]})", self.parts) from exc
+            raise NotStackable(f"{type(self.base).__name__}'s forward cannot run over stacked members ({str(exc).splitlines()[0][:160]})",
+                               self.parts) from exc
 
     def factors(self, step: int) -> torch.Tensor:
         return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c["schedule"]) for c in self.cs], dtype=torch.float64)
@@ -340,7 +345,8 @@ class StackedModule(L.LightningModule):
         self._end_validation(step)
 
     def on_validation_epoch_start(self) -> None:
-        self._val = [[torch.zeros(self.E, dtype=torch.float64), 0, torch.zeros(self.E, dtype=torch.float64)] for _ in self.trainer.datamodule.eval_names]
+        self._val = [[torch.zeros(self.E, dtype=torch.float64), 0,
+                      torch.zeros(self.E, dtype=torch.float64)] for _ in self.trainer.datamodule.eval_names]
 
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         xs, ys = batch
@@ -386,8 +392,10 @@ class StackedModule(L.LightningModule):
 
     def member_state(self, e: int) -> dict[str, Any]:
         """What member ``e``'s checkpoint holds beside the step and config (``resume.save_member``)."""
-        return {"params": self.vec.member_values(self.flat, e).cpu(), "optim": self.vec.member_state(e), "train_losses": list(self.train_losses[e]),
-                "evals": {k: list(v) for k, v in self.evals[e].items()}, "val_history": list(self.val_history[e]), "diverged_step": self.diverged[e]}
+        return {"params": self.vec.member_values(self.flat, e).cpu(), "optim": self.vec.member_state(e),
+                "train_losses": list(self.train_losses[e]),
+                "evals": {k: list(v) for k, v in self.evals[e].items()}, "val_history": list(self.val_history[e]),
+                "diverged_step": self.diverged[e]}
 
     @torch.no_grad()
     def load_member_state(self, e: int, s: Mapping[str, Any]) -> None:

@@ -6,17 +6,18 @@ class; ``train.py`` looks both up here, so a new family adds an entry instead of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import lightning as L
 
 from initnorm.data.clusters import Clusters
 from initnorm.data.modules import CharLM
 from initnorm.data.windows import CharWindows
-from initnorm.training.module import LanguageModel, Trainable
-from initnorm.training.classifier import Classifier
 from initnorm.registry import Registry
+from initnorm.training.classifier import Classifier
+from initnorm.training.module import LanguageModel, Trainable
 
 
 @dataclass(frozen=True)

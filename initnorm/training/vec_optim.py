@@ -20,7 +20,7 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -60,7 +60,8 @@ class VecOptimizer:
     and fresh allocations per operation, not the arithmetic, were most of its step.
     """
 
-    def __init__(self, kind: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor, wd: torch.Tensor, eps: torch.Tensor,
+    def __init__(self, kind: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor,
+                 wd: torch.Tensor, eps: torch.Tensor,
                  betas: torch.Tensor, momentum: torch.Tensor):
         if kind not in KINDS:
             raise NotStackable(f"optim.name={kind!r} has no vectorised step; allowed: {', '.join(KINDS)}")
@@ -133,7 +134,8 @@ class VecOptimizer:
         return self._per_element(members.to(self.member.device)[self.member])
 
     @classmethod
-    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer], where: Sequence[Mapping[int, tuple[int, int]]]) -> "VecOptimizer":
+    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer],
+                   where: Sequence[Mapping[int, tuple[int, int]]]) -> VecOptimizer:
         """The numbers of each member's own torch optimiser: its parameter groups' lr, weight decay,
         eps, betas, momentum, element by element (``where[e]``: id(parameter) -> (start, size) of
         its elements in ``flat.view(-1)``). Whatever the groups hold (per-role lr, weight-decay and ε

@@ -43,7 +43,8 @@ def run(sweep: Path, *args: str, env: dict | None = None) -> subprocess.Complete
 
 
 def start(sweep: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(command(sweep, *args), cwd=sweep.parent, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(command(sweep, *args), cwd=sweep.parent, env=environment(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def output(proc: subprocess.Popen) -> str:
