@@ -12,8 +12,9 @@ from __future__ import annotations
 import io
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from initnorm import transfer
 from initnorm.nn.param import PARAMS

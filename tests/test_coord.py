@@ -3,8 +3,8 @@ import csv
 import pytest
 
 from initnorm.cli.coord_check import main
-from initnorm.instruments.coord import coord_axis
 from initnorm.errors import ConfigError
+from initnorm.instruments.coord import coord_axis
 
 
 def test_mup_logits_stay_put_while_sp_grows(tmp_path, capsys):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from initnorm.instruments.diagnostics import top_singular, top_singulars
 from initnorm.config import to_plain
+from initnorm.instruments.diagnostics import top_singular, top_singulars
 from initnorm.training.group import Member, group_key, train_group, why_alone
 from tests.conftest import compose_cfg
 
@@ -83,7 +83,7 @@ def test_a_resumed_group_refuses_the_coordinate_check(tmp_path):
     from initnorm.errors import ConfigError
 
     base = [*COORD, "checkpoint.every_n_steps=5"]
-    members = lambda: [Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)]  # noqa: E731
+    members = lambda: [Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)]
     train_group(members())
     for s in (1, 2):
         (tmp_path / str(s) / "metrics.json").unlink()  # as if killed after the checkpoint of step 5

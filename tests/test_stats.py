@@ -6,10 +6,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from initnorm.callbacks.probes import capture, parameter_layer
-from initnorm.instruments.stats import LayerStats, gradient_records
-from initnorm.errors import ConfigError
-from initnorm.models.decoder import Decoder
 from initnorm.cli.train import train
+from initnorm.errors import ConfigError
+from initnorm.instruments.stats import LayerStats, gradient_records
+from initnorm.models.decoder import Decoder
 from tests.conftest import compose_cfg
 
 STATS = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false", "callbacks.stats.every_n_steps=5"]
@@ -46,7 +46,7 @@ def test_hooks_exist_only_on_logging_steps():
     cb, module = LayerStats(every_n_steps=5), SimpleNamespace(model=model)
     writer = SimpleNamespace(experiment=SimpleNamespace(add_scalar=lambda *a: None))
     cb.on_fit_start(SimpleNamespace(loggers=[writer], default_root_dir=".", optimizers=[]), module)
-    hooked = lambda: sum(len(m._forward_hooks) for m in model.modules())  # noqa: E731
+    hooked = lambda: sum(len(m._forward_hooks) for m in model.modules())
     for step, expected in ((1, 0), (5, len(model.probe_points()))):
         cb.on_train_batch_start(SimpleNamespace(global_step=step), module, None, 0)
         assert hooked() == expected

@@ -28,8 +28,9 @@ methods itself (``StackedModule.members``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn

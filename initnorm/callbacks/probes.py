@@ -21,7 +21,8 @@ them without writing anything. A model without ``probe_points`` gets gradients a
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 from torch import nn

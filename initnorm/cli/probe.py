@@ -37,9 +37,22 @@ from initnorm.cli.devices import check_memory
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.probe import CHAPTER_INITS, OTHER_INITS, PROBE_ACTIVATIONS, check_prompt, decoder_csv, decoder_probe, decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer
+from initnorm.instruments.probe import (
+    CHAPTER_INITS,
+    OTHER_INITS,
+    PROBE_ACTIVATIONS,
+    check_prompt,
+    decoder_csv,
+    decoder_probe,
+    decoder_table,
+    init_label,
+    mlp_csv,
+    mlp_table,
+    probe_decoder_png,
+    probe_mlp_png,
+    signal_per_layer,
+)
 from initnorm.nn.init import INITS
-from initnorm.instruments.probe import probe_decoder_png, probe_mlp_png
 from initnorm.results import write_atomic
 
 

@@ -10,20 +10,66 @@ The command that trains and judges a whole check is ``python -m initnorm.coord_c
 (``cli/coord_check.py``: command-line glue only); the preset is ``experiment=coord_check``.
 """
 
-from initnorm.instruments.coord.callback import (
-    COORD_FILE, CoordCheck, FIELDS, STAT, delta_records, fixed_windows, member_rms, resumed_error,
-    to_csv, watched_points,
-)
 from initnorm.instruments.coord.analysis import (
-    BLOCK_UPDATE, KEY_LAYERS, block_update, combined_csv, coord_axis, curves, depth_verdict,
-    display_name, kind, ordered, panels, ratio, read_rows, summarize, table, verdict,
+    BLOCK_UPDATE,
+    KEY_LAYERS,
+    block_update,
+    combined_csv,
+    coord_axis,
+    curves,
+    depth_verdict,
+    display_name,
+    kind,
+    ordered,
+    panels,
+    ratio,
+    read_rows,
+    summarize,
+    table,
+    verdict,
+)
+from initnorm.instruments.coord.callback import (
+    COORD_FILE,
+    FIELDS,
+    STAT,
+    CoordCheck,
+    delta_records,
+    fixed_windows,
+    member_rms,
+    resumed_error,
+    to_csv,
+    watched_points,
 )
 from initnorm.instruments.coord.figure import (
     coord_check_png,
 )
+
 __all__ = [
-    "BLOCK_UPDATE", "COORD_FILE", "CoordCheck", "FIELDS", "KEY_LAYERS", "STAT", "block_update",
-    "combined_csv", "coord_axis", "coord_check_png", "curves", "delta_records", "depth_verdict",
-    "display_name", "fixed_windows", "kind", "member_rms", "ordered", "panels", "ratio", "read_rows",
-    "resumed_error", "summarize", "table", "to_csv", "verdict", "watched_points",
+    "BLOCK_UPDATE",
+    "COORD_FILE",
+    "FIELDS",
+    "KEY_LAYERS",
+    "STAT",
+    "CoordCheck",
+    "block_update",
+    "combined_csv",
+    "coord_axis",
+    "coord_check_png",
+    "curves",
+    "delta_records",
+    "depth_verdict",
+    "display_name",
+    "fixed_windows",
+    "kind",
+    "member_rms",
+    "ordered",
+    "panels",
+    "ratio",
+    "read_rows",
+    "resumed_error",
+    "summarize",
+    "table",
+    "to_csv",
+    "verdict",
+    "watched_points",
 ]

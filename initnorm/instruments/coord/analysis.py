@@ -27,10 +27,10 @@ import io
 import math
 from pathlib import Path
 
-from initnorm.instruments.coord.callback import COORD_FILE, FIELDS
 from initnorm.errors import ConfigError, bad_value
-from initnorm.nn.param import KINDS, PARAMS, stable_across
+from initnorm.instruments.coord.callback import COORD_FILE, FIELDS
 from initnorm.instruments.coord.figure import coord_check_png
+from initnorm.nn.param import KINDS, PARAMS, stable_across
 from initnorm.results import write_atomic
 
 BLOCK_UPDATE = "blocks/update_x_depth"

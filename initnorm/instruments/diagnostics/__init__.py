@@ -8,15 +8,50 @@
 The command is ``python -m initnorm.diagnose`` (``cli/diagnose.py``).
 """
 
-from initnorm.instruments.diagnostics.callback import (
-    COLD_STEPS, Diagnostics, POWER_STEPS, SpectralTracker, eps_below, eps_fraction, fans,
-    member_eps_records, member_lr_records, top_singular, top_singulars,
-)
 from initnorm.instruments.diagnostics.analysis import (
-    Departure, FACTOR, STATS, ZERO, departures, job_table, read_events, render, summary_value,
+    FACTOR,
+    STATS,
+    ZERO,
+    Departure,
+    departures,
+    job_table,
+    read_events,
+    render,
+    summary_value,
 )
+from initnorm.instruments.diagnostics.callback import (
+    COLD_STEPS,
+    POWER_STEPS,
+    Diagnostics,
+    SpectralTracker,
+    eps_below,
+    eps_fraction,
+    fans,
+    member_eps_records,
+    member_lr_records,
+    top_singular,
+    top_singulars,
+)
+
 __all__ = [
-    "COLD_STEPS", "Departure", "Diagnostics", "FACTOR", "POWER_STEPS", "STATS", "SpectralTracker", "ZERO",
-    "departures", "eps_below", "eps_fraction", "fans", "job_table", "member_eps_records", "member_lr_records",
-    "read_events", "render", "summary_value", "top_singular", "top_singulars",
+    "COLD_STEPS",
+    "FACTOR",
+    "POWER_STEPS",
+    "STATS",
+    "ZERO",
+    "Departure",
+    "Diagnostics",
+    "SpectralTracker",
+    "departures",
+    "eps_below",
+    "eps_fraction",
+    "fans",
+    "job_table",
+    "member_eps_records",
+    "member_lr_records",
+    "read_events",
+    "render",
+    "summary_value",
+    "top_singular",
+    "top_singulars",
 ]

@@ -96,7 +96,7 @@ def eps_below(exp_avg_sq: torch.Tensor, step, beta2, eps) -> torch.Tensor:
     return exp_avg_sq.detach() < threshold
 
 
-def eps_fraction(exp_avg_sq: torch.Tensor, step: int | float, beta2: float, eps: float) -> float:
+def eps_fraction(exp_avg_sq: torch.Tensor, step: float, beta2: float, eps: float) -> float:
     """Fraction of coordinates where Adam's sqrt(v_hat) = sqrt(v / (1 - beta2^t)) is below eps."""
     if step <= 0:
         return 1.0

@@ -3,13 +3,24 @@
 (``cli/probe.py``).
 """
 
-from initnorm.instruments.probe.probe import (
-    CHAPTER_INITS, OTHER_INITS, PROBE_ACTIVATIONS, check_prompt, decoder_csv, decoder_probe,
-    decoder_table, init_label, mlp_csv, mlp_table, signal_per_layer,
-)
 from initnorm.instruments.probe.figure import (
-    probe_decoder_png, probe_mlp_png,
+    probe_decoder_png,
+    probe_mlp_png,
 )
+from initnorm.instruments.probe.probe import (
+    CHAPTER_INITS,
+    OTHER_INITS,
+    PROBE_ACTIVATIONS,
+    check_prompt,
+    decoder_csv,
+    decoder_probe,
+    decoder_table,
+    init_label,
+    mlp_csv,
+    mlp_table,
+    signal_per_layer,
+)
+
 __all__ = [
     "CHAPTER_INITS", "OTHER_INITS", "PROBE_ACTIVATIONS", "check_prompt", "decoder_csv", "decoder_probe",
     "decoder_table", "init_label", "mlp_csv", "mlp_table", "probe_decoder_png", "probe_mlp_png",

@@ -17,10 +17,10 @@ would change the order of the draws.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import csv
 import io
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -3,9 +3,13 @@
 """
 
 from initnorm.instruments.stats.callback import (
-    LayerStats, activation_records, gradient_records, member_gradient_records,
+    LayerStats,
+    activation_records,
+    gradient_records,
+    member_gradient_records,
     member_update_records,
 )
+
 __all__ = [
     "LayerStats", "activation_records", "gradient_records", "member_gradient_records",
     "member_update_records",
