@@ -379,6 +379,17 @@ def test_an_init_that_changes_a_shape_is_one_line_naming_the_parameter():
     assert "parameter tok_emb.weight from [28, 16] to [28, 17]" in line and "`init=normal`" in line, line
 
 
+def test_an_init_that_changes_a_shape_is_refused_before_any_folder_exists(tmp_path, monkeypatch):
+    """The preflight builds a user's own code once on the meta device, so the line comes before the job folder."""
+    from initnorm.cli.preflight import check_command_line
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        check_command_line(["init=custom", "+init.fn=tests.test_hardening_surfaces.grow", f"hydra.run.dir={tmp_path}/run"])
+    assert "changed the shape of parameter tok_emb.weight" in str(info.value) and "\n" not in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_second_command_on_a_folder_in_use_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path):
     from initnorm.cli import lock
 

@@ -139,7 +139,45 @@ def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool 
         check_compiler_cache(Path.cwd())
     trainer = c.get("trainer", {})
     devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
+    check_own_code(c, seen)
     return c
+
+
+def own_code(c: dict[str, Any]) -> bool:
+    """Whether the job runs a user's own family, init scheme, table or norm (a dotted path, or ``init.fn``)."""
+    from initnorm.registry import is_dotted
+
+    names = (c["model"].get("family"), c["init"].get("name"), c["param"].get("name"), c["norm_type"].get("name"))
+    return bool(c["init"].get("fn")) or any(is_dotted(n) for n in names)
+
+
+def check_own_code(c: dict[str, Any], seen: set) -> None:
+    """A user's own code is built once per distinct model on the meta device (no memory, no numbers) before
+    anything exists: the model's own one-line refusals (an init that changes a weight's shape, a parameter
+    without a role) stop the command here rather than in a job folder. Anything else it raises on the meta
+    device is left to the job, which builds it for real."""
+    if not own_code(c):
+        return
+    import json
+
+    key = "build:" + json.dumps([c["model"], c["init"], c["param"], c["norm_type"], c["data"]], sort_keys=True, default=str)
+    if key in seen:
+        return
+    seen.add(key)
+    import torch
+
+    from initnorm.models.build import build_model
+    from initnorm.training.tasks import TASKS
+
+    data = TASKS.get(c["data"]["kind"]).make_data(c)
+    data.setup("fit")
+    try:
+        with torch.device("meta"):
+            build_model(c["model"], c["init"], c["param"], data.vocab_size)
+    except ConfigError:
+        raise
+    except Exception:  # e.g. an init drawing from a CPU generator: the job builds it for real, and says so there
+        return
 
 
 def unexpected(exc: BaseException) -> ConfigError:
