@@ -137,3 +137,26 @@ def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and "No space left on device" in lines[0] and lines[1].startswith("resume with: "), proc.stderr[-3000:]
     assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]  # no temporary checkpoint left behind
+
+
+def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
+    """Two jobs left by a job-alone launcher with Lightning's last.ckpt at one step (their metrics.json gone, as if
+    killed after it), rerun vectorised: they go on as one stacked group from that step, not from 0."""
+    from initnorm.cli.train import train
+    from tests.conftest import compose_cfg
+
+    sweep = tmp_path / "sweep"
+    shared = ["steps=40", "checkpoint.every_n_steps=10", "trainer.val_check_interval=10", "callbacks=none",
+              "trainer.enable_progress_bar=false"]
+    alone = {}
+    for seed in (1, 2):
+        folder = sweep / "default" / f"seed={seed}"
+        alone[f"seed={seed}"] = train(compose_cfg(*shared, f"seed={seed}"), folder)["final_val_loss"]
+        (folder / "metrics.json").unlink()  # the checkpoint of step 30 is left to resume from
+    proc = run_cli("-m", "seed=1,2", *shared, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("metrics.json")}
+    assert all(r["resumed_from_step"] == 30 and r["vectorized"]["group_size"] == 2 for r in records.values()), records
+    for k, v in alone.items():  # 10 stacked steps after 30 alone: float32 rounding from the job alone, not a restart
+        assert abs(records[k]["final_val_loss"] - v) <= 1e-5 * v, (k, records[k]["final_val_loss"], v)

@@ -46,7 +46,7 @@ from initnorm.results import METRICS_FILE
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
-from initnorm.training.resume import CKPT_DIR, CKPT_FILE, checkpoint_step, record_failure
+from initnorm.training.resume import inspect_folder, record_failure
 from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
@@ -143,11 +143,9 @@ def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: 
         step = 0
         if alone is None and (folder / METRICS_FILE).is_file():
             alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
-        if alone is None and (folder / CKPT_DIR / CKPT_FILE).is_file():
-            alone = "its folder holds a checkpoint of a job run alone"
         if alone is None:
-            try:
-                step = checkpoint_step(folder, c)
+            try:  # a member's checkpoint or a job alone's: it resumes inside a group at its step (training/group.py)
+                step = inspect_folder(folder, c).step
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
         jobs.append(Job(num, list(overrides), alone, (group_key(c), step), sc))

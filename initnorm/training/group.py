@@ -35,7 +35,7 @@ from initnorm.tb import write_layout
 from initnorm.training.compiling import should_compile
 from initnorm.training.module import validation_interval
 from initnorm.training.record import hp_metrics, job_metrics, status_line
-from initnorm.training.resume import MemberCheckpoints, read_vec_checkpoint, vec_checkpoint
+from initnorm.training.resume import MemberCheckpoints, inspect_folder, load_checkpoint, read_vec_checkpoint
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.stacked import StackedData, StackedModule
 from initnorm.training.tasks import TASKS
@@ -169,14 +169,46 @@ def build_group(members: Sequence[Member], device: str | torch.device = "cpu") -
     return module, StackedData(datas)
 
 
+def member_state_of_job(module: L.LightningModule, state: Mapping[str, Any]) -> dict[str, Any]:
+    """A job alone's checkpoint (Lightning's: ``last.ckpt``) in a member's form (``vectorized.ckpt``'s), so a job
+    checkpointed alone goes on inside a group: parameters in the flat layout (parameter by parameter, in the
+    model's order), the optimiser's moments and step count, the records. ``module``: the member's own module."""
+    model = module.model
+    weights = {k.removeprefix("model."): v for k, v in state["state_dict"].items() if k.startswith("model.")}
+    params = [weights[n] for n, _ in model.named_parameters()]
+    opt = module.configure_optimizers()
+    opt = opt["optimizer"] if isinstance(opt, dict) else opt
+    opt.load_state_dict(state["optimizer_states"][0])  # the same groups as its job made: its own configure_optimizers
+    moments = [opt.state.get(p, {}) for p in model.parameters()]
+    first = "exp_avg" if "exp_avg" in moments[0] else "momentum_buffer"
+
+    def flat(key: str) -> torch.Tensor:
+        return torch.cat([(m.get(key) if m.get(key) is not None else torch.zeros_like(w)).flatten() for m, w in zip(moments, params)])
+
+    optim = {"steps": torch.tensor(float(state["global_step"]), dtype=torch.float64), "exp_avg": flat(first)}
+    if "exp_avg_sq" in moments[0]:
+        optim["exp_avg_sq"] = flat("exp_avg_sq")
+    records = state.get("classifier", {})
+    return {
+        "global_step": state["global_step"], "params": torch.cat([w.flatten() for w in params]), "optim": optim,
+        "train_losses": list(records.get("train_losses", [])), "evals": dict(records.get("evals", {})), "initnorm": dict(state["initnorm"]),
+    }
+
+
 def _resume(module: StackedModule, members: Sequence[Member]) -> int:
-    """Restore every member from its checkpoint (all must be at one step: the launcher groups by it); 0 if none has one."""
-    have = [vec_checkpoint(m.out_dir).is_file() for m in members]
+    """Restore every member from its checkpoint, a member's or a job alone's (all must be at one step: the launcher
+    groups by it); 0 if none has one."""
+    priors = [inspect_folder(m.out_dir, m.cfg) for m in members]
+    have = [p.vectorized is not None or p.checkpoint is not None for p in priors]
     if not any(have):
         return 0
     if not all(have):
-        raise ConfigError("some members of this group have a vectorised checkpoint and some do not; group them by step")
-    states = [read_vec_checkpoint(vec_checkpoint(m.out_dir)) for m in members]  # tensors and plain values only
+        raise ConfigError("some members of this group have a checkpoint and some do not; group them by step")
+    states = [  # tensors and plain values only
+        read_vec_checkpoint(p.vectorized) if p.vectorized is not None
+        else member_state_of_job(module.member_modules[e], load_checkpoint(p.checkpoint))
+        for e, p in enumerate(priors)
+    ]
     steps = {s["global_step"] for s in states}
     if len(steps) != 1:
         raise ConfigError(f"the members' checkpoints are at different steps ({sorted(steps)}); group them by step")

@@ -126,18 +126,22 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
             log.warning("%s is a finished record without %s (an older initnorm?): kept as that job's result; "
                         "delete it to train the job again", folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
-    ckpt = folder / CKPT_DIR / CKPT_FILE
-    if not ckpt.is_file():
-        vec = vec_checkpoint(folder)
-        if not vec.is_file():
-            return Prior()
-        return Prior(vectorized=vec, step=checkpoint_step(folder, c))
-    state = load_checkpoint(ckpt)
-    mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
-    if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
-        raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", diff)
-    step = state.get("global_step", 0)
-    return Prior(checkpoint=ckpt, step=step if isinstance(step, int) else 0)
+    # Two formats, one job: a job alone's (Lightning's, last.ckpt) and a group member's (vectorized.ckpt).
+    # Either resumes under any launcher; where both are there (a job that moved between the two), the later.
+    ckpt, vec = folder / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)
+    job = member = None
+    if ckpt.is_file():
+        state = load_checkpoint(ckpt)
+        mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
+        if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
+            raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", diff)
+        step = state.get("global_step", 0)
+        job = Prior(checkpoint=ckpt, step=step if isinstance(step, int) else 0)
+    if vec.is_file():
+        member = Prior(vectorized=vec, step=checkpoint_step(folder, c))
+    if job is not None and member is not None:
+        return member if member.step > job.step else job
+    return job or member or Prior()
 
 
 def load_checkpoint(ckpt: Path) -> dict[str, Any]:
@@ -214,9 +218,11 @@ def tensorboard_logger(save_dir: str, **kwargs):
 
     folder = Path(save_dir)
     ckpt, vec = folder / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)
-    if ckpt.is_file() or vec.is_file():  # a job's own checkpoint, or a group member's
-        step = load_checkpoint(ckpt).get("global_step") if ckpt.is_file() else read_vec_checkpoint(vec)["global_step"]
-        if isinstance(step, int) and step > 0:
+    if ckpt.is_file() or vec.is_file():  # a job's own checkpoint, or a group member's: the later one resumes
+        steps = [load_checkpoint(ckpt).get("global_step") if ckpt.is_file() else 0,
+                 read_vec_checkpoint(vec)["global_step"] if vec.is_file() else 0]
+        step = max(s for s in steps if isinstance(s, int))
+        if step > 0:
             kwargs.setdefault("purge_step", step)
     else:
         stale = sorted(p for p in folder.glob(EVENTS_GLOB) if p.is_file())
