@@ -89,7 +89,8 @@ VALUE_NAMES = {
     ("norm", "pre"): "pre-LN", ("norm", "post"): "post-LN",
     ("init", "unit_normal"): "N(0, 1)",  # an option of conf/init/ (init.name=normal, std 1), not a registry name
     ("model.activation", "tanh"): "tanh", ("model.activation", "relu"): "ReLU", ("model.activation", "gelu"): "GELU",
-    ("regularizer", "none"): "no regularisation", ("regularizer", "dropout_0.2"): "dropout 0.2", ("regularizer", "dropout_0.5"): "dropout 0.5",
+    ("regularizer", "none"): "no regularisation", ("regularizer", "dropout_0.2"): "dropout 0.2",
+    ("regularizer", "dropout_0.5"): "dropout 0.5",
     ("regularizer", "weight_decay_1.0"): "weight decay 1.0",
 }
 CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
@@ -183,7 +184,8 @@ def val_curves(records: list[Record]) -> Plot:
         mean, lo, hi = ([f(by_step[s]) for s in steps] for f in (statistics.fmean, min, max))
         finals = [r["final_val_loss"] for r in runs if _finite(r.get("final_val_loss")) and not r.get("diverged")]
         for a in (ax, tail):
-            a.plot(steps, mean, color=colour, lw=1.6, ls=ls, label=label if a is ax else f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
+            a.plot(steps, mean, color=colour, lw=1.6, ls=ls,
+                   label=label if a is ax else f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
             if len(runs) > 1:
                 a.fill_between(steps, lo, hi, color=colour, alpha=0.15, lw=0)
         shown = [k for k, s in enumerate(steps) if s >= (1 - TAIL) * last]
@@ -198,7 +200,8 @@ def val_curves(records: list[Record]) -> Plot:
     if curves:
         ax.legend()
         pad = 0.08 * max(1e-3, max(highs) - min(lows))
-        tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))), ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
+        tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))),
+                 ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
         tail.set_title(f"the last {TAIL:.0%}: final loss mean ± sd (legend), bars from the lowest to the highest seed")
         tail.legend(fontsize=7)
     return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
@@ -300,8 +303,9 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
     powers = all(abs(x - round(x)) < 1e-9 for x in grid)  # a grid of powers of two is labelled 2^k, any other as written
     fig, axes = figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
-    lines = [f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
-             f"| loss at each lr, {_rate(grid[0], powers) if grid else ''} ... {_rate(grid[-1], powers) if grid else ''} (mean over seeds) |",
+    lines = [(f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
+              f"| loss at each lr, {_rate(grid[0], powers) if grid else ''} ... {_rate(grid[-1], powers) if grid else ''} "
+              "(mean over seeds) |"),
              "|---|---|---|---|---|---|---|---|"]
     for ax, (setting, by_size) in zip(axes, cells.items()):
         name = ", ".join(v for _, v in setting) or "all"
@@ -314,7 +318,8 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
             ax.plot([2**x for x in xs], means, marker="o", ms=3, lw=0.6, alpha=0.6, color=colour)
             spread = [[c[x] for c in seeds.values() if _finite(c.get(x))] for x in xs]
             if any(len(v) > 1 for v in spread):  # the seed spread: lowest to highest seed at each rate
-                ax.fill_between([2**x for x in xs], [min(v) if v else math.nan for v in spread], [max(v) if v else math.nan for v in spread], color=colour, alpha=0.15, lw=0)
+                ax.fill_between([2**x for x in xs], [min(v) if v else math.nan for v in spread],
+                                [max(v) if v else math.nan for v in spread], color=colour, alpha=0.15, lw=0)
             if row.fit.coef is not None:
                 lo, hi = row.fit.window
                 dense = [lo + (hi - lo) * i / 40 for i in range(41)]
@@ -336,7 +341,8 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         ax.minorticks_off()
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
-    fig.suptitle(f"Loss against learning rate per {axis}: fitted optimum with its bootstrap interval, band from the lowest to the highest seed\n"
+    fig.suptitle(f"Loss against learning rate per {axis}: fitted optimum with its bootstrap interval, "
+                 "band from the lowest to the highest seed\n"
                  f"{setup_title(records, ('lr', axis, 'param'))}", fontsize=10, y=1.1)
     stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis}"
     text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({stem}.png)\n"

@@ -44,7 +44,8 @@ def test_depth_verdict_fails_where_a_depth_variant_is_not_flat():
     grows = {2: 3.3, 4: 5.6, 8: 7.4}
     ok, line = depth_verdict({"mup": {"stream/last": grows}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
     assert ok and line.endswith("Verdict: PASS")
-    ok, line = depth_verdict({"mup": {"stream/last": grows}, "depth_mup": {"stream/last": {2: 3.6, 4: 2.7, 8: 2.0}, BLOCK_UPDATE: flat}}, 1.5)
+    ok, line = depth_verdict({"mup": {"stream/last": grows},
+                              "depth_mup": {"stream/last": {2: 3.6, 4: 2.7, 8: 2.0}, BLOCK_UPDATE: flat}}, 1.5)
     assert not ok and "depth-µP: last stream max/min 1.80" in line and "NOT flat" in line
     ok, line = depth_verdict({"mup": {"stream/last": flat}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
     assert not ok and "does NOT grow" in line

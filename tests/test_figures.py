@@ -4,17 +4,21 @@ from initnorm.plots import PLOTS, plain, setup_title
 
 
 def record(norm, warmup, seed, curve, **extra):
-    config = {"model": {"family": "decoder"}, "data": {"name": "alice"}, "optim": {"name": "adamw"}, "width": 16, "depth": 6, "steps": 1500, "lr": 0.01}
-    return {"status": "finished", "seed": seed, "swept": ["norm", "warmup", "seed"], "overrides": {"norm": norm, "warmup": str(warmup), "seed": str(seed)},
+    config = {"model": {"family": "decoder"}, "data": {"name": "alice"}, "optim": {"name": "adamw"}, "width": 16,
+              "depth": 6, "steps": 1500, "lr": 0.01}
+    return {"status": "finished", "seed": seed, "swept": ["norm", "warmup", "seed"],
+            "overrides": {"norm": norm, "warmup": str(warmup), "seed": str(seed)},
             "val_history": curve, "config": config, **extra}
 
 
 def test_val_curves_draw_a_line_and_a_seed_band_per_setting():
-    recs = [record(n, w, s, [[0, 3.3], [750, 2.0 + s / 10], [1500, 1.8 + s / 10]]) for n in ("pre", "post") for w in (0, 200) for s in (1, 2, 3)]
+    recs = [record(n, w, s, [[0, 3.3], [750, 2.0 + s / 10], [1500, 1.8 + s / 10]])
+            for n in ("pre", "post") for w in (0, 200) for s in (1, 2, 3)]
     plot = PLOTS.get("val_curves")(recs)
     assert set(plot.files) == {"val_curves.png", "val_curves.svg"}
     svg = plot.files["val_curves.svg"].decode()
-    for words in ("pre-LN, no warmup", "post-LN, warmup 200 steps", "Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01, 3 seeds"):
+    for words in ("pre-LN, no warmup", "post-LN, warmup 200 steps",
+                  "Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01, 3 seeds"):
         assert words in svg, words  # plain labels and a title naming the setup (SVG keeps text as text)
     assert "val_curves.png" in plot.markdown
 
@@ -39,8 +43,10 @@ def test_lr_transfer_labels_rates_that_are_not_powers_of_two_as_they_are():
         for width in (16, 64):
             for lr in (0.01, 0.03, 0.1):
                 for seed in (1, 2):
-                    recs.append({"status": "finished", "seed": seed, "swept": ["width", "lr", "param", "seed"], "summary_metrics": ["final_val_loss"],
-                                 "overrides": {"width": str(width), "lr": str(lr), "param": param, "seed": str(seed)}, "final_val_loss": 2 + lr + seed / 100})
+                    recs.append({"status": "finished", "seed": seed, "swept": ["width", "lr", "param", "seed"],
+                                 "summary_metrics": ["final_val_loss"],
+                                 "overrides": {"width": str(width), "lr": str(lr), "param": param, "seed": str(seed)},
+                                 "final_val_loss": 2 + lr + seed / 100})
     plot = PLOTS.get("lr_transfer")(recs)
     assert set(plot.files) == {"lr_transfer.png", "lr_transfer.svg"}
     assert "loss at each lr, 0.01 ... 0.1" in plot.markdown and "2^-7" not in plot.markdown

@@ -109,7 +109,8 @@ def test_coord_check_sweep_stacks_under_the_vectorized_launcher(tmp_path):
     from tests.conftest import run_cli
 
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "experiment=coord_check", "width=16", "param=sp,mup", "seed=1,2", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
+    proc = run_cli("-m", "experiment=coord_check", "width=16", "param=sp,mup", "seed=1,2",
+                   "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
                    "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     import json

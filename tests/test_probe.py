@@ -45,7 +45,8 @@ def test_mlp_probe_takes_the_trainers_init_options(tmp_path, capsys):
     tanh_gain, _ = signal_per_layer("tanh", "he", depth=3, width=64, batch=64)
     relu_gain, _ = signal_per_layer("tanh", "he", depth=3, width=64, batch=64, options={"nonlinearity": "relu"})
     assert relu_gain[0] != tanh_gain[0]
-    assert main(["mlp", "--activations", "tanh", "--inits", "he", "--mlp-depth", "3", "--mlp-width", "64", "--batch", "64", "--out", str(tmp_path), "--", "init.nonlinearity=relu"]) == 0
+    assert main(["mlp", "--activations", "tanh", "--inits", "he", "--mlp-depth", "3", "--mlp-width", "64", "--batch", "64", "--out",
+                 str(tmp_path), "--", "init.nonlinearity=relu"]) == 0
     assert "He (nonlinearity=relu)" in capsys.readouterr().out
     assert main(["mlp", "--out", str(tmp_path), "--", "width=32"]) == 2
     assert "init.<key>=<value>" in capsys.readouterr().err

@@ -12,7 +12,8 @@ from initnorm.instruments.stats import LayerStats, gradient_records
 from initnorm.models.decoder import Decoder
 from tests.conftest import compose_cfg
 
-STATS = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false", "callbacks.stats.every_n_steps=5"]
+STATS = ["steps=12", "trainer.val_check_interval=12", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false",
+         "callbacks.stats.every_n_steps=5"]
 
 
 def test_tags_in_the_event_files_on_logging_steps_only(tmp_path):

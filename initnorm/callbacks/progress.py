@@ -24,7 +24,7 @@ PROGRESS_FILE = ".progress"
 
 def duration(seconds: float) -> str:
     """``45s``, ``3m05s``, ``1h02m``."""
-    s = int(round(max(0.0, seconds)))
+    s = round(max(0.0, seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:

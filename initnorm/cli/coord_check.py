@@ -53,7 +53,8 @@ def run_jobs(todo: dict[str, list[str]], out: Path) -> None:
         start = time.perf_counter()
         train(compose_train(overrides), out / name)
         settings = dict(part.split("=") for part in name.split(","))
-        print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: {time.perf_counter() - start:5.1f} s", flush=True)
+        print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: "
+              f"{time.perf_counter() - start:5.1f} s", flush=True)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -82,8 +83,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     argv, extra = split_overrides(argv)
     p = argparse.ArgumentParser(
         prog="python -m initnorm.coord_check", usage="%(prog)s [options] [-- training overrides]", formatter_class=_Help,
-        description=" ".join(__doc__.split("\n\n")[1].replace("``", "").split()).replace(" Then:", " Then it writes coord.csv, coord.png and verdict.txt, and exits 1 when the verdict fails."), epilog="Anything after -- is a training-config override for every job, as initnorm-train takes it: "
-        "python -m initnorm.coord_check --widths 16,64 -- norm=post init.std=0.05",
+        description=" ".join(__doc__.split("\n\n")[1].replace("``", "").split()).replace(
+            " Then:", " Then it writes coord.csv, coord.png and verdict.txt, and exits 1 when the verdict fails."),
+        epilog="Anything after -- is a training-config override for every job, as initnorm-train takes it: "
+               "python -m initnorm.coord_check --widths 16,64 -- norm=post init.std=0.05",
     )
     p.add_argument("--widths", type=comma_list(int), default="16,32,64,128,256", help="model widths, comma-separated")
     p.add_argument("--depths", type=comma_list(int), default="2", help="blocks, comma-separated (several: the check across depth)")
@@ -91,7 +94,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--steps", type=int, default=10, help="AdamW steps per job")
     p.add_argument("--lr", type=float, default=0.01, help="constant learning rate")
     p.add_argument("--seed", type=int, default=1, help="seed of every job")
-    p.add_argument("--bound", type=float, default=1.5, help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last stream and block update")
+    p.add_argument("--bound", type=float, default=1.5,
+                   help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last "
+                        "stream and block update")
     p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")
     p.add_argument("--from", dest="source", default=None, help="only summarise the coord.csv files below this folder")
     return p.parse_args(argv), extra

@@ -1,4 +1,5 @@
-"""Why did the learning rate not transfer? ``python -m initnorm.diagnose SWEEP_DIR [--factor 2] [--lr 2^-7] [--stats sigma_dw,update_ratio]``
+"""Why did the learning rate not transfer?
+``python -m initnorm.diagnose SWEEP_DIR [--factor 2] [--lr 2^-7] [--stats sigma_dw,update_ratio]``
 
 Reads the sweep folder's job records and TensorBoard events (``callbacks.stats`` and
 ``callbacks.diagnostics``), and names, per width (or depth), the layers whose statistic departs
@@ -51,14 +52,16 @@ def _stats(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m initnorm.diagnose", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m initnorm.diagnose", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("sweep_dir", type=Path)
-    p.add_argument("--factor", type=_factor, default=FACTOR, help=f"name a statistic that departs by more than this factor either way (default {FACTOR:g})")
+    p.add_argument("--factor", type=_factor, default=FACTOR,
+                   help=f"name a statistic that departs by more than this factor either way (default {FACTOR:g})")
     p.add_argument("--lr", type=_log2_lr, default=None, help="the learning rate to compare at (default: the smallest width's optimum)")
     p.add_argument("--stats", type=_stats, default=STATS, help=f"statistics to compare (default {','.join(STATS)})")
     args = p.parse_args(argv)
     if not args.sweep_dir.is_dir():
-        print(f"error: sweep_dir {str(args.sweep_dir)!r} is not a folder; give a sweep folder (outputs/multirun/<time>_<id>)", file=sys.stderr)
+        print(f"error: sweep_dir {str(args.sweep_dir)!r} is not a folder; give a sweep folder (outputs/multirun/<time>_<id>)",
+              file=sys.stderr)
         return 2
     try:
         axis, at, deps = departures(args.sweep_dir, args.factor, args.lr, args.stats)
@@ -77,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     finished = [r for r in read_metrics(args.sweep_dir) if r.get("status") == "finished"]
     if args.lr is None and finished and all(r.get("diverged") for r in finished):
         lrs = ", ".join(f"2^{x:g}" for x in at.values())
-        text = (f"Every job of this sweep diverged ({len(finished)} of {len(finished)}): there is no optimal learning rate, so the statistics "
-                f"below are compared at the middle of the lr grid ({lrs}); pick the rate with --lr 2^-7, or sweep smaller rates.\n\n") + text
+        text = (f"Every job of this sweep diverged ({len(finished)} of {len(finished)}): there is no optimal learning rate, "
+                f"so the statistics below are compared at the middle of the lr grid ({lrs}); "
+                "pick the rate with --lr 2^-7, or sweep smaller rates.\n\n") + text
     try:
         write_atomic(args.sweep_dir / "diagnose.md", f"# Diagnostics of {args.sweep_dir.name}\n\n{text}")
     except OSError as exc:  # a read-only folder, a full disk: where, and what to do

@@ -95,7 +95,8 @@ def init_options(extra: list[str], kind: str) -> dict[str, Any]:
         if key.startswith("init.") and eq:
             options[key.removeprefix("init.")] = yaml.safe_load(value)
         elif kind == "mlp":
-            raise bad_value("override after --", o, "init.<key>=<value> for the MLP probe (other keys are the Decoder's)", "-- init.nonlinearity=relu")
+            raise bad_value("override after --", o, "init.<key>=<value> for the MLP probe (other keys are the Decoder's)",
+                            "-- init.nonlinearity=relu")
     return options
 
 
@@ -123,7 +124,8 @@ def check_probe_memory(a: argparse.Namespace, configs: dict[tuple[str, float], d
         from initnorm.training.group import parameter_count
 
         c = next(iter(configs.values()))
-        check_memory(8 * parameter_count(c), f"the Decoder probe (width {c['model']['width']}, depth {c['model']['depth']})", "--depth 8 -- width=16")
+        check_memory(8 * parameter_count(c), f"the Decoder probe (width {c['model']['width']}, depth {c['model']['depth']})",
+                     "--depth 8 -- width=16")
 
 
 def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
@@ -154,7 +156,8 @@ def run(a: argparse.Namespace, extra: list[str], out: Path) -> str:
             names = a.inits or CHAPTER_INITS.get(act, OTHER_INITS)
             options = init_options(extra, a.kind)
             suffix = f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
-            mlp[act] = {init_label(i, a.std) + suffix: signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std, options) for i in names}
+            mlp[act] = {init_label(i, a.std) + suffix:
+                        signal_per_layer(act, i, a.mlp_depth, a.mlp_width, a.batch, a.mlp_seed, a.std, options) for i in names}
             text.write(f"{a.mlp_depth}-layer {act} MLP of width {a.mlp_width} at initialisation (batch {a.batch}, seed {a.mlp_seed})\n")
             text.write(mlp_table(act, mlp[act]) + "\n")
             for name, (fwd, bwd) in mlp[act].items():

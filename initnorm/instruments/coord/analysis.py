@@ -57,7 +57,8 @@ def read_rows(folder: Path) -> list[dict]:
             for r in csv.DictReader(f):
                 rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]), "step": int(r["step"]), "value": float(r["value"])})
     if not rows:
-        raise ConfigError(f"no {COORD_FILE} below {folder}; run `python -m initnorm.coord_check` or a multirun with experiment=coord_check first")
+        raise ConfigError(f"no {COORD_FILE} below {folder}; run `python -m initnorm.coord_check` or a multirun with experiment=coord_check "
+                          "first")
     return rows
 
 
@@ -73,7 +74,8 @@ def coord_axis(rows: list[dict]) -> str:
     """``width`` or ``depth``: the one the coordinate check's rows vary (one at a time)."""
     widths, depths = {r["width"] for r in rows}, {r["depth"] for r in rows}
     if len(widths) > 1 and len(depths) > 1:
-        raise bad_value("--widths/--depths", f"{sorted(widths)} x {sorted(depths)}", "one axis at a time: several widths at one depth, or several depths at one width", "--depths 2")
+        raise bad_value("--widths/--depths", f"{sorted(widths)} x {sorted(depths)}",
+                        "one axis at a time: several widths at one depth, or several depths at one width", "--depths 2")
     return "width" if len(widths) > 1 or len(depths) == 1 else "depth"
 
 
@@ -138,13 +140,15 @@ def depth_verdict(data, bound: float) -> tuple[bool, str]:
             flat = ratio(stream) <= bound and bool(blocks) and ratio(blocks) <= bound
             ok &= flat
             spread = f"{ratio(blocks):.2f}" if blocks else "not recorded"
-            parts.append(f"{shown}: last stream max/min {ratio(stream):.2f}, block update x depth max/min {spread} ({'flat' if flat else 'NOT flat'}: bound {bound})")
+            parts.append(f"{shown}: last stream max/min {ratio(stream):.2f}, block update x depth max/min {spread} "
+                         f"({'flat' if flat else 'NOT flat'}: bound {bound})")
         else:
             checked += 1
             lo, hi = min(stream), max(stream)
             grows = stream[hi] / stream[lo] > bound
             ok &= grows
-            parts.append(f"{shown}: last stream {stream[lo]:.3g} at depth {lo} -> {stream[hi]:.3g} at depth {hi} ({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
+            parts.append(f"{shown}: last stream {stream[lo]:.3g} at depth {lo} -> {stream[hi]:.3g} at depth {hi} "
+                         f"({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
     if not checked:
         return True, "no verdict: it needs a parameterisation of a declared kind (mup, depth_mup, completep) across depths"
     return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'}"

@@ -44,7 +44,8 @@ def member_rms(t: torch.Tensor) -> torch.Tensor:
 class CoordCheck(L.Callback):
     """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps."""
 
-    def __init__(self, steps: int = 10, windows: int = 16, width: int | None = None, depth: int | None = None, param: str | None = None, seed: int | None = None):
+    def __init__(self, steps: int = 10, windows: int = 16, width: int | None = None, depth: int | None = None,
+                 param: str | None = None, seed: int | None = None):
         if not isinstance(steps, int) or steps <= 0:
             raise bad_value("callbacks.coord.steps", steps, "a positive integer", "callbacks.coord.steps=10")
         if not isinstance(windows, int) or windows <= 0:
@@ -101,7 +102,8 @@ def watched_points(model) -> tuple[Points, str | None]:
     """The probe points the check watches, and the last residual stream's name (None: no stream)."""
     points = probe_points(model)
     if not points:
-        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method (see initnorm/instruments/stats/callback.py)")
+        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method "
+                          "(see initnorm/instruments/stats/callback.py)")
     # a block's input is the previous block's output: keep only the first (the embedded input)
     first_in = next((k for k in points if k.endswith("/stream_in")), None)
     watched = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}
@@ -112,7 +114,8 @@ def watched_points(model) -> tuple[Points, str | None]:
 def fixed_windows(datamodule, n: int) -> torch.Tensor:
     """The first ``n`` windows of the data module's validation set: the inputs the check runs at every step."""
     if datamodule is None:
-        raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a LightningDataModule")
+        raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a "
+                          "LightningDataModule")
     return next(iter(datamodule.val_dataloader()))[0][:n]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from initnorm.plots import grid, png
 
 
-def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str], key_layers: tuple[str, ...]) -> bytes:
+def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str],
+                    key_layers: tuple[str, ...]) -> bytes:
     """microsoft/mup's coordinate-check picture: one row of panels per step, one column per
     parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
     params = list(dict.fromkeys(p for data in panels.values() for p in data))

@@ -79,7 +79,8 @@ def job_table(folder: Path, stats: tuple[str, ...] = STATS) -> tuple[str | None,
     return axis, records, means
 
 
-def departures(folder: Path, factor: float = FACTOR, log2_lr: float | None = None, stats: tuple[str, ...] = STATS) -> tuple[str | None, dict, list[Departure]]:
+def departures(folder: Path, factor: float = FACTOR, log2_lr: float | None = None,
+               stats: tuple[str, ...] = STATS) -> tuple[str | None, dict, list[Departure]]:
     """The tags that depart from the base size's by more than ``factor``, per setting and size,
     at ``log2_lr`` (default: the base size's optimal lr, on the grid). Returns (axis, {setting: lr}, departures)."""
     axis, records, means = job_table(folder, stats)
@@ -122,8 +123,8 @@ def _departs(b: float, v: float, factor: float) -> bool:
 def render(axis: str | None, at: dict, deps: list[Departure], factor: float = FACTOR) -> str:
     if axis is None:
         return "Not an lr x width (or depth) sweep: nothing to compare.\n"
-    lines = [f"Per-layer statistics (median over logged steps after step 0, mean over seeds) that depart from the smallest {axis}'s "
-             f"by more than a factor of {factor:g}.\n"]
+    lines = [(f"Per-layer statistics (median over logged steps after step 0, mean over seeds) that depart from the smallest {axis}'s "
+              f"by more than a factor of {factor:g}.\n")]
     for setting, x in at.items():
         mine = [d for d in deps if d.setting == setting]
         lines.append(f"\n### {transfer.setting_label(setting)} at lr 2^{x:g}\n")
@@ -136,8 +137,9 @@ def render(axis: str | None, at: dict, deps: list[Departure], factor: float = FA
             for d in ds:
                 stat, layer, role = (d.tag.split("/", 2) + ["", ""])[:3]
                 layer = layer if role in ("params", "weights", "weight", "") else f"{layer}/{role}"
-                by_stat.setdefault(stat, []).append(f"{layer} ×{d.ratio:.3g}" if math.isfinite(d.ratio) else f"{layer} from 0 to {d.value:.3g}")
+                by_stat.setdefault(stat, []).append(f"{layer} ×{d.ratio:.3g}" if math.isfinite(d.ratio)
+                                                    else f"{layer} from 0 to {d.value:.3g}")
             lines.append(f"- {axis} {size}: " + "; ".join(f"{s}: {', '.join(v)}" for s, v in by_stat.items()))
-        lines.append("\n| " + " | ".join([axis, "statistic", "base", "here", "ratio"]) + " |\n|---|---|---|---|---|")
+        lines.append(f"\n| {axis} | statistic | base | here | ratio |\n|---|---|---|---|---|")
         lines += [f"| {d.size} | {d.tag} | {d.base:.3g} | {d.value:.3g} | {d.ratio:.3g} |" for d in mine]
     return "\n".join(lines) + "\n"

@@ -123,7 +123,8 @@ class SpectralTracker:
             s, self._v[key] = top_singulars(w, v, steps)
         return s
 
-    def member_records(self, model: nn.Module, weights: dict[str, torch.Tensor], before: dict[str, torch.Tensor] | None, step: int) -> list[list[Record]]:
+    def member_records(self, model: nn.Module, weights: dict[str, torch.Tensor], before: dict[str, torch.Tensor] | None,
+                       step: int) -> list[list[Record]]:
         """Records per member: ``weights`` and ``before`` hold every weight matrix of ``model`` (by name)
         with a leading member dimension [E, *shape]; ``model`` gives the names, layers and fans."""
         fan = fans(model)
@@ -136,7 +137,7 @@ class SpectralTracker:
                 scale = math.sqrt(fo / fi)
                 transpose = fo != p.shape[0]  # an embedding: the map is the transpose
 
-                def matrices(t: torch.Tensor) -> torch.Tensor:
+                def matrices(t: torch.Tensor, transpose: bool = transpose) -> torch.Tensor:
                     t = t.detach().transpose(1, 2) if transpose else t.detach()
                     return t.reshape(t.shape[0], t.shape[1], -1)
 
@@ -176,14 +177,16 @@ def member_eps_records(model: nn.Module, adam: dict[str, tuple], step: int, E: i
             v, steps, beta2, eps = adam[name]
             v = v.reshape(E, -1)
             eps = eps.reshape(E, -1) if eps.numel() > E else eps.reshape(E, 1)
-            below += eps_below(v, steps.reshape(E, 1).to(v.device), beta2.reshape(E, 1).to(v.device), eps.to(v.device)).sum(1).double().cpu()
+            below += eps_below(v, steps.reshape(E, 1).to(v.device), beta2.reshape(E, 1).to(v.device),
+                               eps.to(v.device)).sum(1).double().cpu()
             total += v.shape[1]
         if total:
             layers.append(layer)
             fractions.append(below / total)
     if not layers:
         return [[] for _ in range(E)]
-    return [[Record(step, layer, "params", "eps_frac", v) for layer, v in zip(layers, member)] for member in torch.stack(fractions, 1).tolist()]
+    return [[Record(step, layer, "params", "eps_frac", v) for layer, v in zip(layers, member)]
+            for member in torch.stack(fractions, 1).tolist()]
 
 
 class Diagnostics(L.Callback):
@@ -191,11 +194,14 @@ class Diagnostics(L.Callback):
     sqrt(fan_out/fan_in), per layer and member, every ``every_n_steps`` optimiser steps
     (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test."""
 
-    def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True, power_steps: int = POWER_STEPS):
+    def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True,
+                 power_steps: int = POWER_STEPS):
         if not isinstance(every_n_steps, int) or every_n_steps <= 0:
-            raise bad_value("callbacks.diagnostics.every_n_steps", every_n_steps, "a positive integer", "callbacks.diagnostics.every_n_steps=50")
+            raise bad_value("callbacks.diagnostics.every_n_steps", every_n_steps, "a positive integer",
+                            "callbacks.diagnostics.every_n_steps=50")
         if not isinstance(power_steps, int) or power_steps <= 0:
-            raise bad_value("callbacks.diagnostics.power_steps", power_steps, "a positive integer", f"callbacks.diagnostics.power_steps={POWER_STEPS}")
+            raise bad_value("callbacks.diagnostics.power_steps", power_steps, "a positive integer",
+                            f"callbacks.diagnostics.power_steps={POWER_STEPS}")
         self.every = every_n_steps
         self.want_lr, self.want_eps, self.want_spectral = effective_lr, eps, spectral
         self.spectral = SpectralTracker(power_steps)

@@ -73,7 +73,8 @@ def decoder_probe(c: dict, prompt: str) -> dict[str, list[float]]:
 def decoder_table(results: dict[tuple[str, float], dict[str, list[float]]], depth: int) -> str:
     head = f"{'norm':5s} {'std':>5s} " + " ".join(f"{'b' + str(i):>5s}" for i in range(1, depth + 1))
     out = io.StringIO()
-    for stat, title, extra in (("stream_rms", "RMS of the residual stream entering each block (out: leaving the last)", "   out"), ("grad_norm", "norm of each block's weight gradients", "")):
+    for stat, title, extra in (("stream_rms", "RMS of the residual stream entering each block (out: leaving the last)", "   out"),
+                               ("grad_norm", "norm of each block's weight gradients", "")):
         out.write(f"{title}\n{head}{extra}\n")
         for (norm, std), r in results.items():
             out.write(f"{norm:5s} {std:5.2f} " + " ".join(f"{v:5.2f}" for v in r[stat]) + "\n")
@@ -92,13 +93,15 @@ def decoder_csv(results) -> str:
     return out.getvalue()
 
 
-def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 256, batch: int = 512, seed: int = 0, std: float = 1.0, options: Mapping[str, Any] | None = None) -> tuple[list[float], list[float]]:
+def signal_per_layer(activation: str, init: str, depth: int = 30, width: int = 256, batch: int = 512, seed: int = 0, std: float = 1.0,
+                     options: Mapping[str, Any] | None = None) -> tuple[list[float], list[float]]:
     """The chapter's protocol: per layer, the std of the activations (forward) and of the
     gradient at the pre-activations (backward), with a random std-1 gradient arriving at the top.
     ``options``: the trainer's ``init.*`` keys (``{"nonlinearity": "relu"}``: the chapter's He for tanh, ReLU's gain)."""
     act = PROBE_ACTIVATIONS[activation]()
     # init.std is normal's option only: "small" keeps its own 0.01
-    ctx = InitContext(depth=depth, width=width, nonlinearity=activation, options={**({"std": std} if init == "normal" else {}), **(options or {})})
+    ctx = InitContext(depth=depth, width=width, nonlinearity=activation,
+                      options={**({"std": std} if init == "normal" else {}), **(options or {})})
     torch.manual_seed(seed)
     weights = []
     for _ in range(depth):  # drawn in order, as the chapter's list comprehension does

@@ -60,7 +60,8 @@ def gradient_records(model: nn.Module, step: int, per_param: bool = False) -> li
     return member_gradient_records(model, grads, step, per_param)[0]
 
 
-def member_update_records(model: nn.Module, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], step: int) -> list[list[Record]]:
+def member_update_records(model: nn.Module, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                          step: int) -> list[list[Record]]:
     """‖W_after − W_before‖ / ‖W_before‖ per member and layer, over the layer's weight matrices (``[E, *shape]`` each)."""
     layers, ratios = [], []
     for layer, named in grouped(model, weights_only=True).items():
@@ -83,7 +84,8 @@ class LayerStats(L.Callback):
     before clipping: Lightning calls ``on_before_optimizer_step`` there) and ‖ΔW‖/‖W‖ per layer,
     every ``every_n_steps`` optimiser steps (``callbacks.stats.every_n_steps``), for every member."""
 
-    def __init__(self, every_n_steps: int = 50, activations: bool = True, gradients: bool = True, updates: bool = True, per_param: bool = False):
+    def __init__(self, every_n_steps: int = 50, activations: bool = True, gradients: bool = True,
+                 updates: bool = True, per_param: bool = False):
         from initnorm.errors import bad_value
 
         if not isinstance(every_n_steps, int) or every_n_steps <= 0:
