@@ -22,13 +22,17 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
 
 
 def test_every_command_answers_help_with_its_usage(tmp_path):
-    for module in ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce"):
-        for flag in ("--help", "-h"):
-            proc = run_cli(flag, module=module, cwd=tmp_path)
-            assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag,
-                                                                                                   proc.stdout[:300], proc.stderr[-300:])
-            assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
-    coord = run_cli("--help", module="initnorm.coord_check", cwd=tmp_path).stdout
+    from concurrent.futures import ThreadPoolExecutor
+
+    modules = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce")
+    asks = [(module, flag) for module in modules for flag in ("--help", "-h")]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one process per core: each spends its time importing
+        answers = dict(zip(asks, pool.map(lambda ask: run_cli(ask[1], module=ask[0], cwd=tmp_path), asks)))
+    for (module, flag), proc in answers.items():
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag,
+                                                                                               proc.stdout[:300], proc.stderr[-300:])
+        assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
+    coord = answers["initnorm.coord_check", "--help"].stdout
     assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord
     assert "Anything after -- is a training-config override" in coord
 
