@@ -40,12 +40,18 @@ def test_wheel_holds_every_module_and_config(wheel):
     assert not configs - names, f"configs missing from the wheel: {sorted(configs - names)}"
 
 
-def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
+def fresh_venv(tmp_path: Path) -> tuple[Path, str]:
+    """A new venv without pip in ``tmp_path/venv``: its python and its site-packages folder."""
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
                           text=True, check=True).stdout.strip()
+    return python, site
+
+
+def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
+    python, site = fresh_venv(tmp_path)
     # The dependencies (torch, lightning, hydra ...) come from the test environment, after the venv's own packages.
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -57,7 +63,7 @@ def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
     where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work,
                            capture_output=True, text=True, env=env)
     assert where.stdout.strip().startswith(site), where.stdout + where.stderr
-    for command in ([str(python), "-m", "initnorm.train"], [str(env_dir / "bin" / "initnorm-train")]):
+    for command in ([str(python), "-m", "initnorm.train"], [str(python.parent / "initnorm-train")]):
         run = subprocess.run(
             [*command, "steps=5", "callbacks=none", "trainer.enable_progress_bar=false",
              f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
@@ -90,11 +96,7 @@ def site_without_extras(folder: Path) -> Path:
 
 
 def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(wheel, tmp_path):
-    env_dir = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
-    python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    python, site = fresh_venv(tmp_path)
     Path(site, "deps.pth").write_text(f"{site_without_extras(tmp_path / 'base')}\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site, str(wheel)],
