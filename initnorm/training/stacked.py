@@ -387,9 +387,6 @@ class StackedModule(L.LightningModule):
 
     # ------------------------------------------------------------------ one member read out
 
-    def member_values(self, t: torch.Tensor, e: int) -> torch.Tensor:
-        return self.vec.member_values(t, e)
-
     def member_state(self, e: int) -> dict[str, Any]:
         """What member ``e``'s checkpoint holds beside the step and config (``resume.save_member``)."""
         return {"params": self.vec.member_values(self.flat, e).cpu(), "optim": self.vec.member_state(e),
