@@ -18,6 +18,8 @@ def test_mup_logits_stay_put_while_sp_grows(tmp_path, capsys):
     assert 1 / 1.5 < mup < 1.5 and sp > 1.3 and sp > mup
     assert logits["mup", 16] == logits["sp", 16]  # µP is SP at the base width
     assert {int(r["step"]) for r in rows} == {1, 2, 3, 4, 5}
+    # the attention's query and key are watched in every block (where the attention scale and a fixed ε act)
+    assert {(r["layer"], r["role"]) for r in rows} >= {(f"block_0{b}", r) for b in (1, 2) for r in ("query", "key")}
     assert (tmp_path / "coord.png").stat().st_size > 0 and (tmp_path / "verdict.txt").is_file()
 
 

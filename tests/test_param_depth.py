@@ -156,3 +156,20 @@ def test_sgd_reads_the_musgd_table():
     groups = groups_by_name(b, name="sgd", momentum=0.9, eps=None)
     assert groups["tok_emb.weight"]["lr"] == pytest.approx(4 * LR) and groups["blocks.0.attn.q.weight"]["lr"] == pytest.approx(LR)
     assert groups["tok_emb.weight"]["weight_decay"] == pytest.approx(WD / 4)
+
+
+@pytest.mark.parametrize("param", ["depth_mup", "completep"])
+def test_gpt2_init_counts_depth_once_under_a_depth_table(param):
+    """GPT-2's 1/sqrt(2L) on branch outputs reads the base depth under a table that scales depth, so the
+    deep model's branch weights start as the base model's and only the table's (L/L0)^-α depends on depth;
+    under SP the scheme keeps reading the model's own depth."""
+    def branch_std(*overrides):
+        torch.manual_seed(0)
+        c = to_plain(compose_cfg("width=64", *overrides))
+        w = dict(build_model(c["model"], c["init"], c["param"], VOCAB).model.named_parameters())[PARAMS["o"]]
+        return w.std().item()
+
+    base, deep = branch_std(f"param={param}", "init=gpt2", "depth=2"), branch_std(f"param={param}", "init=gpt2", "depth=32")
+    assert deep == pytest.approx(base, rel=0.05)  # counted twice it would be 4x smaller (sqrt(32 / 2))
+    assert base == pytest.approx(0.02 / 2 * 0.5, rel=0.05)  # 0.02 / sqrt(2 x base depth 2), x m^-1/2 at m = 64 / 16
+    assert branch_std("param=sp", "init=gpt2", "depth=32") == pytest.approx(0.02 / 8, rel=0.05)  # 0.02 / sqrt(2 x 32)

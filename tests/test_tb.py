@@ -77,7 +77,7 @@ def test_a_run_writes_its_hparams_row_and_curves_as_tensorboard_shows_them(tmp_p
 
 
 def test_validation_interval_gives_short_runs_a_curve():
-    from initnorm.training.module import validation_interval
+    from initnorm.training.validation import validation_interval
 
     assert validation_interval(1500, None) == 150 and validation_interval(200, None) == 20 and validation_interval(5000, None) == 250
     assert validation_interval(200, 50) == 50  # a value that is set wins

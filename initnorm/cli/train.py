@@ -36,11 +36,11 @@ from initnorm.provenance import describe
 from initnorm.results import write_metrics
 from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.group import Member, train_group
-from initnorm.training.module import validation_interval
 from initnorm.training.record import hp_metrics, job_metrics
 from initnorm.training.resume import Checkpoint, inspect_folder, record_failure
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.tasks import TASKS
+from initnorm.training.validation import missing_at, validation_interval
 
 HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
 
@@ -111,7 +111,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint, weights_only=True)  # tensors and plain values only
     wall = time.perf_counter() - start
     steps_done = trainer.global_step
-    if module.diverged_step is None and (not module.val_history or module.val_history[-1][0] != steps_done):
+    if module.diverged_step is None and missing_at(steps_done, [module.val_history], [True]):
         trainer.validate(module, datamodule=data, verbose=False)
 
     extra = module.extra_metrics(c)  # the family's own numbers (first loss, accuracy, gap ...)

@@ -141,9 +141,12 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size)
     roles = check_roles(model, table)
     apply_forward_multipliers(model, table, roles)
-    ctx = InitContext(
-        depth=model_cfg["depth"], width=model_cfg["width"], nonlinearity=model_cfg["activation"], options=init_cfg
-    )
+    # A table that scales depth (depth-µP, CompleteP) starts from the base model, in depth as in width: a
+    # scheme that reads the depth (GPT-2's 1/sqrt(2L) on branch outputs) sees the base depth, and the
+    # table's branch multiplier (L/L0)^-α carries the rest. Read at the target depth, the depth would be
+    # counted twice: std 0.0012 against 0.0099 for init=normal at 32 blocks under CompleteP (docs/parameterisations.md).
+    depth = round(model_cfg["depth"] / table.depth_mult) if table.init_from_base else model_cfg["depth"]
+    ctx = InitContext(depth=depth, width=model_cfg["width"], nonlinearity=model_cfg["activation"], options=init_cfg)
     blocks = block_parameters(model)
     base = table.width_mult if table.init_from_base else None
     for name, p in model.named_parameters():

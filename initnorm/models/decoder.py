@@ -168,6 +168,7 @@ class Decoder(nn.Module):
         points: dict[str, tuple[nn.Module, str]] = {}
         for i, block in enumerate(self.blocks, 1):
             b = f"block_{i:02d}"
-            points |= {f"{b}/stream_in": (block, "in"), f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"),
-                       f"{b}/stream_out": (block, "out")}
+            # query and key: where the attention scale acts (µP's 1/d_k; a fixed Adam ε shows in them first)
+            points |= {f"{b}/stream_in": (block, "in"), f"{b}/query": (block.attn.q, "out"), f"{b}/key": (block.attn.k, "out"),
+                       f"{b}/attn_out": (block.attn, "out"), f"{b}/mlp_out": (block.mlp, "out"), f"{b}/stream_out": (block, "out")}
         return points | {"logits/output": (self, "out")}

@@ -32,8 +32,8 @@ from initnorm.config import to_plain
 from initnorm.models.build import build_model
 from initnorm.repro.bench_measure import ROOT, bench_command
 from initnorm.repro.bench_sweeps import SWEEPS, plan, summary
-from initnorm.training.module import validation_interval
 from initnorm.training.tasks import TASKS
+from initnorm.training.validation import validation_interval
 
 SWEEP = SWEEPS["mup_mlp"]
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from initnorm.data.corpus import load_corpus
 from initnorm.models.build import build_model
-from initnorm.training.module import validation_interval
 from initnorm.training.optim import make_optimizer, schedule_factor
+from initnorm.training.validation import validation_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 

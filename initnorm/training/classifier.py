@@ -14,7 +14,6 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -68,18 +67,6 @@ class Classifier(Trainable):
             if name == "val":
                 self.val_history.append((step, loss))
         self._sums.clear()
-
-    @torch.no_grad()
-    def on_train_start(self):
-        """Score step 0 as the chapter does (its curves start there); Lightning validates only after steps."""
-        if self.global_step != 0:
-            return
-        self.model.eval()
-        for i, loader in enumerate(self.trainer.datamodule.val_dataloader()):
-            for batch in loader:
-                self.validation_step([t.to(self.device) for t in batch], 0, i)
-        self.on_validation_epoch_end()
-        self.model.train()
 
     # Resume (training/resume.py) restores the model and val_history; these records travel too.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -33,12 +33,12 @@ from initnorm.models.build import MODELS, build_model
 from initnorm.results import write_metrics
 from initnorm.tb import write_layout
 from initnorm.training.compiling import should_compile
-from initnorm.training.module import validation_interval
 from initnorm.training.record import hp_metrics, job_metrics, status_line
 from initnorm.training.resume import MemberCheckpoints, inspect_folder, load_checkpoint, read_vec_checkpoint
 from initnorm.training.signals import CheckpointOnSignal
 from initnorm.training.stacked import StackedData, StackedModule
 from initnorm.training.tasks import TASKS
+from initnorm.training.validation import validation_interval
 from initnorm.training.vec_optim import KINDS, NotStackable
 
 __all__ = ["MEMBER_KEYS", "Abandoned", "Member", "NotStackable", "build_group", "group_key", "parameter_count", "train_group", "why_alone"]
@@ -266,8 +266,8 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
     done_steps = trainer.global_step
-    if done_steps == steps and bool(module.active.any()) and module.needs_final_validation(done_steps):
-        module._validate_now(done_steps)
+    if done_steps == steps:
+        module.validate_last()
     wall = time.perf_counter() - start
     results = []
     for e, (m, c) in enumerate(zip(members, module.cs)):

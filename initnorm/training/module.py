@@ -17,15 +17,9 @@ import torch.nn.functional as F
 from initnorm.nn.param import Table
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.compiling import hooked
+from initnorm.training.divergence import Divergence
 from initnorm.training.optim import make_optimizer, schedule_factor
-
-
-def validation_interval(steps: int, configured: int | None) -> int:
-    """Steps between validations: ``trainer.val_check_interval`` when set, else 250 or a tenth of
-    the run when that is shorter, so a 200-step run has a curve too (step 0 and the last step are always validated)."""
-    if configured:
-        return int(configured)
-    return max(1, min(250, math.ceil(steps / 10)))
+from initnorm.training.validation import at_start, validate_now
 
 
 class Trainable(L.LightningModule):
@@ -39,7 +33,7 @@ class Trainable(L.LightningModule):
         self.model, self.roles, self.table = model, roles, table
         self.lr, self.steps, self.warmup, self.optim_cfg, self.schedule = lr, steps, warmup, dict(optim), schedule
         self.log_every = log_every
-        self.diverged_step: int | None = None
+        self.divergence = Divergence(1)
         self.val_history: list[tuple[int, float]] = []
         self._val_sum = self._val_count = 0.0
         # training_step steps the optimiser and the schedule itself: Lightning's automatic loop wraps
@@ -56,6 +50,19 @@ class Trainable(L.LightningModule):
     def loss(self, batch) -> torch.Tensor:
         raise NotImplementedError
 
+    @property
+    def diverged_step(self) -> int | None:
+        return self.divergence.steps[0]
+
+    @diverged_step.setter
+    def diverged_step(self, step: int | None) -> None:
+        self.divergence.restore(0, step)
+
+    def on_train_start(self):
+        """Validation at step 0 of a fresh run, so every curve starts where training starts."""
+        if at_start(self, [self.val_history]):
+            validate_now(self, self.device)
+
     def write_scalar(self, tag: str, value: float, step: int) -> None:
         logger = self.logger
         if logger is not None and hasattr(logger, "experiment"):
@@ -64,9 +71,7 @@ class Trainable(L.LightningModule):
     def training_step(self, batch, batch_idx):
         loss = self._fast(batch) if self._fast is not None and not hooked(self.model) else self.loss(batch)
         step = self.global_step
-        if not torch.isfinite(loss):
-            # A NaN/inf loss is a result (the run diverged), not a crash: stop and record the step.
-            self.diverged_step = step
+        if self.divergence.check(loss.detach().reshape(1), step):  # recorded at this step; the fit stops
             self.trainer.should_stop = True
             return None
         opt = self.optimizers()
@@ -81,7 +86,7 @@ class Trainable(L.LightningModule):
             self.log("loss", value, prog_bar=True, logger=False)
         return loss
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         loss = self.loss(batch, reduction="sum")
         self._val_sum += loss.item()
         self._val_count += batch[1].numel()
@@ -113,24 +118,6 @@ class Trainable(L.LightningModule):
 
 class LanguageModel(Trainable):
     """Next-token cross-entropy at every position of a window."""
-
-    def on_train_start(self):
-        """Validation at step 0 of a fresh run, so every curve starts where training starts. The
-        RNG state is restored afterwards: the run's numbers are those of a run without it."""
-        if self.global_step != 0 or self.val_history or self.trainer.datamodule is None:
-            return
-        was_training = self.model.training
-        self.model.eval()
-        total = count = 0.0
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            for batch in self.trainer.datamodule.val_dataloader():
-                x, y = (t.to(self.device) for t in batch)
-                total += self.loss((x, y), reduction="sum").item()
-                count += y.numel()
-        self.model.train(was_training)
-        value = total / max(1.0, count)
-        self.val_history.append((0, value))
-        self.write_scalar(VAL_LOSS, value, 0)
 
     def loss(self, batch, reduction: str = "mean"):
         x, y = batch

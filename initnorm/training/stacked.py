@@ -37,8 +37,10 @@ from torch.utils.data import DataLoader, IterableDataset
 from initnorm.callbacks.probes import Points, capture, probe_points
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training.classifier import EVAL_LABELS
+from initnorm.training.divergence import Divergence
 from initnorm.training.optim import schedule_factor
 from initnorm.training.resume import resume_loop_at
+from initnorm.training.validation import at_start, missing_at, validate_now
 from initnorm.training.vec_optim import NotStackable, VecOptimizer
 
 
@@ -204,8 +206,7 @@ class StackedModule(L.LightningModule):
         self.compiled = compiled
         # The steps that measure activations (every callbacks.stats.every_n_steps) stay eager: hooks.
         self._fast = torch.compile(lambda xs, ys: self.losses(xs, ys)[0]) if compiled else None
-        self.active = torch.ones(self.E, dtype=torch.bool)
-        self.diverged: list[int | None] = [None] * self.E
+        self.divergence = Divergence(self.E)
         self.val_history: list[list[tuple[int, float]]] = [[] for _ in range(self.E)]
         self.train_losses: list[list[float]] = [[] for _ in range(self.E)]
         self.evals: list[dict[str, list]] = [{} for _ in range(self.E)]
@@ -213,6 +214,14 @@ class StackedModule(L.LightningModule):
         self._capture: tuple[Points, Callable, dict] | None = None
         self._val: list | None = None
         self.members = StackedMembers(self)
+
+    @property
+    def active(self) -> torch.Tensor:
+        return self.divergence.active
+
+    @property
+    def diverged(self) -> list[int | None]:
+        return self.divergence.steps
 
     def _bind(self) -> None:
         """The parameter leaves (views of ``flat``) and their gradients (views of ``grad``)."""
@@ -301,17 +310,14 @@ class StackedModule(L.LightningModule):
             if request:
                 request[2].update(seen)
         values = losses.detach().cpu()
-        finite = torch.isfinite(values)
-        newly = self.active & ~finite
         if self.classifier:
+            finite = torch.isfinite(values)
             for e in range(self.E):
                 if self.active[e]:
                     self.train_losses[e].append(values[e].item() if finite[e] else math.nan)
-        for e in newly.nonzero().flatten().tolist():
-            self.diverged[e] = step  # a result, not a crash: frozen here, recorded at this step
-            self.active[e] = False
+        for e in self.divergence.check(values, step):  # frozen at this step; the others go on
             self.logs[e].info("diverged at step %d (loss %s); the other members go on", step, values[e].item())
-        if not bool(self.active.any()):
+        if self.divergence.stopped:
             self.trainer.should_stop = True
             return None
         mask = self.active.to(losses.device)
@@ -333,16 +339,13 @@ class StackedModule(L.LightningModule):
             resume_loop_at(self.trainer, self.resumed)  # before any callback's on_train_start reads the step
 
     def on_train_start(self) -> None:
-        if self.resumed == 0 and not any(self.val_history):
-            self._validate_now(0)  # every curve starts where training starts (as Trainable.on_train_start)
+        if at_start(self, self.val_history):
+            validate_now(self, self.flat.device)  # every curve starts where training starts, as a job alone's
 
-    def _validate_now(self, step: int) -> None:
-        self.on_validation_epoch_start()
-        loaders = self.trainer.datamodule.val_dataloader()
-        for k, loader in enumerate(loaders if isinstance(loaders, (list, tuple)) else [loaders]):
-            for batch in loader:
-                self.validation_step([t.to(self.flat.device) for t in batch], 0, k)
-        self._end_validation(step)
+    def validate_last(self) -> None:
+        """The last step's validation where the loop's interval missed it, for the members alive."""
+        if not self.divergence.stopped and missing_at(self.global_step, self.val_history, self.active.tolist()):
+            validate_now(self, self.flat.device)
 
     def on_validation_epoch_start(self) -> None:
         self._val = [[torch.zeros(self.E, dtype=torch.float64), 0,
@@ -357,10 +360,9 @@ class StackedModule(L.LightningModule):
         acc[1] += ys[0].numel()
 
     def on_validation_epoch_end(self) -> None:
-        if not self.trainer.sanity_checking:
-            self._end_validation(self.global_step)
-
-    def _end_validation(self, step: int) -> None:
+        if self.trainer.sanity_checking:
+            return
+        step = self.global_step
         for (totals, counts, correct), name in zip(self._val, self.trainer.datamodule.eval_names):
             for e in range(self.E):
                 if not self.active[e]:
@@ -381,10 +383,6 @@ class StackedModule(L.LightningModule):
                         w.add_scalar(VAL_LOSS, loss, step)
         self._val = None
 
-    def needs_final_validation(self, steps_done: int) -> bool:
-        """Whether a member still alive has no validation at the last step (the loop validates every n steps)."""
-        return any(not self.val_history[e] or self.val_history[e][-1][0] != steps_done for e in range(self.E) if self.active[e])
-
     # ------------------------------------------------------------------ one member read out
 
     def member_state(self, e: int) -> dict[str, Any]:
@@ -401,8 +399,7 @@ class StackedModule(L.LightningModule):
         self.train_losses[e] = list(s["train_losses"])
         self.evals[e] = {k: [tuple(x) for x in v] for k, v in s["evals"].items()}
         self.val_history[e] = [tuple(v) for v in s["initnorm"]["val_history"]]
-        self.diverged[e] = s["initnorm"]["diverged_step"]
-        self.active[e] = self.diverged[e] is None
+        self.divergence.restore(e, s["initnorm"]["diverged_step"])
 
 
 class StackedMembers:

@@ -1,0 +1,50 @@
+"""When a run is validated, for a job alone and a stacked group alike: every ``interval`` steps,
+at step 0 of a fresh run and at the last step.
+
+Lightning validates only after training steps, so step 0 and a last step off the interval are
+validated here, through the module's own validation hooks: one code path makes every point of
+every curve, whichever module (``Trainable``, ``StackedModule``) holds the records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+
+
+def validation_interval(steps: int, configured: int | None) -> int:
+    """Steps between validations: ``trainer.val_check_interval`` when set, else 250 or a tenth of
+    the run when that is shorter, so a 200-step run has a curve too (step 0 and the last step are always validated)."""
+    if configured:
+        return int(configured)
+    return max(1, min(250, math.ceil(steps / 10)))
+
+
+@torch.no_grad()
+def validate_now(module: L.LightningModule, device: torch.device) -> None:
+    """One validation of every evaluation set at the module's current step, outside Lightning's
+    loop (which validates only after steps). The RNG state is restored afterwards, so the run's
+    numbers are those of a run without it."""
+    loaders = module.trainer.datamodule.val_dataloader()
+    was_training = module.training
+    module.eval()
+    with torch.random.fork_rng(devices=[]):
+        module.on_validation_epoch_start()
+        for k, loader in enumerate(loaders if isinstance(loaders, (list, tuple)) else [loaders]):
+            for batch in loader:
+                module.validation_step([t.to(device) for t in batch], 0, k)
+        module.on_validation_epoch_end()
+    module.train(was_training)
+
+
+def at_start(module: L.LightningModule, histories: Sequence[list]) -> bool:
+    """Whether step 0 is still to be validated: a fresh run (not resumed) with no validation yet."""
+    return module.global_step == 0 and not any(histories) and module.trainer.datamodule is not None
+
+
+def missing_at(step: int, histories: Sequence[list], alive: Sequence[bool]) -> bool:
+    """Whether a member still alive has no validation at ``step`` (the loop validates every n steps)."""
+    return any(not h or h[-1][0] != step for h, a in zip(histories, alive) if a)
