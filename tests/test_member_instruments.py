@@ -56,6 +56,9 @@ def test_each_members_diagnostics_equal_its_job_alone(tmp_path):
                 assert abs(x - y) <= TOLERANCE[tag.split("/")[0]] * abs(x), f"{v} {tag} at step {step}: alone {x}, member {y}"
 
 
+# The key moves least of all under µP (its gradient passes the 1/d_k scores), so the float32 rounding of
+# a_0 weighs most in rms(a_t - a_0) there: measured within 1.7e-5 (every other point within 5e-7).
+COORD_TOLERANCE = {"key": 1e-4}
 COORD = ["experiment=coord_check", "width=16", "checkpoint.every_n_steps=0", "trainer.enable_progress_bar=false"]
 
 
@@ -73,7 +76,7 @@ def test_each_members_coordinate_check_equals_its_job_alone(tmp_path):
         assert len(member) == len(alone) > 50 and member[0] == alone[0]  # the same header, rows, labels (param, seed)
         for a, b in zip(alone[1:], member[1:]):
             assert a[:-1] == b[:-1]
-            assert float(b[-1]) == pytest.approx(float(a[-1]), rel=1e-5), f"{v}: {a} vs {b}"
+            assert float(b[-1]) == pytest.approx(float(a[-1]), rel=COORD_TOLERANCE.get(a[6], 1e-5)), f"{v}: {a} vs {b}"
         tags = {t: s for t, s in _scalars(tmp_path / f"group{i}").items() if t.startswith("coord_delta_rms/")}
         assert tags.keys() == {t for t in _scalars(tmp_path / f"alone{i}") if t.startswith("coord_delta_rms/")}
         assert [s for s, _ in tags["coord_delta_rms/stream/last"]] == list(range(1, 11))

@@ -4,7 +4,8 @@ Gaussian clusters (the deep MLP) and character windows (the char and wide MLPs) 
 "inputs -> one class": cross-entropy on the logits. What the chapter prints comes from three
 records kept here: every training loss (first loss; mean of the last ``summary.tail_steps``),
 and for each evaluation set the data module names (``eval_names``: ``val``, and ``train`` for
-a fixed training sample), loss and accuracy (torchmetrics) at every evaluation, step 0 included.
+a fixed training sample), loss and top-1 accuracy at every evaluation, step 0 included. A stacked
+group's members (``training/stacked.py``) count their correct predictions with the same ``correct``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 import torch.nn.functional as F
-from torchmetrics.classification import MulticlassAccuracy
 
 from initnorm.training.module import Trainable
 
 # Evaluation sets as TensorBoard tags name them: Loss/<label>, Accuracy/<label> (capitalised groups sort first).
 EVAL_LABELS = {"val": "validation", "train": "train sample"}
+
+
+def correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """How many examples have the label as their top logit (the count torchmetrics' micro accuracy divides)."""
+    return (logits.argmax(-1) == y).sum()
 
 
 class Classifier(Trainable):
@@ -30,8 +36,7 @@ class Classifier(Trainable):
         super().__init__(*args, **kwargs)
         self.train_losses: list[float] = []
         self.evals: dict[str, list[tuple[int, float, float]]] = {}  # name -> [(step, loss, accuracy)]
-        self.accuracy: dict[str, MulticlassAccuracy] = {}  # made at the first batch, on its device
-        self._sums: dict[str, list[float]] = {}
+        self._sums: dict[str, list[float]] = {}  # name -> [summed loss, examples, correct]
 
     def loss(self, batch, reduction: str = "mean"):
         x, y = batch
@@ -46,18 +51,15 @@ class Classifier(Trainable):
         name = self.trainer.datamodule.eval_names[dataloader_idx]
         x, y = batch
         logits = self.model(x)
-        sums = self._sums.setdefault(name, [0.0, 0.0])
+        sums = self._sums.setdefault(name, [0.0, 0, 0])
         sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
         sums[1] += y.numel()
-        if name not in self.accuracy:
-            self.accuracy[name] = MulticlassAccuracy(num_classes=logits.shape[-1], average="micro").to(logits.device)
-        self.accuracy[name].update(logits, y)
+        sums[2] += correct(logits, y).item()
 
     def on_validation_epoch_end(self):
         step = self.global_step
-        for name, (total, count) in self._sums.items():
-            loss, acc = total / count, self.accuracy[name].compute().item()
-            self.accuracy[name].reset()
+        for name, (total, count, right) in self._sums.items():
+            loss, acc = total / count, right / count
             if self.trainer.sanity_checking:
                 continue
             self.evals.setdefault(name, []).append((step, loss, acc))

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from initnorm.callbacks.probes import Points, capture, probe_points
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
-from initnorm.training.classifier import EVAL_LABELS
+from initnorm.training.classifier import EVAL_LABELS, correct
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import schedule_factor
 from initnorm.training.resume import resume_loop_at
@@ -267,7 +267,7 @@ class StackedModule(L.LightningModule):
             model = self._model_of(params, bufs)
             if classifier:
                 logits = model(x)
-                return torch.nn.functional.cross_entropy(logits, y, reduction="sum"), (logits.argmax(-1) == y).sum()
+                return torch.nn.functional.cross_entropy(logits, y, reduction="sum"), correct(logits, y)
             return loss_fn(_Shim(model), (x, y), reduction="sum"), torch.zeros((), dtype=torch.long, device=x.device)
 
         self.base.eval()
@@ -363,13 +363,13 @@ class StackedModule(L.LightningModule):
         if self.trainer.sanity_checking:
             return
         step = self.global_step
-        for (totals, counts, correct), name in zip(self._val, self.trainer.datamodule.eval_names):
+        for (totals, counts, right), name in zip(self._val, self.trainer.datamodule.eval_names):
             for e in range(self.E):
                 if not self.active[e]:
                     continue
                 loss = totals[e].item() / max(1.0, counts)
                 if self.classifier:
-                    acc = correct[e].item() / counts
+                    acc = right[e].item() / counts
                     self.evals[e].setdefault(name, []).append((step, loss, acc))
                     label = EVAL_LABELS.get(name, name)
                     for w in self.member_writers[e]:
