@@ -415,7 +415,7 @@ def test_a_rerun_from_step_0_starts_its_events_afresh_and_a_resumed_one_purges_p
     from initnorm.training.resume import tensorboard_logger
     from tests.conftest import compose_cfg
 
-    assert compose_cfg().logger._target_ == "initnorm.training.resume.tensorboard_logger"  # what train() instantiates
+    assert compose_cfg().logger.tensorboard._target_ == "initnorm.training.resume.tensorboard_logger"  # what train() instantiates
     old = tmp_path / "events.out.tfevents.1796000000.host.1.0"  # an attempt killed before its first checkpoint
     old.write_bytes(b"stale")
     tensorboard_logger(str(tmp_path), name="", version="", default_hp_metric=False)

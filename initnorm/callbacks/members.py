@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from initnorm.callbacks.probes import Points, capture
+from initnorm.training import trackers
 
 
 class OneMember:
@@ -56,7 +57,7 @@ class OneMember:
         return [getattr(self.pl_module, "diverged_step", None) is None]
 
     def writers(self) -> list[list]:
-        return [[lg.experiment for lg in self.trainer.loggers if hasattr(lg.experiment, "add_scalar")]]
+        return [trackers.writers(self.trainer.loggers)]
 
     def _trainable(self) -> Iterator[tuple[str, nn.Parameter]]:
         return ((n, p) for n, p in self.model.named_parameters() if p.requires_grad)

@@ -38,6 +38,7 @@ from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
@@ -140,6 +141,7 @@ def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool 
     trainer = c.get("trainer", {})
     devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
     check_own_code(c, seen)
+    trackers.check(c.get("logger"))  # logger=mlflow without mlflow installed: one line, before anything trains
     return c
 
 

@@ -43,11 +43,12 @@ def swept_keys() -> list[str] | None:
 
 
 def parse_sweep(task_overrides) -> list[str]:
-    """Keys given several values on the command line (``norm=pre,post``, ``lr=range(...)``)."""
+    """Keys given several values on the command line (``norm=pre,post``, ``lr=range(...)``); a list is one value
+    (``logger=[tensorboard,mlflow]``), a sweep of lists several (``logger=[csv],[mlflow]``)."""
     keys = []
     for o in task_overrides:
         key, _, value = str(o).partition("=")
-        if "," in value or value.startswith(("range(", "choice(", "glob(")):
+        if "," in re.sub(r"\[[^\]]*\]", "[]", value) or value.startswith(("range(", "choice(", "glob(")):
             keys.append(key.lstrip("+~"))
     return keys
 

@@ -34,6 +34,7 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.provenance import describe
 from initnorm.results import write_metrics
+from initnorm.training import trackers
 from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.group import Member, train_group
 from initnorm.training.record import hp_metrics, job_metrics
@@ -93,7 +94,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     module = task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"], warmup=c["warmup"], optim=c["optim"],
                          schedule=c["schedule"], log_every=c["log_every"],
                          compile=compiled)
-    logger = instantiate(cfg.logger, save_dir=str(out_dir))
+    loggers = trackers.make(c["logger"], out_dir, run_label(job_overrides()[0], swept_keys(), c["seed"]), launch_folder())
     callbacks = [instantiate(cb) for cb in (cfg.get("callbacks") or {}).values()]
     _, job_num, _ = job_overrides()
     bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
@@ -103,9 +104,10 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     callbacks += [checkpoint, CheckpointOnSignal(checkpoint.save, out_dir)]  # SIGTERM/SIGINT: checkpoint, then stop
     device = devices.for_job(c["trainer"], job_num)  # one device per job; job k on GPU k mod N
     every = validation_interval(c["steps"], c["trainer"]["val_check_interval"])
-    trainer: L.Trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks, default_root_dir=str(out_dir),
+    trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir),
                                      enable_progress_bar=bar, val_check_interval=every, **device)
-    tb.write_layout(logger.experiment)
+    for writer in trackers.tensorboards(loggers):
+        tb.write_layout(writer)
 
     start = time.perf_counter()
     trainer.fit(module, datamodule=data, ckpt_path=prior.checkpoint, weights_only=True)  # tensors and plain values only
@@ -120,8 +122,8 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
                           ms_per_step=1000.0 * wall / max(1, steps_done - prior.step), compiled=compiled,
                           params=sum(p.numel() for p in built.model.parameters()), extra=extra, meta=job_meta())
     write_metrics(out_dir, metrics)
-    hparams_writer(c)(logger.experiment, hp_metrics(metrics, extra), steps_done)
-    logger.finalize("success")
+    trackers.record(loggers, hparams_of(c, job_overrides()[0]), hp_metrics(metrics, extra), steps_done, hparams_writer(c))
+    trackers.finish(loggers)
     return metrics
 
 
@@ -144,7 +146,7 @@ def hparams_writer(c: dict[str, Any]):
 def as_member(cfg: DictConfig, c: dict[str, Any], out_dir: str | Path) -> Member:
     """This job (inside Hydra's run of it) as a member of a stacked group: its config, folder, record fields, logger and HPARAMS."""
     return Member(c, Path(out_dir), meta=job_meta(), hparams=hparams_of(c, job_overrides()[0]),
-                  logger=instantiate(cfg.logger, save_dir=str(out_dir)),
+                  loggers=trackers.make(c["logger"], out_dir, run_label(job_overrides()[0], swept_keys(), c["seed"]), launch_folder()),
                   write_hparams=hparams_writer(c))
 
 

@@ -26,12 +26,14 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ProgressBar
 
+from initnorm import tb
 from initnorm.callbacks.progress import GroupProgress
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
 from initnorm.results import write_metrics
 from initnorm.tb import write_layout
+from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
 from initnorm.training.record import hp_metrics, job_metrics, status_line
 from initnorm.training.resume import MemberCheckpoints, inspect_folder, load_checkpoint, read_vec_checkpoint
@@ -93,17 +95,13 @@ class Member:
     meta: dict[str, Any] = field(default_factory=dict)  # job_num, overrides, swept, choices ... merged into metrics.json
     hparams: dict[str, Any] | None = None  # the HPARAMS entry (default: a few top-level keys)
     write_hparams: Callable[[Any, dict[str, Any], int], None] | None = None  # (writer, hp metrics, steps): the caller's HPARAMS writer
-    logger: Any = None  # a Lightning logger with .experiment (default: TensorBoard in out_dir/tb)
+    loggers: list | None = None  # its Lightning loggers (default: the config's, training/trackers.py)
 
 
-def _logger(member: Member):
-    if member.logger is None:
-        from lightning.pytorch.loggers import TensorBoardLogger
-
-        lg = member.cfg["logger"]  # the config's TensorBoard logger, as train() instantiates it
-        member.logger = TensorBoardLogger(save_dir=str(member.out_dir), name=lg["name"], version=lg["version"],
-                                          default_hp_metric=lg["default_hp_metric"])
-    return member.logger
+def _loggers(member: Member) -> list:
+    if member.loggers is None:
+        member.loggers = trackers.make(member.cfg["logger"], member.out_dir, f"seed={member.cfg['seed']}")
+    return member.loggers
 
 
 def _member_log(out_dir: Path, i: int) -> logging.Logger:
@@ -241,9 +239,9 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
     resumed = module.resumed = _resume(module, members)
     data.start_step = resumed
     module.check_forward()  # before anything is written: a family vmap cannot map runs its jobs alone
-    module.member_writers = [[_logger(m).experiment] for m in members]
-    for m in members:
-        write_layout(m.logger.experiment)
+    module.member_writers = [trackers.writers(_loggers(m)) for m in members]
+    for writer in (w for m in members for w in trackers.tensorboards(m.loggers)):
+        write_layout(writer)
     for e, c in enumerate(module.cs):
         module.logs[e].info("vectorised group of %d jobs, member %d (seed=%s lr=%s warmup=%s), %d parameters each%s",
                             module.E, e, c["seed"], c["lr"],
@@ -285,13 +283,10 @@ def train_group(members: Sequence[Member], device: str | torch.device = "cpu", o
                                  "group_ms_per_step": group_ms, "device": str(device)}
         write_metrics(Path(m.out_dir), metrics)
         hp = hp_metrics(metrics, extra_metrics)
-        if m.write_hparams is not None:
-            m.write_hparams(m.logger.experiment, hp, metrics["steps"])
-        else:
-            hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps") if k in c}
-            # no diverged_step for a run that did not diverge
-            m.logger.log_hyperparams(hparams, {k: v for k, v in hp.items() if v is not None})
-        m.logger.finalize("success")
+        hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps") if k in c}
+        trackers.record(m.loggers, hparams, hp, metrics["steps"], m.write_hparams or (
+            lambda w, hp_, step, hparams=hparams, seed=c["seed"]: tb.write_hparams(w, hparams, hp_, list(hparams), f"seed={seed}", step)))
+        trackers.finish(m.loggers)
         module.logs[e].info("%s (%d steps, group of %d: %.2f ms per member-step)", status_line(metrics), metrics["steps"],
                             module.E, metrics["ms_per_step"])
         for h in list(module.logs[e].handlers):

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from initnorm.nn.param import Table
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
+from initnorm.training import trackers
 from initnorm.training.compiling import hooked
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import make_optimizer, schedule_factor
@@ -64,9 +65,8 @@ class Trainable(L.LightningModule):
             validate_now(self, self.device)
 
     def write_scalar(self, tag: str, value: float, step: int) -> None:
-        logger = self.logger
-        if logger is not None and hasattr(logger, "experiment"):
-            logger.experiment.add_scalar(tag, value, step)
+        for writer in trackers.writers(self.loggers):  # every tracker the job writes to (training/trackers.py)
+            writer.add_scalar(tag, value, step)
 
     def training_step(self, batch, batch_idx):
         loss = self._fast(batch) if self._fast is not None and not hooked(self.model) else self.loss(batch)

@@ -1,0 +1,184 @@
+"""Trackers: the Lightning loggers a job writes to (``logger=tensorboard|csv|mlflow|wandb``, or several:
+``logger=[tensorboard,mlflow]``), and the one path by which every scalar and the job's record reach them.
+
+``conf/logger/<name>.yaml`` puts each logger under its own key of the ``logger`` node, so a list of
+options merges into one node of named loggers (a node with a ``_target_`` of its own is one logger,
+as before). Every scalar of a run (losses, learning rate, the instruments' per-layer statistics
+and diagnostics) is written through ``writers(loggers)``: a TensorBoard logger's own
+``SummaryWriter``, and for any other logger a ``Buffered`` writer that hands it one
+``log_metrics`` call per step (one row of a CSV, one batch to an MLflow server instead of one
+request per tag). The record at the end (``record``) is TensorBoard's HPARAMS entry, and for the
+others the same hyperparameters (``log_hyperparams``) and final metrics (``log_metrics``). A
+stacked group's members each get their own loggers, so each is its own run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from initnorm.errors import ConfigError
+
+# The module each tracker needs, and the extra that installs it (pyproject.toml).
+EXTRAS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+
+
+def nodes(node: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """The ``logger`` node as ``{name: logger node}``: one node with a ``_target_``, or several named ones."""
+    if not node:
+        return {}
+    if "_target_" in node:
+        return {"logger": node}
+    return {k: v for k, v in node.items() if isinstance(v, Mapping) and "_target_" in v}
+
+
+def check(node: Mapping[str, Any] | None) -> None:
+    """Each chosen tracker's package is installed; else one line naming the extra that brings it."""
+    for name, n in nodes(node).items():
+        for key, (module, extra) in EXTRAS.items():
+            if key in str(n["_target_"]).lower() and importlib.util.find_spec(module) is None:
+                raise ConfigError(f"logger={name} needs the {module} package, which is not installed: pip install 'initnorm[{extra}]'"
+                                  " (or choose another logger: logger=tensorboard, csv, mlflow, wandb, or a list: "
+                                  "logger=[tensorboard,csv])")
+
+
+def _uri(uri: str | None, base: Path) -> str | None:
+    """A tracking URI without a scheme is a path from the launch folder (a job runs in its own folder): ``*.db`` an
+    SQLite store, anything else a folder (MLflow's file store, which MLflow 3 refuses unless MLFLOW_ALLOW_FILE_STORE=true)."""
+    if not uri or ":" in uri:
+        return uri
+    path = (base / uri).resolve()
+    return f"sqlite:///{path}" if path.suffix == ".db" else path.as_uri()
+
+
+def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, base: str | Path = ".") -> list:
+    """The job's loggers from its ``logger`` node, each writing into ``save_dir`` (the job folder); a node with a
+    ``run_name`` key gets the run's label, one with a ``tracking_uri`` gets it made absolute against ``base``."""
+    from hydra.utils import instantiate
+
+    check(node)
+    out = []
+    for n in nodes(node).values():
+        n = dict(n)
+        if "run_name" in n:
+            n["run_name"] = n["run_name"] or run_name
+        if "tracking_uri" in n:
+            n["tracking_uri"] = _uri(n["tracking_uri"], Path(base))
+        out.append(instantiate(n, save_dir=str(save_dir)))
+    return out
+
+
+def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str, run_name: str, **kwargs):
+    """Lightning's MLflow logger, tagged with the job folder (where its config, checkpoints and metrics.json are)."""
+    import mlflow  # noqa: F401  (it sets its loggers' level on import)
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its INFO lines (tables, experiment created) would break a sweep's lines
+    tags = {"initnorm.job_folder": str(Path(save_dir).resolve())} | dict(kwargs.pop("tags", None) or {})
+    with _store_lock(tracking_uri):  # the store's tables, the experiment and this run made now, one job at a time
+        logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
+                              save_dir=None, **kwargs)
+        _ = logger.run_id
+    return logger
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str | None):
+    """An flock beside a local MLflow store: jobs that start together (local_parallel, a vectorised group's
+    workers) would otherwise create its tables or the experiment twice, and one of them fail."""
+    local = uri[len("sqlite:///"):] if uri and uri.startswith("sqlite:///") else (urlparse(uri).path if uri and uri.startswith("file:")
+                                                                                   else None)
+    if local is None:
+        yield
+        return
+    path = Path(local)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def wandb_logger(save_dir: str, project: str, run_name: str, mode: str, entity: str | None = None, **kwargs):
+    """Lightning's W&B logger on a run of its own: Lightning's would reuse a run already open in the process
+    (``wandb.run``), so the members of a stacked group, or the jobs a launcher runs one after another, would share one."""
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    run = wandb.init(dir=save_dir, project=project, entity=entity, name=run_name, mode=mode, reinit="create_new",
+                     settings=wandb.Settings(silent=True, console="off"), **kwargs)
+    return WandbLogger(experiment=run)
+
+
+class Buffered:
+    """A logger that is not TensorBoard as a ``SummaryWriter``'s ``add_scalar``: a step's scalars go out in one call."""
+
+    def __init__(self, logger):
+        self.logger, self.step, self.values = logger, None, {}
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        if step != self.step:
+            self.flush()
+            self.step = step
+        self.values[tag] = float(value)
+
+    def flush(self) -> None:
+        if self.values:
+            self.logger.log_metrics(self.values, step=self.step)
+        self.values = {}
+
+
+def _is_tensorboard(logger) -> bool:
+    return hasattr(logger.experiment, "add_scalar")
+
+
+def writers(loggers: Sequence) -> list:
+    """Where a run's scalars go: each logger as something with ``add_scalar(tag, value, step)`` (kept on the logger)."""
+    out = []
+    for lg in loggers:
+        if _is_tensorboard(lg):
+            out.append(lg.experiment)
+        else:
+            if getattr(lg, "_initnorm_writer", None) is None:
+                lg._initnorm_writer = Buffered(lg)
+            out.append(lg._initnorm_writer)
+    return out
+
+
+def tensorboards(loggers: Sequence) -> list:
+    """The TensorBoard writers among ``loggers`` (the custom-scalars layout and HPARAMS are TensorBoard's own)."""
+    return [lg.experiment for lg in loggers if _is_tensorboard(lg)]
+
+
+def record(loggers: Sequence, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], step: int,
+           write_tensorboard: Callable[[Any, dict, int], None]) -> None:
+    """The job's record in every tracker: TensorBoard's HPARAMS entry (``write_tensorboard(writer, metrics, step)``);
+    for the others the same hyperparameters and final metrics (None and NaN left out, as in HPARAMS)."""
+    values = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(v)}
+    for lg in loggers:
+        if (w := getattr(lg, "_initnorm_writer", None)) is not None:
+            w.flush()  # the last step's scalars before the record
+        if _is_tensorboard(lg):
+            write_tensorboard(lg.experiment, dict(metrics), step)
+        else:
+            lg.log_hyperparams(dict(hparams))
+            lg.log_metrics(values, step=step)
+
+
+def finish(loggers: Sequence, status: str = "success") -> None:
+    """Everything buffered written, each logger finalised; a W&B run ended (the next job opens its own)."""
+    for lg in loggers:
+        if (w := getattr(lg, "_initnorm_writer", None)) is not None:
+            w.flush()
+        lg.finalize(status)
+        if type(lg).__name__ == "WandbLogger":
+            lg.experiment.finish()
