@@ -164,3 +164,14 @@ def test_a_custom_run_trains_and_writes_its_roles(tmp_path):
     assert math.isfinite(metrics["final_val_loss"])
     text = (tmp_path / "roles.txt").read_text()
     assert "wte.weight (tied: lm_head.weight)" in text and "lm_head (module)" in text and "0.5" in text
+
+
+def test_roles_command_prints_the_table(capsys):
+    from initnorm.cli.roles import main
+
+    assert main([*GPT, "param=mup", "width=64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# GPT under param=mup (width multiplier 4)")
+    row = next(line.split() for line in out.splitlines() if line.startswith("h.0.mlp.c_fc.weight"))
+    assert row[1:7] == ["64x16", "256x64", "hidden", "0.5", "0.25", "4"]  # base, target, role, init, lr, wd multipliers
+    assert main(["init=xavir"]) == 2 and "fix it with `init=xavier`" in capsys.readouterr().err

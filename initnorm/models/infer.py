@@ -210,6 +210,11 @@ def format_table(table: RoleTable, rules: Mapping[str, object] | None = None, fo
         if f"{module}.weight" not in table.params:
             forward = f"{forwards[module]:.4g}" if forwards and module in forwards else ""
             rows.append([f"{module} (module)", "", "", role.value, "", "", "", "", forward, "reads a tied weight as the readout"])
+    return columns(head, rows)
+
+
+def columns(head: list[str], rows: list[list]) -> str:
+    """A plain-text table, each column as wide as its widest cell."""
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(head), *(line(r) for r in rows)]) + "\n"
