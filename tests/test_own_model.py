@@ -175,3 +175,15 @@ def test_roles_command_prints_the_table(capsys):
     row = next(line.split() for line in out.splitlines() if line.startswith("h.0.mlp.c_fc.weight"))
     assert row[1:7] == ["64x16", "256x64", "hidden", "0.5", "0.25", "4"]  # base, target, role, init, lr, wd multipliers
     assert main(["init=xavir"]) == 2 and "fix it with `init=xavier`" in capsys.readouterr().err
+
+
+def test_depth_rules_on_marked_branch_outputs():
+    """param=depth_mup on the user's model: the branch outputs named by model.roles get x (L/L0)^-1/2 by a
+    forward hook (8 blocks over 2: 0.5), and every parameter of a block lr x (L/L0)^-1/2 on top of µP's."""
+    b = built(32, "depth=8", "param=depth_mup", "model.roles={*.attn.c_proj.weight:attn_out,*.mlp.c_proj.weight:mlp_out}")
+    proj = b.model.h[3].mlp.c_proj
+    x = torch.randn(2, 4, 128)
+    assert torch.allclose(proj(x), F.linear(x, proj.weight, proj.bias) * 0.5)
+    assert b.table.rule(b.roles["h.3.mlp.c_fc.weight"], True).lr == pytest.approx(0.5 * 0.5)  # 1/m x (L/L0)^(α-1)
+    with pytest.raises(ConfigError, match="which GPT does not have"):
+        built(32, "depth=8", "param=depth_mup")  # no branch output marked: refused, not silently µP
