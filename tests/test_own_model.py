@@ -187,3 +187,12 @@ def test_depth_rules_on_marked_branch_outputs():
     assert b.table.rule(b.roles["h.3.mlp.c_fc.weight"], True).lr == pytest.approx(0.5 * 0.5)  # 1/m x (L/L0)^(α-1)
     with pytest.raises(ConfigError, match="which GPT does not have"):
         built(32, "depth=8", "param=depth_mup")  # no branch output marked: refused, not silently µP
+
+
+def test_a_classifier_of_ones_own_on_the_clusters():
+    """The classification task: the first layer reads the data (input), the last writes the classes (readout)."""
+    c = schema.check(to_plain(compose_cfg("model=custom", "model._target_=examples.mlp.TwoLayerMLP", "model.vocab_arg=n_classes",
+                                          "+model.d_in=32", "data=clusters", "param=mup", "width=256", "model.base_width=64")))
+    b = build_model(c["model"], c["init"], c["param"], 8)
+    assert b.roles == {"fc.weight": Role.INPUT, "fc.bias": Role.BIAS, "out.weight": Role.READOUT, "out.bias": Role.READOUT_BIAS}
+    assert b.model(torch.randn(5, 32)).shape == (5, 8)

@@ -41,6 +41,7 @@ from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
 from initnorm.registry import import_dotted
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the tables whose kept attention scale was reported in this process
 
 # The keys every family has (the schema's), and model=custom's own; every other model key is the constructor's.
 COMMON = ("family", "width", "depth", "activation", "mup")
@@ -196,7 +197,8 @@ def _scale_output(mult: float, module, args, out):
 def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
     """The table's forward multipliers: a layer with a ``forward_mult`` slot gets it set, any other a hook
     (the readout's input, another role's output); the attention-score multiplier goes to every module
-    with the attribute ``model.attn_mult_attr`` names, and where none is named, is reported, not applied."""
+    with the attribute ``model.attn_mult_attr`` names, and where none is named in a model with an attention
+    module (a class named ``...Attention``), is reported in one line, not applied."""
     forward_roles = model.role_table.forward_roles
     for name, module in model.named_modules():
         role = forward_roles.get(name) or roles.get(f"{name}.weight")
@@ -219,7 +221,8 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
                               "`model.attn_mult_attr=null`")
         for m in found:
             setattr(m, attr, scores)
-    elif scores != 1.0:
+    elif scores != 1.0 and any("attention" in type(m).__name__.lower() for m in model.modules()) and table.name not in _WARNED:
+        _WARNED.add(table.name)  # once per command: the preflight and the job build the same model
         log.warning("param=%s scales attention scores by %.4g (1/d_k at this width); %s computes its own attention scale, which is kept "
                     "(1/sqrt(d_k) unless it says otherwise): name the attribute it multiplies its scores by with model.attn_mult_attr",
                     table.name, scores, type(model).__name__)
