@@ -25,12 +25,16 @@ GPT = ["model=custom", "model._target_=examples.nanogpt.GPT", "model.width_arg=n
 ADAMW = {"name": "adamw", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1, "weight_decay_mode": "scaled"}
 
 
-def config(*overrides: str) -> dict:
-    return schema.check(to_plain(compose_cfg(*GPT, *overrides)))
+HF_GPT2 = ["model=custom", "model._target_=examples.hf_gpt2.gpt2", "model.width_arg=n_embd", "model.depth_arg=n_layer",
+           "model.context_arg=n_positions", "+model.n_head=2", "model.blocks=transformer.h"]
 
 
-def built(width: int, *overrides: str, seed: int = 0):
-    c = config(f"width={width}", *overrides)
+def config(*overrides: str, model: list[str] = GPT) -> dict:
+    return schema.check(to_plain(compose_cfg(*model, *overrides)))
+
+
+def built(width: int, *overrides: str, seed: int = 0, model: list[str] = GPT):
+    c = config(f"width={width}", *overrides, model=model)
     torch.manual_seed(seed)
     return build_model(c["model"], c["init"], c["param"], VOCAB)
 
@@ -74,22 +78,39 @@ def test_mup_at_the_base_width_is_sp_exactly():
     assert all(torch.equal(runs[0][n], runs[1][n]) for n in runs[0])
 
 
-def test_parity_with_microsoft_mup_on_nanogpt():
-    """The roles, init std, lr and weight decay initnorm gives the user's model equal set_base_shapes + mup.init
-    + MuAdamW's on the same model (MuSharedReadout for the tied readout, 1/d attention by hand), and five steps match."""
-    mup = pytest.importorskip("mup")
+def nanogpt(mup, w: int, base: int) -> nn.Module:
+    """examples/nanogpt.py as microsoft/mup's user writes it: MuSharedReadout for the tied readout, 1/d attention by hand."""
     from examples.nanogpt import GPT
+
+    model = GPT(VOCAB, n_embd=w, n_layer=2, n_head=2, block_size=32)
+    model.lm_head = mup.MuSharedReadout(model.wte.weight, bias=False)
+    for block in model.h:
+        block.attn.attn_mult = math.sqrt(base / w)
+    return model
+
+
+def hf_gpt2(mup, w: int, base: int) -> nn.Module:
+    """Hugging Face's GPT-2 with MuSharedReadout; its 1/sqrt(d) attention has no slot, on both sides."""
+    from examples.hf_gpt2 import gpt2
+
+    model = gpt2(VOCAB, w, n_layer=2, n_head=2, n_positions=32)
+    model.lm_head = mup.MuSharedReadout(model.transformer.wte.weight, bias=False)
+    return model
+
+
+@pytest.mark.parametrize("name", ["nanogpt", "hf_gpt2"])
+def test_parity_with_microsoft_mup(name):
+    """The roles, init std, lr and weight decay initnorm gives the user's model equal set_base_shapes + mup.init
+    + MuAdamW's on the same model, and five steps match: examples/nanogpt.py, and GPT-2's Conv1D (in, out) weights."""
+    mup = pytest.importorskip("mup")
+    if name == "hf_gpt2":
+        pytest.importorskip("transformers")
     from tests.test_mup_parity import mup_groups, mup_std, with_base_shapes
 
     width, base = 64, 16
-    ours = built(width, "param=mup", "param.scale_eps=false")
-
-    def reference(w):
-        model = GPT(VOCAB, n_embd=w, n_layer=2, n_head=2, block_size=32)
-        model.lm_head = mup.MuSharedReadout(model.wte.weight, bias=False)
-        for block in model.h:
-            block.attn.attn_mult = math.sqrt(base / w)
-        return model
+    ours = built(width, "param=mup", "param.scale_eps=false", model=GPT if name == "nanogpt" else HF_GPT2)
+    reference = lambda w: {"nanogpt": nanogpt, "hf_gpt2": hf_gpt2}[name](mup, w, base)
+    assert (name == "hf_gpt2") == ("transformer.h.0.mlp.c_fc.weight" in ours.model.TRANSPOSED)  # Conv1D: (in, out)
 
     ref = with_base_shapes(reference, width, base, ours.model.state_dict())
     roles = {name: ours.roles[name] for name, _ in ref.named_parameters()}
