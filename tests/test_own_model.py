@@ -217,3 +217,14 @@ def test_a_classifier_of_ones_own_on_the_clusters():
     b = build_model(c["model"], c["init"], c["param"], 8)
     assert b.roles == {"fc.weight": Role.INPUT, "fc.bias": Role.BIAS, "out.weight": Role.READOUT, "out.bias": Role.READOUT_BIAS}
     assert b.model(torch.randn(5, 32)).shape == (5, 8)
+
+
+def test_the_preflight_refuses_before_any_folder_exists(tmp_path):
+    """A width argument that changes no shape is found by the command line's check (the model built on the
+    meta device), not in a job folder."""
+    from initnorm.cli.preflight import check_command_line
+
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError, match="no parameter changes shape"):
+        check_command_line([*GPT, "model.width_arg=n_head", f"hydra.run.dir={run}"])
+    assert not run.exists()
