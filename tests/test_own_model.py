@@ -176,15 +176,23 @@ def test_transposed_layout_and_refusals():
         config("+model.n_haed=2")
 
 
-def test_a_custom_run_trains_and_writes_its_roles(tmp_path):
+def test_a_custom_run_trains_with_the_instruments_and_writes_its_roles(tmp_path):
+    """The per-layer statistics and the diagnostics on the user's model, through hooks on its named modules."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from initnorm.cli.train import train
 
-    cfg = compose_cfg(*GPT, "param=mup", "width=32", "steps=10", "trainer.val_check_interval=10", "callbacks=none",
-                      "data.val_batch_size=64")
+    cfg = compose_cfg(*GPT, "param=mup", "width=32", "steps=10", "trainer.val_check_interval=10", "data.val_batch_size=64",
+                      "callbacks.stats.every_n_steps=5", "callbacks.diagnostics.every_n_steps=5", "trainer.enable_progress_bar=false")
     metrics = train(cfg, tmp_path)
     assert math.isfinite(metrics["final_val_loss"])
     text = (tmp_path / "roles.txt").read_text()
     assert "wte.weight (tied: lm_head.weight)" in text and "lm_head (module)" in text and "0.5" in text
+    tags = set()
+    for events in tmp_path.rglob("events.out.tfevents.*"):
+        tags |= set(EventAccumulator(str(events)).Reload().Tags()["scalars"])
+    assert {"act_rms/block_02/stream_out", "act_rms/logits/output"} <= tags, sorted(tags)
+    assert any(t.startswith("eff_lr/") for t in tags) and any(t.startswith("grad_norm/") for t in tags), sorted(tags)
 
 
 def test_roles_command_prints_the_table(capsys):
