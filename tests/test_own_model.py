@@ -236,3 +236,11 @@ def test_the_preflight_refuses_before_any_folder_exists(tmp_path):
     with pytest.raises(ConfigError, match="no parameter changes shape"):
         check_command_line([*GPT, "model.width_arg=n_head", f"hydra.run.dir={run}"])
     assert not run.exists()
+
+
+def test_the_diagnostics_read_a_transposed_weight_as_the_map_it_applies():
+    from initnorm.instruments.diagnostics.callback import fans
+
+    c = schema.check(to_plain(compose_cfg("model=custom", "model._target_=tests.test_own_model.Odd", "model.width_arg=width", "width=64")))
+    b = build_model(c["model"], c["init"], c["param"], VOCAB)
+    assert fans(b.model)["up.weight"] == (192, 64) and fans(b.model)["out.weight"] == (VOCAB, 192)  # (fan_out, fan_in)
