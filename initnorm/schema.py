@@ -150,6 +150,8 @@ def rule_for(key: str, rules: Mapping[str, KeyRule] = RULES) -> KeyRule | None:
     parts = key.split(".")
     for pattern, rule in rules.items():
         p = pattern.split(".")
+        if p[-1] == "**" and len(parts) >= len(p) and all(a in ("*", b) for a, b in zip(p[:-1], parts)):
+            return rule  # ``model.roles.**``: any deeper key (a glob with dots in it, flattened)
         if len(p) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts)):
             return rule
     return None
@@ -250,6 +252,8 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
         if value == "auto" or isinstance(value, bool):
             return value
         raise bad_value(key, value, "one of auto, true, false", f"{key}={rule.fix}")
+    if kind == "any":  # what a user's own constructor takes (model=custom): it checks its own arguments
+        return value
     if kind == "n_jobs":
         if not isinstance(value, int) or isinstance(value, bool) or value == 0:
             raise bad_value(key, value, "a whole number of worker processes: >= 1, or -1 for one per CPU core (-2: all but one)",
@@ -353,7 +357,9 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
         where += f" for {top}.{REGISTERED[top]}={node[REGISTERED[top]]}"
     own = (f", or declare it in your own entry's About.rules and name that by `{top}.{REGISTERED[top]}=mypkg.module:Thing`"
            if top in REGISTERED else "")
-    if rest == "_target_" and top in REGISTERED:
+    if rest == "_target_" and top == "model":  # the constructor of a model of one's own: model=custom (models/own.py)
+        own = " (a model of your own is named by its constructor under model=custom: `model=custom model._target_=mypkg.models.Net`)"
+    elif rest == "_target_" and top in REGISTERED:
         own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
     fix = f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"
     return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); " + fix)

@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "initnorm"
 PLUGINS = ROOT / "hydra_plugins"  # the launcher and sweeper classes Hydra must find there
-SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench", "diagnose"}  # `python -m initnorm.X`
+SHIMS = {"train", "probe", "coord_check", "summarize", "reproduce", "bench", "diagnose", "roles"}  # `python -m initnorm.X`
 
 
 def module_name(path) -> str:

@@ -61,9 +61,15 @@ def reference(width: int, built) -> torch.nn.Module:
             block.attn.forward_mult = math.sqrt(BASE / w)
         return model
 
+    return with_base_shapes(plain, width, BASE, built.model.state_dict())
+
+
+def with_base_shapes(plain, width: int, base: int, state: dict) -> torch.nn.Module:
+    """``plain(width)`` with mup's base shapes from ``plain(base)`` and ``plain(2 base)``, holding ``state``
+    (our initial parameters: both sides start equal)."""
     model = plain(width)
-    mup.set_base_shapes(model, plain(BASE), delta=plain(2 * BASE), rescale_params=False)
-    model.load_state_dict(built.model.state_dict())
+    mup.set_base_shapes(model, plain(base), delta=plain(2 * base), rescale_params=False)
+    model.load_state_dict(state)
     return model
 
 

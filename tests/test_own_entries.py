@@ -71,8 +71,8 @@ def test_own_entries_bring_their_keys_and_nothing_else_passes():
 
 
 @pytest.mark.parametrize("override,says", [
-    ("+model._target_=mymodels.TinyGPT", ("initnorm does not instantiate a model by _target_: name your own by "
-                                          "`model.family=mypkg.module:Thing`")),
+    ("+model._target_=mymodels.TinyGPT", ("a model of your own is named by its constructor under model=custom: "
+                                          "`model=custom model._target_=mypkg.models.Net`")),
     ("+model.foo=1", "model.foo is not a key initnorm reads (the keys of model for model.family=decoder: "),
     ("+param.bogus=2", ("param.bogus is not a key initnorm reads (the keys of param for param.name=sp: base_width, name); drop "
                         "`+param.bogus=...`")),
@@ -86,9 +86,9 @@ def test_unknown_keys_are_one_line_never_ignored(override, says):
 
 
 @pytest.mark.parametrize("override,known", [
-    ("model.family=tests.nowhere:FAMILY", ("known: char_mlp, decoder, deep_mlp, wide_mlp, or your own as a dotted path "
+    ("model.family=tests.nowhere:FAMILY", ("known: char_mlp, custom, decoder, deep_mlp, wide_mlp, or your own as a dotted path "
                                            "(`model.family=mypkg.module:Thing`)")),
-    ("model.family=transformer", "known: char_mlp, decoder, deep_mlp, wide_mlp, or your own"),
+    ("model.family=transformer", "known: char_mlp, custom, decoder, deep_mlp, wide_mlp, or your own"),
     ("param.name=tests.own_param:nothing", ("known: completep, depth_mup, mup, sp, or your own as a dotted path "
                                             "(`param.name=mypkg.module:Thing`)")),
     ("param.name=ntk", "unknown parameterisation param='ntk'; known: completep, depth_mup, mup, sp, or your own"),

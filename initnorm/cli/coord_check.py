@@ -1,6 +1,7 @@
 """The µP coordinate check (deck §7d): ``python -m initnorm.coord_check``.
 
-Trains the Decoder for ``--steps`` AdamW steps (10) at a constant ``--lr`` (0.01) for every
+Trains the model the overrides name (the Decoder by default; any built-in family, or your own with
+``-- model=custom ...``) for ``--steps`` AdamW steps (10) at a constant ``--lr`` (0.01) for every
 (parameterisation, width) pair, with the ``CoordCheck`` callback recording how far the logits,
 the last residual stream and every block's output move from step 0 on 16 fixed windows
 (``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:

@@ -146,11 +146,12 @@ def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool 
 
 
 def own_code(c: dict[str, Any]) -> bool:
-    """Whether the job runs a user's own family, init scheme, table or norm (a dotted path, or ``init.fn``)."""
+    """Whether the job runs a user's own family, init scheme, table or norm (a dotted path, ``init.fn``, or
+    ``model=custom``'s constructor, whose roles are inferred: a parameter without one is refused here)."""
     from initnorm.registry import is_dotted
 
     names = (c["model"].get("family"), c["init"].get("name"), c["param"].get("name"), c["norm_type"].get("name"))
-    return bool(c["init"].get("fn")) or any(is_dotted(n) for n in names)
+    return bool(c["init"].get("fn")) or "_target_" in c["model"] or any(is_dotted(n) for n in names)
 
 
 def check_own_code(c: dict[str, Any], seen: set) -> None:

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Choice, Int, Num, Text
-from initnorm.models import mlp
+from initnorm.models import mlp, own
 from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
 from initnorm.nn.param import Table, block_parameters, in_block, make_table
@@ -42,6 +43,9 @@ class Family:
     build: FamilyFn
     check: Callable[[Mapping[str, Any]], None] = lambda cfg: None
     about: About = field(default_factory=About)
+    # Sets the table's forward multipliers on a built model (default: each layer's ``forward_mult``;
+    # model=custom: hooks where a user's layer has no slot, models/own.py).
+    forward: Callable[[nn.Module, Table, Mapping[str, Role]], None] | None = None
 
     @property
     def data_kind(self) -> str | None:
@@ -93,6 +97,8 @@ MODELS.register("decoder")(Family(decoder, check_decoder, About("Decoder", "char
 MODELS.register("deep_mlp")(Family(mlp.deep_mlp, about=About("deep MLP", "clusters", mlp.DEEP_RULES)))
 MODELS.register("char_mlp")(Family(mlp.window_mlp, about=About("char MLP", "char_windows", mlp.WINDOW_RULES)))
 MODELS.register("wide_mlp")(Family(mlp.window_mlp, about=About("wide MLP", "char_windows", mlp.WINDOW_RULES)))
+# A user's own nn.Module by its constructor (model._target_), roles inferred from builds at two widths (models/own.py).
+MODELS.register("custom")(Family(own.build, own.check, About("own model", "", own.RULES), forward=own.apply_forward))
 
 
 @dataclass
@@ -138,9 +144,10 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
     table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
     scheme = resolve(init_cfg)
-    model = MODELS.get(model_cfg["family"]).build(model_cfg, vocab_size)
+    family = MODELS.get(model_cfg["family"])
+    model = family.build(model_cfg, vocab_size)
     roles = check_roles(model, table)
-    apply_forward_multipliers(model, table, roles)
+    (family.forward or apply_forward_multipliers)(model, table, roles)
     # A table that scales depth (depth-µP, CompleteP) starts from the base model, in depth as in width: a
     # scheme that reads the depth (GPT-2's 1/sqrt(2L) on branch outputs) sees the base depth, and the
     # table's branch multiplier (L/L0)^-α carries the rest. Read at the target depth, the depth would be
@@ -149,9 +156,12 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     ctx = InitContext(depth=depth, width=model_cfg["width"], nonlinearity=model_cfg["activation"], options=init_cfg)
     blocks = block_parameters(model)
     base = table.width_mult if table.init_from_base else None
+    transposed = getattr(model, "TRANSPOSED", frozenset())  # weights stored (in, out): filled through their transpose
     for name, p in model.named_parameters():
         shape = tuple(p.shape)
-        init_parameter(p, roles[name], ctx, scheme, table.rule(roles[name], name in blocks).init, base)
+        with torch.no_grad():
+            w = p.t() if name in transposed else p
+        init_parameter(w, roles[name], ctx, scheme, table.rule(roles[name], name in blocks).init, base)
         if tuple(p.shape) != shape:  # (``w.data = ...`` of another shape): the model would fail many lines later, far from the cause
             which = f"init.fn={init_cfg.get('fn')}" if init_cfg.get("name") == "custom" else f"init={init_cfg.get('name')}"
             raise ConfigError(f"{which} changed the shape of parameter {name} from {list(shape)} to {list(p.shape)}; an init scheme fills "

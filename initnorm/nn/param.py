@@ -164,7 +164,7 @@ def mup_table(
 
     rules = {role: rule(lr=vector_lr) for role in Role}
     rules.update({role: rule(init=m**-0.5, lr=hidden_lr) for role in HIDDEN_ROLES})
-    rules[Role.READOUT_BIAS] = Rule()  # its size is the vocabulary's: nothing about it scales
+    rules[Role.READOUT_BIAS] = rules[Role.FIXED] = Rule()  # no side grows with width: nothing about it scales
     if readout == "logits":  # MuReadout: logits x 1/m, init and lr as a vector's
         rules[Role.READOUT] = rule(forward=1.0 / m, lr=vector_lr)
     else:  # the same function with W' = W/m: zero start, lr / m, a Θ(1) gradient

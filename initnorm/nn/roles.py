@@ -23,6 +23,7 @@ class Role(str, Enum):
     NORM_GAIN = "norm_gain"
     NORM_BIAS = "norm_bias"
     BIAS = "bias"  # any other linear layer's bias
+    FIXED = "fixed"  # a matrix no side of which grows with width (a user's model, models/infer.py): nothing scales
     ATTN_SCORES = "attn_scores"  # no parameter: the attention scores, whose forward multiplier is the attention scale
 
 

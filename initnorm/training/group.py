@@ -72,6 +72,8 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
     """Why this job cannot be a member of a vectorised group (None: it can)."""
     if "dropout" in c["model"] and c["model"]["dropout"] > 0:  # only the window MLPs have dropout
         return "dropout draws its masks from the job's own random stream"
+    if c["model"]["family"] == "custom":  # models/own.py: its multipliers are hooks holding one member's numbers
+        return "a model of your own (model=custom) applies its forward multipliers by hooks, which hold one job's numbers"
     if c["optim"]["name"] not in KINDS:
         return f"optim={c['optim']['name']} has no vectorised step (only {', '.join(KINDS)})"
     return None

@@ -112,11 +112,16 @@ def watched_points(model) -> tuple[Points, str | None]:
 
 
 def fixed_windows(datamodule, n: int) -> torch.Tensor:
-    """The first ``n`` windows of the data module's validation set: the inputs the check runs at every step."""
+    """The first ``n`` inputs of the data module's validation set: what the check runs at every step (a
+    LightningDataModule may return one loader or a list of them, as the classification tasks do)."""
     if datamodule is None:
         raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a "
                           "LightningDataModule")
-    return next(iter(datamodule.val_dataloader()))[0][:n]
+    loaders = datamodule.val_dataloader()
+    if isinstance(loaders, (list, tuple)):  # several evaluation sets (the MLP families' data): the one named "val"
+        names = list(getattr(datamodule, "eval_names", ()))
+        loaders = loaders[names.index("val") if "val" in names else 0]
+    return next(iter(loaders))[0][:n]
 
 
 def delta_records(step: int, names: list[str], values: list[float], last_stream: str | None) -> list[Record]:

@@ -72,14 +72,16 @@ def top_singulars(w: torch.Tensor, v: torch.Tensor | None = None, steps: int | N
 
 def fans(model: nn.Module) -> dict[str, tuple[int, int]]:
     """(fan_out, fan_in) of every weight matrix, seen as the linear map it applies: a Linear's
-    weight is (out, in); an Embedding's (num, dim) maps a one-hot of ``num`` to ``dim``."""
+    weight is (out, in); an Embedding's (num, dim) maps a one-hot of ``num`` to ``dim``, and so does a
+    weight the model stores (in, out) (``TRANSPOSED``: Hugging Face's Conv1D under model=custom)."""
     out = {}
+    transposed = getattr(model, "TRANSPOSED", frozenset())
     for prefix, module in model.named_modules():
         for pname, p in module.named_parameters(recurse=False):
             if p.dim() < 2:
                 continue
             name = f"{prefix}.{pname}" if prefix else pname
-            if isinstance(module, nn.Embedding):
+            if isinstance(module, nn.Embedding) or name in transposed:
                 out[name] = (p.shape[1], p.shape[0])
             else:
                 out[name] = (p.shape[0], math.prod(p.shape[1:]))

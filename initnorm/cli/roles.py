@@ -1,0 +1,65 @@
+"""The roles of a model and the multipliers its parameterisation gives each parameter, printed without
+training: ``python -m initnorm.roles [training overrides]``.
+
+The config is composed and checked as ``initnorm.train`` would (the same overrides), the model built
+on the meta device (no memory, no numbers), and its table printed: for ``model=custom`` the inferred
+one (parameter, shape at the base and the target width, role, init / lr / weight-decay / ε / forward
+multipliers, why), the one a job writes into its folder as ``roles.txt``; for a built-in family its
+declared roles with the same multipliers.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from initnorm import schema
+from initnorm.cli.compose import compose_train
+from initnorm.cli.preflight import one_line
+from initnorm.config import to_plain
+from initnorm.errors import ConfigError
+
+
+def table_text(overrides: list[str]) -> str:
+    import torch
+
+    from initnorm.models.build import build_model
+    from initnorm.models.infer import columns
+    from initnorm.models.own import describe
+    from initnorm.nn.param import in_block
+    from initnorm.training.tasks import TASKS
+
+    try:
+        cfg = compose_train(overrides)
+    except Exception as exc:  # a composition error (init=xavir) as its one line
+        raise one_line(exc) from None
+    c = schema.check(to_plain(cfg))
+    data = TASKS.get(c["data"]["kind"]).make_data(c)
+    data.setup("fit")
+    with torch.device("meta"):
+        built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
+    if hasattr(built.model, "role_table"):
+        return describe(built.model, built.table)
+    rows = []
+    for name, p in built.model.named_parameters():
+        r = built.table.rule(built.roles[name], in_block(built.model, name))
+        rows.append([name, "x".join(map(str, p.shape)), built.roles[name].value,
+                     *(f"{getattr(r, k):.4g}" for k in ("init", "lr", "wd", "eps", "forward"))])
+    head = f"# {type(built.model).__name__} under param={built.table.name} (width multiplier {built.table.width_mult:g})\n"
+    return head + columns(["parameter", "shape", "role", "init", "lr", "wd", "eps", "forward"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__.strip())
+        return 0
+    try:
+        print(table_text(argv), end="")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""``model=custom``: a user's own ``nn.Module``, named by its constructor, under every parameterisation.
+
+    python -m initnorm.train model=custom model._target_=mymodels.TinyGPT model.width_arg=n_embd \\
+        model.depth_arg=n_layer +model.n_head=2 param=mup width=64 model.base_width=16
+
+The constructor (a class or any callable, ``model._target_``) gets the width under the name
+``model.width_arg``, the depth under ``model.depth_arg`` (if set), the vocabulary size (or the number
+of classes) under ``model.vocab_arg`` and the context length under ``model.context_arg`` (if set);
+every other key under ``model`` goes to it as it is. It returns a module whose forward takes the
+task's inputs (token ids) and returns logits, an object with ``.logits`` (Hugging Face) or a tuple
+whose first element is the logits.
+
+Nothing is declared by hand: the roles come from builds at ``model.base_width``, at a delta width
+and at the target width on the meta device (``models/infer.py``), with ``model.roles`` globs for
+what shapes cannot tell. The built module is the user's own, its parameter names unchanged; what
+the engine reads of a family is added to the instance: ``parameter_roles()``, ``probe_points()``,
+``BLOCKS`` (``model.blocks``: the residual blocks' ModuleList, for the depth rules) and ``TRANSPOSED``
+(weights stored (in, out), initialised through their transpose). A parameterisation's forward
+multipliers go where the model has no slot for them by hooks (``apply_forward``): the readout's
+input x 1/m (microsoft/mup's ``MuReadout``), a residual branch's output x (L/L0)^-α.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import logging
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from initnorm.errors import ConfigError
+from initnorm.keyrules import Int, KeyRule, Text
+from initnorm.models.infer import RoleTable, format_table, infer, owner
+from initnorm.nn.param import Table, in_block
+from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
+from initnorm.registry import import_dotted
+
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the tables whose kept attention scale was reported in this process
+
+# The keys every family has (the schema's), and model=custom's own; every other model key is the constructor's.
+COMMON = ("family", "width", "depth", "activation", "mup")
+RULES = {
+    "_target_": KeyRule("dotted", fix="mypkg.models.TinyGPT", note="the constructor: a class or a function"),
+    "width_arg": Text(fix="n_embd"),
+    "depth_arg": Text(null=True, fix="n_layer"),
+    "vocab_arg": Text(null=True, fix="vocab_size"),
+    "context": Int(1, null=True, fix=32),
+    "context_arg": Text(null=True, fix="block_size"),
+    "base_width": Int(1, fix=16),
+    "delta_width": Int(1, null=True, fix=32, note="null: 2 x model.base_width"),
+    "base_depth": Int(1, null=True, fix=2),
+    "blocks": Text(null=True, fix="transformer.h"),
+    "attn_mult_attr": Text(null=True, fix="attn_mult"),
+    "roles": KeyRule("any", null=True, note="glob -> role"),
+    "roles.**": KeyRule("any", note="a role name"),
+    "*": KeyRule("any", note="passed to the constructor"),
+}
+OWN = tuple(k for k in RULES if "*" not in k)
+
+
+def constructor(m: Mapping[str, Any]):
+    return import_dotted(m["_target_"], "model._target_", fix="fix it with `model._target_=mypkg.models.TinyGPT`")
+
+
+def arguments(m: Mapping[str, Any], n_out: int, width: int) -> dict[str, Any]:
+    """The constructor's keyword arguments at ``width``: the named width, depth, vocabulary and context, then the rest."""
+    kw = {k: v for k, v in m.items() if k not in COMMON and k not in OWN}
+    kw[m["width_arg"]] = width
+    for arg, value in ((m["depth_arg"], m["depth"]), (m["vocab_arg"], n_out), (m["context_arg"], m["context"])):
+        if arg:
+            kw[arg] = value
+    return kw
+
+
+def check_signature(m: Mapping[str, Any], n_out: int = 2) -> None:
+    """Every argument we pass is one the constructor takes (unless it takes ``**kwargs``): one line naming a stray one."""
+    target = constructor(m)
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: the call itself will say
+        return
+    params = sig.parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for key in arguments(m, n_out, m["width"]):
+        if key not in params:
+            near = difflib.get_close_matches(key, list(params), n=1)
+            source = next((f"model.{k}" for k in ("width_arg", "depth_arg", "vocab_arg", "context_arg") if m[k] == key), f"model.{key}")
+            if source.endswith("_arg"):
+                fix = f"`{source}={near[0] if near else '<one of its arguments>'}`"
+            else:
+                fix = f"`+model.{near[0]}=...` in place of `+{source}`" if near else f"`~{source}`"
+            takes = ", ".join(params) or "none"
+            raise ConfigError(f"{source}: {m['_target_']} takes no argument {key!r} (it takes {takes}); fix it with {fix}")
+
+
+def check(cfg: Mapping[str, Any]) -> None:
+    """Before anything is built: the constructor imports, takes what we pass; the widths are ordered."""
+    m = cfg["model"]
+    check_signature(m)
+    delta = m["delta_width"] or 2 * m["base_width"]
+    if delta == m["base_width"]:
+        raise ConfigError(f"model.delta_width={delta} equals model.base_width: no dimension could be seen to grow; "
+                          f"fix it with `model.delta_width={2 * m['base_width']}`")
+
+
+def logits_of(out):
+    """The logits a model returned: a tensor, an object's ``.logits`` (Hugging Face), or a tuple's first element."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "logits"):
+        return out.logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(f"the model returned a {type(out).__name__}; return logits, an object with .logits, or a tuple whose first "
+                    "element is the logits")
+
+
+def _logits_hook(module, args, out):
+    return logits_of(out)
+
+
+def _parameter_roles(self) -> dict[str, Role]:
+    return self.role_table.roles
+
+
+def _probe_points(self) -> dict[str, tuple[nn.Module, str]]:
+    """The logits; each residual block's input and output (``model.blocks``), else each hidden or input
+    matrix's output, named by its module's path."""
+    points: dict[str, tuple[nn.Module, str]] = {}
+    if self.BLOCKS:
+        for i, block in enumerate(self.get_submodule(self.BLOCKS), 1):
+            points |= {f"block_{i:02d}/stream_in": (block, "in"), f"block_{i:02d}/stream_out": (block, "out")}
+    else:
+        for name, role in self.role_table.roles.items():
+            if role in (Role.HIDDEN, Role.INPUT):
+                points[f"{name.rpartition('.')[0]}/out"] = (owner(self, name), "out")
+    return points | {"logits/output": (self, "out")}
+
+
+def globs(roles: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``model.roles`` as glob -> role: a glob with dots in it, given on the command line, arrives nested."""
+    out: dict[str, str] = {}
+    for k, v in roles.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out |= globs(v, key) if isinstance(v, Mapping) else {key: v}
+    return out
+
+
+def blocks_path(glob: str | None) -> str | None:
+    """``transformer.h.*`` or ``transformer.h``: the ModuleList's path."""
+    return glob.removesuffix(".*") if glob else None
+
+
+def build(m: Mapping[str, Any], n_out: int) -> nn.Module:
+    """The user's model at ``model.width``, its roles inferred from the base, delta and target builds."""
+    target = constructor(m)
+    make = lambda width: target(**arguments(m, n_out, width))
+    what = f"model._target_={m['_target_']}"
+    table = infer(make, m["base_width"], m["delta_width"] or 2 * m["base_width"], m["width"], globs(m.get("roles") or {}), what)
+    model = make(m["width"])
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{what} returned a {type(model).__name__}, not a torch.nn.Module; fix it with `model._target_=<a class or "
+                          "function that returns one>`")
+    model.role_table = table
+    model.BLOCKS = blocks_path(m["blocks"])
+    if model.BLOCKS:
+        try:
+            blocks = model.get_submodule(model.BLOCKS)
+        except AttributeError:
+            blocks = None
+        if not isinstance(blocks, (nn.ModuleList, nn.Sequential)):
+            raise ConfigError(f"model.blocks={m['blocks']!r} names no ModuleList of {what}; fix it with `model.blocks=<the path of the "
+                              "residual blocks' list, e.g. transformer.h>`")
+    model.TRANSPOSED = table.transposed
+    model.attn_mult_attr = m["attn_mult_attr"]
+    model.parameter_roles = types.MethodType(_parameter_roles, model)
+    model.probe_points = types.MethodType(_probe_points, model)
+    model.register_forward_hook(_logits_hook)
+    return model
+
+
+def _scale_input(mult: float, module, args):
+    return (args[0] * mult, *args[1:])
+
+
+def _scale_output(mult: float, module, args, out):
+    return out * mult
+
+
+def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
+    """The table's forward multipliers: a layer with a ``forward_mult`` slot gets it set, any other a hook
+    (the readout's input, another role's output); the attention-score multiplier goes to every module
+    with the attribute ``model.attn_mult_attr`` names, and where none is named in a model with an attention
+    module (a class named ``...Attention``), is reported in one line, not applied."""
+    forward_roles = model.role_table.forward_roles
+    for name, module in model.named_modules():
+        role = forward_roles.get(name) or roles.get(f"{name}.weight")
+        if role is None:
+            continue
+        mult = table.rule(role, in_block(model, name)).forward
+        if hasattr(module, "forward_mult"):
+            module.forward_mult, module.scale_input = mult, role in INPUT_SCALED_ROLES
+        elif mult != 1.0 and role in INPUT_SCALED_ROLES:
+            module.register_forward_pre_hook(functools.partial(_scale_input, mult))
+        elif mult != 1.0:
+            module.register_forward_hook(functools.partial(_scale_output, mult))
+    scores = table.rule(Role.ATTN_SCORES).forward
+    attr = model.attn_mult_attr
+    if attr:
+        found = [m for m in model.modules() if hasattr(m, attr)]
+        if not found:
+            raise ConfigError(f"model.attn_mult_attr={attr!r}: no module of {type(model).__name__} has that attribute; fix it with "
+                              "`model.attn_mult_attr=<the attribute your attention multiplies its scores by>` or "
+                              "`model.attn_mult_attr=null`")
+        for m in found:
+            setattr(m, attr, scores)
+    elif scores != 1.0 and any("attention" in type(m).__name__.lower() for m in model.modules()) and table.name not in _WARNED:
+        _WARNED.add(table.name)  # once per command: the preflight and the job build the same model
+        log.warning("param=%s scales attention scores by %.4g (1/d_k at this width); %s computes its own attention scale, which is kept "
+                    "(1/sqrt(d_k) unless it says otherwise): name the attribute it multiplies its scores by with model.attn_mult_attr",
+                    table.name, scores, type(model).__name__)
+
+
+def describe(model: nn.Module, table: Table) -> str:
+    """The inferred table with the multipliers this parameterisation gives each parameter (``roles.txt`` in a job folder)."""
+    roles: RoleTable = model.role_table
+    rules = {n: table.rule(p.role, in_block(model, n)) for n, p in roles.params.items()}
+    forwards = {n: table.rule(r, in_block(model, n)).forward for n, r in roles.forward_roles.items()}
+    head = f"# {type(model).__name__} under param={table.name} (width multiplier {table.width_mult:g})\n"
+    return head + format_table(roles, rules, forwards)
