@@ -105,8 +105,8 @@ class Block(nn.Module):
         x ──┬──────────(+)── LN ──┬─────────(+)── LN ──> x'
             └── Attn ───┘          └── MLP ───┘
 
-    ``attn_skip``, ``mlp_skip`` multiply the skip path of each sum (u-µP's ``residual_add``; 1 elsewhere);
-    the branch's own weight sits on its output layer's ``forward_mult`` (``residual_branches``).
+    ``attn_branch``, ``attn_skip``, ``mlp_branch``, ``mlp_skip`` weight the two paths of each sum
+    (u-µP's ``residual_add``; 1 elsewhere), so a sublayer's own output keeps its scale.
     """
 
     def __init__(self, width, n_heads, mlp_ratio, max_context, placement, norm_type, eps):
@@ -116,25 +116,24 @@ class Block(nn.Module):
         self.attn = Attention(width, n_heads, max_context)
         self.ln2 = NORMS.get(norm_type)(width, eps)
         self.mlp = MLP(width, mlp_ratio)
-        self.attn_skip = self.mlp_skip = 1.0
+        self.attn_branch = self.attn_skip = self.mlp_branch = self.mlp_skip = 1.0
 
     def forward(self, x):
         if self.placement == "pre":
-            x = _skip(x, self.attn_skip) + self.attn(self.ln1(x))
-            return _skip(x, self.mlp_skip) + self.mlp(self.ln2(x))
-        x = self.ln1(_skip(x, self.attn_skip) + self.attn(x))
-        return self.ln2(_skip(x, self.mlp_skip) + self.mlp(x))
+            x = _times(x, self.attn_skip) + _times(self.attn(self.ln1(x)), self.attn_branch)
+            return _times(x, self.mlp_skip) + _times(self.mlp(self.ln2(x)), self.mlp_branch)
+        x = self.ln1(_times(x, self.attn_skip) + _times(self.attn(x), self.attn_branch))
+        return self.ln2(_times(x, self.mlp_skip) + _times(self.mlp(x), self.mlp_branch))
 
-    def residual_branches(self) -> list[tuple[nn.Module, str]]:
-        """Each residual sum in order: (the layer that writes the branch into the stream, its skip attribute)."""
-        return [(self.attn.o, "attn_skip"), (self.mlp.proj, "mlp_skip")]
+    # Each residual sum in order: its (branch, skip) weights' attributes.
+    RESIDUAL_SUMS = (("attn_branch", "attn_skip"), ("mlp_branch", "mlp_skip"))
 
     def parameter_roles(self) -> dict[str, Role]:
         parts = {"ln1": self.ln1, "attn": self.attn, "ln2": self.ln2, "mlp": self.mlp}
         return {f"{p}.{n}": r for p, m in parts.items() for n, r in m.parameter_roles().items()}
 
 
-def _skip(x: torch.Tensor, c) -> torch.Tensor:
+def _times(x: torch.Tensor, c) -> torch.Tensor:
     return x if is_one(c) else x * c
 
 

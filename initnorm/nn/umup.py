@@ -58,18 +58,18 @@ def attention_output_power(attn_mult: float, d_head: int) -> float:
 def unit_scale_layers(model: nn.Module, residual_mult: float, attn_ratio: float, attn_mult: float) -> None:
     """Set u-µP's op scales on the layers that apply them, once at build (``Table.layers``). A layer
     states what it can take by its attributes: ``act_mult`` (a GELU's output), ``output_power`` and
-    ``d_k`` (an attention), ``residual_branches()`` (a residual block); a model with none keeps its ops."""
+    ``d_k`` (an attention), ``RESIDUAL_SUMS`` (a residual block); a model with none keeps its ops."""
     for module in model.modules():
         if hasattr(module, "act_mult"):
             module.act_mult = GELU_SCALE
         if hasattr(module, "output_power"):
             module.output_power = attention_output_power(attn_mult, module.d_k)
     blocks = list(getattr(model, model.BLOCKS)) if getattr(model, "BLOCKS", None) else []
-    sums = [s for block in blocks for s in ((block, out, skip) for out, skip in block.residual_branches())]
+    sums = [(block, branch, skip) for block in blocks for branch, skip in block.RESIDUAL_SUMS]
     tau = residual_taus(residual_mult, attn_ratio)
-    for i, (block, out, skip) in enumerate(sums):
+    for i, (block, branch, skip) in enumerate(sums):
         t = tau(i, len(sums))
-        out.forward_mult = out.forward_mult * t / math.sqrt(1 + t**2)
+        setattr(block, branch, t / math.sqrt(1 + t**2))
         setattr(block, skip, 1 / math.sqrt(1 + t**2))
 
 
