@@ -42,3 +42,15 @@ def test_a_job_records_outputs_and_gradients_at_init_and_after_steps(tmp_path):
     train(compose_cfg(*UNIT, "param=sp"), tmp_path / "sp")
     assert (tmp_path / "sp" / UNIT_FILE).read_text().startswith("not unit-scaled within a factor of 2: block_01/attn_out at step 0: 0.0")
     assert all(0.5 < v < 2 for k, v in act0.items() if k.endswith("mlp_out")) and torch.isfinite(torch.tensor(list(act0.values()))).all()
+
+
+def test_the_coordinate_check_report_carries_each_jobs_unit_scale_verdict(tmp_path):
+    from initnorm.instruments.coord.analysis import unit_lines
+
+    for job, line in (("param=sp,width=16", "not unit-scaled within a factor of 2: block_01/attn_out at step 0: 0.003"),
+                      ("param=umup,width=16", "unit-scaled within a factor of 2 (8 outputs at steps 0, 10)")):
+        (tmp_path / job).mkdir()
+        (tmp_path / job / UNIT_FILE).write_text(line + "\n\nstat\tstep\tpoint\trms\n")
+    assert unit_lines(tmp_path).splitlines() == [
+        "unit scale, param=sp,width=16: not unit-scaled within a factor of 2: block_01/attn_out at step 0: 0.003",
+        "unit scale, param=umup,width=16: unit-scaled within a factor of 2 (8 outputs at steps 0, 10)"]

@@ -27,10 +27,10 @@ import torch
 from initnorm.callbacks.members import members_of
 from initnorm.callbacks.probes import Record, parameter_layer, parameter_role, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
+from initnorm.instruments.coord.analysis import UNIT_FILE
 from initnorm.instruments.coord.callback import fixed_windows, member_rms, resumed_error
 from initnorm.results import write_atomic
 
-UNIT_FILE = "unit_scale.txt"
 ACT, GRAD = "unit_act_rms", "unit_grad_rms"
 NOT_JUDGED = ("logits",)  # layers the verdict leaves out (the readout's fan_in^-1)
 
