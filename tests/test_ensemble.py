@@ -108,6 +108,9 @@ FAMILIES = {
     # family: (shared overrides, per-member overrides): seeds, lrs, warmups and µP multipliers differ in one group
     "decoder": (["width=32", "log_every=1"], [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"],
                                               ["seed=3", "param=mup", "schedule=constant"]]),
+    # u-µP members with their own multipliers (residual weights, unit-scaled ops, fan-in rates, depth 3: lr x 3^-1/2)
+    "decoder_umup": (["width=16", "depth=3", "log_every=1"], [["seed=1", "param=umup", "lr=0.5"],
+                     ["seed=2", "param=umup", "lr=0.25", "param.residual_mult=0.5", "param.residual_attn_ratio=2", "param.attn_mult=2"]]),
     "deep_mlp": (["experiment=deep_mlp_train", "width=32", "depth=4", "model.mup.base_width=16"],
                  [["seed=0", "lr=0.003"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
     "char_mlp": (["experiment=regularization", "width=64", "trainer.val_check_interval=25", "model.mup.base_width=32"],

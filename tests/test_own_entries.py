@@ -89,9 +89,9 @@ def test_unknown_keys_are_one_line_never_ignored(override, says):
     ("model.family=tests.nowhere:FAMILY", ("known: char_mlp, custom, decoder, deep_mlp, wide_mlp, or your own as a dotted path "
                                            "(`model.family=mypkg.module:Thing`)")),
     ("model.family=transformer", "known: char_mlp, custom, decoder, deep_mlp, wide_mlp, or your own"),
-    ("param.name=tests.own_param:nothing", ("known: completep, depth_mup, mup, sp, or your own as a dotted path "
+    ("param.name=tests.own_param:nothing", ("known: completep, depth_mup, mup, sp, umup, or your own as a dotted path "
                                             "(`param.name=mypkg.module:Thing`)")),
-    ("param.name=ntk", "unknown parameterisation param='ntk'; known: completep, depth_mup, mup, sp, or your own"),
+    ("param.name=ntk", "unknown parameterisation param='ntk'; known: completep, depth_mup, mup, sp, umup, or your own"),
     ("init.name=nowhere.inits.fancy", "(`init.name=mypkg.module:Thing`)"),
     ("norm_type.name=batchnorm", "known: layernorm, none, rmsnorm, or your own as a dotted path (`norm_type.name=mypkg.module:Thing`)"),
     ("model.family=tests.own_param:mup_lr_power", ("tests.own_param has no Family (initnorm.models.build.Family) 'mup_lr_power' (it is a "

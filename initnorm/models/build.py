@@ -23,7 +23,7 @@ from initnorm.keyrules import Choice, Int, Num, Text
 from initnorm.models import mlp, own
 from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
-from initnorm.nn.param import Table, block_parameters, in_block, make_table
+from initnorm.nn.param import Table, block_parameters, fan_in, in_block, make_table
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
 from initnorm.registry import About, Registry
 
@@ -129,7 +129,10 @@ def apply_forward_multipliers(model: nn.Module, table: Table, roles: Mapping[str
         role = getattr(module, "FORWARD_ROLE", None) or roles.get(f"{name}.weight")
         if role is None:
             continue
-        mult = table.rule(role, in_block(model, name)).forward
+        rule = table.rule(role, in_block(model, name))
+        mult = rule.forward
+        if rule.forward_fan_in:  # a layer without a weight states its own fan-in (the attention scores: d_k)
+            mult *= (module.fan_in if hasattr(module, "fan_in") else fan_in(module.weight)) ** rule.forward_fan_in
         if hasattr(module, "forward_mult"):
             module.forward_mult = mult
             module.scale_input = role in INPUT_SCALED_ROLES
@@ -143,11 +146,13 @@ def apply_forward_multipliers(model: nn.Module, table: Table, roles: Mapping[str
 def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param_cfg: Mapping[str, Any], vocab_size: int) -> Built:
     """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
     table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
-    scheme = resolve(init_cfg)
+    scheme = table.scheme or resolve(init_cfg)
     family = MODELS.get(model_cfg["family"])
     model = family.build(model_cfg, vocab_size)
     roles = check_roles(model, table)
     (family.forward or apply_forward_multipliers)(model, table, roles)
+    if table.layers is not None:
+        table.layers(model)
     # A table that scales depth (depth-µP, CompleteP) starts from the base model, in depth as in width: a
     # scheme that reads the depth (GPT-2's 1/sqrt(2L) on branch outputs) sees the base depth, and the
     # table's branch multiplier (L/L0)^-α carries the rest. Read at the target depth, the depth would be

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from initnorm.nn.layers import Embedding, Linear
+from initnorm.nn.layers import Embedding, Linear, is_one
 from initnorm.nn.norms import NORMS
 from initnorm.nn.roles import Role
 
@@ -42,14 +42,17 @@ class Attention(nn.Module):
 
     ``forward_mult`` is the parameterisation's multiplier for the attention scores
     (``Role.ATTN_SCORES``; µP: sqrt(d_k at the base width / d_k), so the scores scale as 1/d_k),
-    set once by ``models.build``."""
+    set once by ``models.build``. ``output_power`` (0: off) multiplies the heads' output by
+    (T / log T)^(output_power / 2), u-µP's unit-scaled causal attention (``nn.umup``)."""
 
     FORWARD_ROLE = Role.ATTN_SCORES
 
     def __init__(self, width: int, n_heads: int, max_context: int):
         super().__init__()
         self.n_heads, self.d_k = n_heads, width // n_heads
+        self.fan_in = self.d_k  # the scores' dot products sum d_k terms
         self.forward_mult = 1.0
+        self.output_power = 0.0
         self.q, self.k, self.v, self.o = (Linear(width, width) for _ in range(4))
         # The causal mask as an additive bias (0 on and below the diagonal, -inf above): x + 0 is x and
         # x + -inf is -inf, so the scores and, after the softmax, the gradients are bit for bit those of
@@ -62,7 +65,10 @@ class Attention(nn.Module):
         q, k, v = (proj(x).view(B, T, self.n_heads, self.d_k).transpose(1, 2) for proj in (self.q, self.k, self.v))
         scores = (q @ k.transpose(-2, -1)) * (self.forward_mult / math.sqrt(self.d_k))
         weights = (scores + self.causal_bias[:T, :T]).softmax(dim=-1)
-        return self.o((weights @ v).transpose(1, 2).reshape(B, T, D))
+        heads = weights @ v
+        if not (isinstance(self.output_power, float) and self.output_power == 0.0):
+            heads = heads * (T / math.log(max(T, 2))) ** (self.output_power / 2)
+        return self.o(heads.transpose(1, 2).reshape(B, T, D))
 
     def parameter_roles(self) -> dict[str, Role]:
         roles = {f"{n}.weight": Role.ATTN_QKV for n in "qkv"} | {"o.weight": Role.ATTN_OUT}
@@ -70,15 +76,17 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Linear -> GELU -> Linear, hidden width ``ratio`` x d."""
+    """Linear -> GELU -> Linear, hidden width ``ratio`` x d; the GELU's output x ``act_mult`` (u-µP's unit-scaled GELU)."""
 
     def __init__(self, width: int, ratio: int):
         super().__init__()
         self.fc = Linear(width, ratio * width)
         self.proj = Linear(ratio * width, width)
+        self.act_mult = 1.0
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x)))
+        h = F.gelu(self.fc(x))
+        return self.proj(h if is_one(self.act_mult) else h * self.act_mult)
 
     def parameter_roles(self) -> dict[str, Role]:
         return {"fc.weight": Role.MLP_IN, "proj.weight": Role.MLP_OUT, "fc.bias": Role.BIAS, "proj.bias": Role.BIAS}
@@ -96,6 +104,9 @@ class Block(nn.Module):
 
         x ──┬──────────(+)── LN ──┬─────────(+)── LN ──> x'
             └── Attn ───┘          └── MLP ───┘
+
+    ``attn_branch``, ``attn_skip``, ``mlp_branch``, ``mlp_skip`` weight the two paths of each sum
+    (u-µP's ``residual_add``; 1 elsewhere), so a sublayer's own output keeps its scale.
     """
 
     def __init__(self, width, n_heads, mlp_ratio, max_context, placement, norm_type, eps):
@@ -105,17 +116,25 @@ class Block(nn.Module):
         self.attn = Attention(width, n_heads, max_context)
         self.ln2 = NORMS.get(norm_type)(width, eps)
         self.mlp = MLP(width, mlp_ratio)
+        self.attn_branch = self.attn_skip = self.mlp_branch = self.mlp_skip = 1.0
 
     def forward(self, x):
         if self.placement == "pre":
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
-        x = self.ln1(x + self.attn(x))
-        return self.ln2(x + self.mlp(x))
+            x = _times(x, self.attn_skip) + _times(self.attn(self.ln1(x)), self.attn_branch)
+            return _times(x, self.mlp_skip) + _times(self.mlp(self.ln2(x)), self.mlp_branch)
+        x = self.ln1(_times(x, self.attn_skip) + _times(self.attn(x), self.attn_branch))
+        return self.ln2(_times(x, self.mlp_skip) + _times(self.mlp(x), self.mlp_branch))
+
+    # Each residual sum in order: its (branch, skip) weights' attributes.
+    RESIDUAL_SUMS = (("attn_branch", "attn_skip"), ("mlp_branch", "mlp_skip"))
 
     def parameter_roles(self) -> dict[str, Role]:
         parts = {"ln1": self.ln1, "attn": self.attn, "ln2": self.ln2, "mlp": self.mlp}
         return {f"{p}.{n}": r for p, m in parts.items() for n, r in m.parameter_roles().items()}
+
+
+def _times(x: torch.Tensor, c) -> torch.Tensor:
+    return x if is_one(c) else x * c
 
 
 PLACEMENTS = ("pre", "post")

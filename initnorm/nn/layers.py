@@ -23,6 +23,12 @@ from torch import nn
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 
+def is_one(c) -> bool:
+    """A multiplier with nothing to apply. A stacked ensemble puts a per-member tensor in place of a float that
+    differs between members (training/stacked.py), which must take the multiplied path even where its values are 1."""
+    return isinstance(c, float) and c == 1.0
+
+
 class _Multiplied:
     """What both layers share: the multiplier (1.0 until the build sets it) and where it goes."""
 
@@ -32,10 +38,8 @@ class _Multiplied:
         self.scale_input = False
 
     def unit(self) -> bool:
-        """No multiplier to apply. A stacked ensemble puts a per-member tensor here (training/stacked.py),
-        which must take the multiplied path even where its values are 1."""
-        c = self.forward_mult
-        return isinstance(c, float) and c == 1.0
+        """No multiplier to apply (``is_one``)."""
+        return is_one(self.forward_mult)
 
     def extra_repr(self) -> str:
         c = self.forward_mult

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num
 from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role
+from initnorm.nn.umup import unit_normal, unit_scale_layers
 from initnorm.registry import About, Registry
 
 ADAM_LIKE = ("adam", "adamw")
@@ -53,7 +54,9 @@ class Rule:
     init: on the init scheme's std (µP tables: the scheme's std at the base shape, ``Table.init_from_base``);
     forward: on the layer's output (or input, for the readout; ``nn.layers``);
     lr: on the learning rate; wd: on the weight decay under ``optim.weight_decay_mode=scaled``;
-    eps: on Adam's ε.
+    eps: on Adam's ε;
+    forward_fan_in, lr_fan_in: the forward and lr multipliers are also x fan_in ** power, the fan-in of the
+    layer's own weight (``fan_in``): u-µP's rules are absolute in each parameter's shape (``nn.umup``).
     """
 
     init: float = 1.0
@@ -61,6 +64,8 @@ class Rule:
     lr: float = 1.0
     wd: float = 1.0
     eps: float = 1.0
+    forward_fan_in: float = 0.0
+    lr_fan_in: float = 0.0
 
 
 SP_RULE = Rule()
@@ -74,6 +79,9 @@ class Table:
     for parameters inside them. ``init_from_base``: init multipliers are relative to the scheme's
     std at the parameter's base shape (µP), not at its shape (SP). ``needs``: roles a model must
     have for the table to mean what it says (a depth table needs residual branches).
+    ``scheme``: an init function the table imposes whatever ``init`` says (u-µP: N(0, 1));
+    ``layers``: sets, once at build, what a per-role rule cannot say (u-µP's residual weights and
+    unit-scaled ops, on the layers that apply them).
     """
 
     name: str
@@ -83,6 +91,8 @@ class Table:
     depth_mult: float = 1.0
     init_from_base: bool = False
     needs: frozenset = frozenset()
+    scheme: Callable | None = None
+    layers: Callable | None = None
 
     def rule(self, role: Role, in_block: bool = False) -> Rule:
         rules = self.block_rules if in_block and self.block_rules is not None else self.rules
@@ -195,6 +205,43 @@ def depth_mup(**options) -> Table:
 def completep(**options) -> Table:
     """µP with residual branches x (L/L0)^-1: CompleteP (Dey et al. 2025)."""
     return mup_table(**{"depth_alpha": 1.0, **options, "name": "completep"})
+
+
+def fan_in(p) -> int:
+    """A parameter's fan-in as unit-scaling's optimiser counts it (``optim._get_fan_in``): a vector's
+    length, a matrix's second dimension (a linear layer's input, an embedding's width)."""
+    return p.shape[0] if p.dim() == 1 else p.shape[1]
+
+
+UMUP_RULES = {
+    "residual_mult": Num(0, lo_open=True, fix=1.0, note="the residual branches' total share against the embedding's"),
+    "residual_attn_ratio": Num(0, lo_open=True, fix=1.0, note="the attention branches' share against the MLP's"),
+    "attn_mult": Num(0, lo_open=True, fix=1.0, note="attention scores x attn_mult / d_head"),
+    "optimizer": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+}
+
+
+@PARAMS.register("umup", About("u-µP", "width+depth", UMUP_RULES))
+def umup(width: int, base_width: int, depth: int | None = None, residual_mult: float = 1.0,
+         residual_attn_ratio: float = 1.0, attn_mult: float = 1.0, optimizer: str = "adamw", **_) -> Table:
+    """u-µP (Blake et al. 2024; graphcore-research/unit-scaling 0.3): unit init, each matrix's output x
+    fan_in^-1/2 (the readout x fan_in^-1), absolute Adam learning rates with no base width, and the
+    unit-scaled ops of ``nn.umup``. ``base_width`` is read by nothing here. docs/parameterisations.md."""
+    if _optimizer_kind(optimizer, "umup") != "adam":
+        raise bad_value("optim", optimizer, "param=umup has its Adam rules only (unit-scaling's SGD rules assume a "
+                                            "constrained readout, not built here)", "optim=adamw")
+    unit = Rule(forward_fan_in=-0.5, lr_fan_in=-0.5)  # paper Table 2: hidden and input weights; optim.lr_scale_func_adam
+    rules = {role: Rule() for role in Role}  # biases, norms, the readout's bias: lr x 1
+    rules.update({role: unit for role in (*HIDDEN_ROLES, Role.INPUT)})
+    rules.update({role: Rule(lr_fan_in=-0.5) for role in (Role.EMBEDDING, Role.POSITIONAL)})  # lr x d^-1/2: its fan-in is d
+    rules[Role.READOUT] = Rule(forward_fan_in=-1.0)  # linear_readout: x fan_in^-1, lr x 1 (mup_type "output")
+    rules[Role.ATTN_SCORES] = Rule(forward=attn_mult, forward_fan_in=-0.5)  # on top of 1/sqrt(d_k): attn_mult / d_head
+    # Depth (paper §4.3; optim.lr_scale_for_depth): every parameter in a block x L^-1/2, L its number of blocks.
+    depth_lr = depth**-0.5 if depth else 1.0
+    block = {role: Rule(r.init, r.forward, r.lr * depth_lr, r.wd, r.eps, r.forward_fan_in, r.lr_fan_in) for role, r in rules.items()}
+    block[Role.ATTN_SCORES] = rules[Role.ATTN_SCORES]
+    return Table("umup", rules, block, width_mult=width / base_width, scheme=unit_normal,
+                 layers=lambda model: unit_scale_layers(model, residual_mult, residual_attn_ratio, attn_mult))
 
 
 def in_block(model, name: str) -> bool:

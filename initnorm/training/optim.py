@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from initnorm.nn.param import Table, in_block
+from initnorm.nn.param import Table, fan_in, in_block
 from initnorm.nn.roles import Role
 from initnorm.registry import Registry
 
@@ -72,12 +72,13 @@ def param_groups(
     groups: dict[tuple, dict] = {}
     for name, p in named:
         rule = table.rule(roles[name], blocks(name))
+        lr_mult = rule.lr * fan_in(p) ** rule.lr_fan_in if rule.lr_fan_in else rule.lr
         decay = p.dim() >= 2
-        key = (rule.lr, rule.wd, rule.eps, decay)
+        key = (lr_mult, rule.wd, rule.eps, decay)
         if key not in groups:
             wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd,
-                                        "independent": weight_decay / (lr * rule.lr)}[mode]
-            groups[key] = {"params": [], "names": [], "lr": lr * rule.lr, "weight_decay": wd, "lr_mult": rule.lr,
+                                        "independent": weight_decay / (lr * lr_mult)}[mode]
+            groups[key] = {"params": [], "names": [], "lr": lr * lr_mult, "weight_decay": wd, "lr_mult": lr_mult,
                            "wd_mult": rule.wd, "eps_mult": rule.eps}
             if eps is not None:
                 groups[key]["eps"] = eps * rule.eps

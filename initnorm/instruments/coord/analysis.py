@@ -192,14 +192,25 @@ def panels(rows: list[dict], axis: str, steps=(1, 2, 5, 10)) -> dict[int, dict[s
     return out
 
 
+# What the unit-scale check (instruments/unitscale) writes in a job's folder; its first line is the verdict.
+UNIT_FILE = "unit_scale.txt"
+
+
+def unit_lines(folder: Path) -> str:
+    """One line per job below ``folder`` that ran the unit-scale check (``-- +callbacks.unit._target_=...``): its verdict."""
+    found = sorted(folder.rglob(UNIT_FILE))
+    return "".join(f"unit scale, {f.parent.relative_to(folder)}: {f.read_text().splitlines()[0]}\n" for f in found)
+
+
 def summarize(folder: Path, bound: float = 1.5) -> tuple[bool, str]:
-    """Read every job's ``coord.csv`` below ``folder``; write the combined CSV, PNG and ``verdict.txt``."""
+    """Read every job's ``coord.csv`` below ``folder``; write the combined CSV, PNG and ``verdict.txt``
+    (with the unit-scale check's verdict of each job that ran it, which does not change the exit status)."""
     rows = read_rows(folder)
     axis = coord_axis(rows)
     step = max(r["step"] for r in rows)
     data = curves(rows, axis, step)
     ok, line = verdict(data, axis, bound)
-    text = table(data, axis, step) + "\n" + line + "\n"
+    text = table(data, axis, step) + "\n" + line + "\n" + unit_lines(folder)
     write_atomic(folder / COORD_FILE, combined_csv(rows))
     write_atomic(folder / "verdict.txt", text)
     write_atomic(folder / "coord.png", coord_check_png(panels(rows, axis), axis, {p: display_name(p) for p in data}, KEY_LAYERS))
