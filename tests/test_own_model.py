@@ -244,3 +244,10 @@ def test_the_diagnostics_read_a_transposed_weight_as_the_map_it_applies():
     c = schema.check(to_plain(compose_cfg("model=custom", "model._target_=tests.test_own_model.Odd", "model.width_arg=width", "width=64")))
     b = build_model(c["model"], c["init"], c["param"], VOCAB)
     assert fans(b.model)["up.weight"] == (192, 64) and fans(b.model)["out.weight"] == (VOCAB, 192)  # (fan_out, fan_in)
+
+
+def test_umup_on_a_model_whose_blocks_do_not_declare_their_residual_adds_is_one_line():
+    # u-µP's residual rule needs to know which multipliers weigh a block's adds; half of u-µP is not u-µP
+    with pytest.raises(ConfigError, match=r"param=umup weights each residual add .* Block \(GPT.h\) .* RESIDUAL_SUMS") as err:
+        built(32, "param=umup", "model.base_width=16")
+    assert "\n" not in str(err.value) and "param=mup" in str(err.value)

@@ -26,6 +26,8 @@ import math
 
 from torch import nn
 
+from initnorm.errors import ConfigError
+
 
 def residual_taus(residual_mult: float, attn_ratio: float):
     """(index, sums) -> τ of residual sum ``index`` of ``sums`` (attention, MLP, attention, ...): the paper's
@@ -65,6 +67,13 @@ def unit_scale_layers(model: nn.Module, residual_mult: float, attn_ratio: float,
         if hasattr(module, "output_power"):
             module.output_power = attention_output_power(attn_mult, module.d_k)
     blocks = list(getattr(model, model.BLOCKS)) if getattr(model, "BLOCKS", None) else []
+    bare = next((block for block in blocks if not hasattr(block, "RESIDUAL_SUMS")), None)
+    if bare is not None:  # without its residual rule u-µP's stream would not be unit-scaled: say so, do not run half of it
+        raise ConfigError(f"param=umup weights each residual add of a block (its tau rule, paper §4.4 and Appendix G), but "
+                          f"{type(bare).__name__} ({type(model).__name__}.{model.BLOCKS}) says nothing of its adds: "
+                          "give it RESIDUAL_SUMS, pairs of "
+                          "(branch multiplier, skip multiplier) attribute names its forward applies (as initnorm.models.decoder.Block), "
+                          "or use param=mup")
     sums = [(block, branch, skip) for block in blocks for branch, skip in block.RESIDUAL_SUMS]
     tau = residual_taus(residual_mult, attn_ratio)
     for i, (block, branch, skip) in enumerate(sums):
