@@ -18,7 +18,11 @@ with a leading member dimension ``[E, ...]``:
 - ``capture(points, reduce)``: a context manager around the next training forward: ``{"layer/role":
   reduce(tensor)}`` per member, ``[E, ...]``, read after the forward;
 - ``forward(inputs, points, reduce)``: each member's model in eval mode on its own ``inputs[e]``, the
-  probe points' ``reduce`` per member.
+  probe points' ``reduce`` per member;
+- ``member_loss(e, batch)``: member ``e``'s summed training loss on its part of a training batch, run
+  through ``model``'s own modules (so forward hooks on them see member ``e``), with its graph: for a
+  measurement that needs gradients of the activations (``torch.autograd.grad``; nothing is accumulated
+  into the parameters' ``.grad``).
 
 For E = 1 the view is built here over ``pl_module.model`` and the trainer's optimiser, so any
 LightningModule with a ``.model`` gets every instrument; a stacked module provides the same
@@ -112,6 +116,10 @@ class OneMember:
         finally:
             model.train(was_training)
         return dict(seen)
+
+
+    def member_loss(self, e: int, batch) -> torch.Tensor:
+        return self.pl_module.loss(batch, reduction="sum")
 
 
 def members_of(pl_module, trainer) -> Any:

@@ -446,6 +446,12 @@ class StackedMembers:
         finally:
             self.m._capture = None
 
+    def member_loss(self, e: int, batch) -> torch.Tensor:
+        m = self.m
+        member = {n: p[e] for n, p in m.params.items()} | {n: b[e] for n, b in m.stacked_buffers.items()}
+        xs, ys = batch
+        return m.loss_fn(_Shim(m._model_of(member, {})), (xs[e], ys[e]), reduction="sum")
+
     @torch.no_grad()
     def forward(self, inputs: torch.Tensor, points: Points, reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         m = self.m

@@ -4,17 +4,21 @@ unit variance at initialisation; the paper's Figure 4 follows the RMS through tr
 Before the first step and after the first ``steps`` optimiser steps the callback runs fixed windows
 (the first ``windows`` of the validation set, as the coordinate check does) through each member's
 model and records the RMS of every probe point's output (``probe_points``); on the same two steps,
-the RMS of every weight's gradient (the training batch's, before clipping: Lightning's
-``on_before_optimizer_step``). Records go to TensorBoard as ``unit_act_rms/<layer>/<role>`` and
+on the training batch, the RMS of the gradient of the loss summed over the batch's tokens with
+respect to each probe point (one more forward and backward per member, its own parameters, outside
+the stacked vmap: ``member_loss``; the parameters' ``.grad`` is not touched) and the RMS of every
+weight's gradient (before clipping: Lightning's ``on_before_optimizer_step``). Records go to
+TensorBoard as ``unit_act_rms/<layer>/<role>``, ``unit_out_grad_rms/<layer>/<role>`` and
 ``unit_grad_rms/<layer>/<parameter>``; at the end of the fit each member's folder gets
 ``unit_scale.txt``: the verdict ("unit-scaled within a factor of 2", or the outputs that are not)
 and every value.
 
 The verdict reads the outputs only, and leaves out the logits: the readout is scaled x fan_in^-1 on
-purpose (µP's and u-µP's readout), so the logits start near width^-1/2. The weight gradients are
-reported, not judged: unit-scaling makes them unit by backward-only scales (x batch^-1/2) that
-initnorm does not apply (docs/parameterisations.md), and the gradient of each layer's output would
-need a backward hook inside a stacked group's vmap, which the member view does not offer.
+purpose (µP's and u-µP's readout), so the logits start near width^-1/2. The gradients are reported,
+not judged: unit-scaling makes them unit by backward-only scales (the cross-entropy's, the readout's
+input gradient x fan_out^-1/2, a weight's x batch^-1/2) that initnorm does not apply
+(docs/parameterisations.md): Adam divides each parameter's gradient scale out, so they would change
+the step only through ε.
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ import lightning as L
 import torch
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Record, parameter_layer, parameter_role, probe_points, write_members
+from initnorm.callbacks.probes import Record, capture, parameter_layer, parameter_role, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.analysis import UNIT_FILE
 from initnorm.instruments.coord.callback import fixed_windows, member_rms, resumed_error
 from initnorm.results import write_atomic
 
-ACT, GRAD = "unit_act_rms", "unit_grad_rms"
+ACT, OUT_GRAD, GRAD = "unit_act_rms", "unit_out_grad_rms", "unit_grad_rms"
 NOT_JUDGED = ("logits",)  # layers the verdict leaves out (the readout's fan_in^-1)
 
 
@@ -87,6 +91,20 @@ class UnitScale(L.Callback):
         names = list(self.points)
         values = torch.stack([seen[n].reshape(-1) for n in names], 1).tolist()  # [E][points]
         self._add([[Record(step, *n.split("/", 1), ACT, v) for n, v in zip(names, member)] for member in values])
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        step = trainer.global_step
+        if step not in (0, self.steps):
+            return
+        view, active, per_member = self._view, self._view.active(), []
+        for e in range(view.E):
+            with torch.random.fork_rng(devices=[]), torch.enable_grad(), capture(self.points, lambda t: t) as seen:
+                loss = view.member_loss(e, batch) if active[e] else None
+            names = [n for n in self.points if n in seen and seen[n].requires_grad]
+            grads = torch.autograd.grad(loss, [seen[n] for n in names], allow_unused=True) if loss is not None else []
+            per_member.append([Record(step, *n.split("/", 1), OUT_GRAD, g.detach().float().pow(2).mean().sqrt().item())
+                               for n, g in zip(names, grads) if g is not None])
+        self._add(per_member)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         step = trainer.global_step  # steps taken before this one: 0 is the gradient at initialisation
