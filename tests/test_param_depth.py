@@ -4,6 +4,7 @@ variants equal to µP at the base depth and to SP at the base width and depth, a
 
 from __future__ import annotations
 
+import lightning as L
 import pytest
 import torch
 
@@ -173,3 +174,20 @@ def test_gpt2_init_counts_depth_once_under_a_depth_table(param):
     assert deep == pytest.approx(base, rel=0.05)  # counted twice it would be 4x smaller (sqrt(32 / 2))
     assert base == pytest.approx(0.02 / 2 * 0.5, rel=0.05)  # 0.02 / sqrt(2 x base depth 2), x m^-1/2 at m = 64 / 16
     assert branch_std("param=sp", "init=gpt2", "depth=32") == pytest.approx(0.02 / 8, rel=0.05)  # 0.02 / sqrt(2 x 32)
+
+
+class OneRateForAll(L.Callback):
+    """What mup's README warns of: a scheduler of one's own that sets one rate for every parameter group."""
+
+    def on_train_start(self, trainer, pl_module):
+        for g in trainer.optimizers[0].param_groups:
+            g["lr"] = 0.01
+
+
+def test_a_callback_that_sets_one_rate_for_every_group_is_one_line(tmp_path):
+    flat = "+callbacks.flat._target_=tests.test_param_depth.OneRateForAll"
+    cfg = compose_cfg(*TINY, "param=mup", "width=64", "lr=0.01", "warmup=0", flat)
+    with pytest.raises(ConfigError) as err:
+        train(cfg, tmp_path)
+    says = str(err.value)
+    assert "\n" not in says and "at step 0 the optimiser steps" in says and "not 0.0025" in says and "param=mup" in says

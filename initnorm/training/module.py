@@ -14,12 +14,13 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from initnorm.errors import ConfigError
 from initnorm.nn.param import Table
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
 from initnorm.training import trackers
 from initnorm.training.compiling import hooked
 from initnorm.training.divergence import Divergence
-from initnorm.training.optim import make_optimizer, schedule_factor
+from initnorm.training.optim import make_optimizer, overwritten_rate, schedule_factor
 from initnorm.training.validation import at_start, validate_now
 
 
@@ -77,12 +78,17 @@ class Trainable(L.LightningModule):
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
+        if step % self.log_every == 0:  # before the step: the rates it is taken with
+            factor = schedule_factor(step, self.steps, self.warmup, self.schedule)
+            wrong = overwritten_rate(opt.optimizer.param_groups, self.lr, factor, step, self.table.name)
+            if wrong:
+                raise ConfigError(wrong)
         opt.step()
         self.lr_schedulers().step()
         if step % self.log_every == 0:
             value = loss.item()
             self.write_scalar(TRAIN_LOSS, value, step)
-            self.write_scalar(LEARNING_RATE, self.lr * schedule_factor(step, self.steps, self.warmup, self.schedule), step)
+            self.write_scalar(LEARNING_RATE, self.lr * factor, step)
             self.log("loss", value, prog_bar=True, logger=False)
         return loss
 

@@ -3,7 +3,8 @@
 Groups carry their own learning rate (base lr x the table's multiplier for the role), weight
 decay and Adam ε; the schedule is a factor that multiplies each group's own rate (``LambdaLR``),
 so per-role rates survive warmup and decay. A scheduler that sets one rate for every group would
-silently undo µP.
+silently undo µP: a job alone checks its groups' rates every ``log_every`` steps (``overwritten_rate``)
+and stops with one line when something else set them.
 
 ``optim.weight_decay_mode`` (docs/parameterisations.md): ``coupled`` is torch's decay on our
 groups, ``lr x lr_mult x wd`` per step; ``scaled`` (default) multiplies wd by the table's
@@ -103,3 +104,20 @@ def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine"
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, steps - warmup))
     return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def overwritten_rate(groups: Iterable[Mapping[str, Any]], lr: float, factor: float, step: int, param: str) -> str | None:
+    """One line naming the first group whose rate is not base lr x its table multiplier x the schedule's
+    ``factor``: something else (a user's scheduler or callback) set the optimiser's rates, which erases the
+    per-role rates the parameterisation gives (microsoft/mup's README warns of exactly this). None when all agree."""
+    for g in groups:
+        if "lr_mult" not in g:
+            continue
+        want = lr * g["lr_mult"] * factor
+        if not math.isclose(g["lr"], want, rel_tol=1e-6, abs_tol=1e-30):
+            names = g.get("names") or ["?"]
+            return (f"at step {step} the optimiser steps {names[0]}{' and ' + str(len(names) - 1) + ' more' if len(names) > 1 else ''} "
+                    f"at lr {g['lr']:.4g}, not {want:.4g} (lr x its multiplier {g['lr_mult']:.4g} under param={param} x the "
+                    f"schedule's {factor:.4g}): a scheduler or callback of your own set the rates and erased the per-role ones; "
+                    "scale each group's own rate (as LambdaLR does: group lr = its initial lr x a factor) or drop it")
+    return None
