@@ -1,5 +1,6 @@
 """hparams_search=lr_base (initnorm/cli/search.py): a tiny seeded search reruns to the same trials, a resumed one
-continues its study without training its finished trials again, a diverged trial is pruned, a missing extra is one line."""
+continues its study without training its finished trials again, a diverged trial is pruned, a missing extra is one line;
+initnorm-transfer (initnorm/cli/transfer.py) trains the best trial at a target width."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from initnorm.results import read_metrics
 
 pytest.importorskip("optuna")
 
@@ -46,6 +49,28 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     assert len(set(lrs(resumed))) == 4  # the resumed sampler does not ask its first trials' values again
     assert {p: p.stat().st_mtime_ns for p in done} == done  # finished trials are not trained again
     assert len(list((tmp_path / "a").rglob("metrics.json"))) == 4
+
+    from initnorm.cli import transfer
+
+    monkeypatch.setattr(sys, "argv", ["initnorm-transfer"])
+    assert transfer.main([str(tmp_path / "a"), "width=12"]) == 0  # one job: the best trial at width 12, seed 1
+    [job] = read_metrics(tmp_path / "a_transfer")
+    assert job["config"]["width"] == 12 and job["config"]["lr"] == resumed["best"]["params"]["lr"]
+    row = f"| 12 | {job['final_val_loss']:.4f} | {resumed['best']['loss']:.4f} |"
+    assert row in (tmp_path / "a_transfer" / "transfer_report.md").read_text()
+
+
+def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
+    from initnorm.cli.transfer import overrides_for
+    from initnorm.errors import ConfigError
+
+    summary = {"best": {"params": {"lr": 0.01}, "loss": 2.0}, "seeds": [1, 2],
+               "overrides": ["hparams_search=lr_base", "param=mup", "width=64", "lr=0.5", "steps=20"]}
+    assert overrides_for(summary, ["width=256,1024"], check=False) == ["param=mup", "steps=20", "lr=0.01", "seed=1,2", "width=256,1024"]
+    checked = overrides_for(summary, ["width=256", "seed=3"], check=True)
+    assert checked == ["param=mup", "steps=20", "lr=0.0025,0.005,0.01,0.02,0.04", "width=256", "seed=3"]
+    with pytest.raises(ConfigError, match="width=256,1024"):
+        overrides_for(summary, ["seed=3"], check=False)
 
 
 def test_a_diverged_seed_prunes_the_trial_and_a_crash_fails_it():
