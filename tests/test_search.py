@@ -95,3 +95,15 @@ def test_a_search_without_optuna_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setattr(search, "installed", lambda module: module != "optuna")
     with pytest.raises(ConfigError, match=r"hparams_search needs Optuna .*pip install 'initnorm\[search\]'"):
         preflight.check_command_line(["-m", "hparams_search=lr_base", "hydra.sweep.dir=/tmp/unused"])
+
+
+@pytest.mark.parametrize("override, line", [
+    ("seed=3", r"'seed=3': a search trains every trial at each seed of hydra.sweeper.seeds; fix it with `hydra.sweeper.seeds=\[3\]`"),
+    ('hydra.sweeper.params.lr="range(1,3)"', r"hydra.sweeper.params.lr='range\(1,3\)' is not a search space; allowed: interval"),
+])
+def test_a_bad_search_is_one_line_before_hydra_starts(override, line):
+    from initnorm.cli import preflight
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=line):
+        preflight.check_command_line(["-m", "hparams_search=lr_base", override, "hydra.sweep.dir=/tmp/unused"])

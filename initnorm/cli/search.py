@@ -57,7 +57,7 @@ def distributions(params: dict[str, str]) -> dict[str, Any]:
         else:
             raise ConfigError(f"hydra.sweeper.params.{key}={text!r} is not a search space; allowed: interval(a, b), "
                               "tag(log, interval(a, b)), choice(a, b, ...); "
-                              f"fix it with `hydra.sweeper.params.{key}='tag(log, interval(1e-4, 0.1))'`")
+                              f"fix it with `'hydra.sweeper.params.{key}=\"tag(log, interval(1e-4, 0.1))\"'`")
     return out
 
 
@@ -68,6 +68,33 @@ def job_state(ret) -> tuple[float | None, str]:
         return None, "failed"
     loss = record.get("final_val_loss")
     return (float(loss), "") if isinstance(loss, float) and math.isfinite(loss) else (None, "diverged")
+
+
+def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
+    """The command line's overrides, which every job shares; a search sweeps nothing else and sets its own seeds."""
+    out = []
+    for a in arguments:
+        key, _, value = a.partition("=")
+        key = key.lstrip("+~")
+        if key == "seed":
+            raise ConfigError(f"{a!r}: a search trains every trial at each seed of hydra.sweeper.seeds; "
+                              f"fix it with `hydra.sweeper.seeds=[{value}]`")
+        if key in params:
+            continue  # the search space names it (a preset's value on the command line): the trial sets it
+        if "," in value.replace("[", "(").split("(")[0]:
+            raise ConfigError(f"{a!r}: a search sweeps only hydra.sweeper.params, not a grid beside it; "
+                              f"fix it with one value (`{key}={value.split(',')[0]}`) or a search space "
+                              f"(`'+hydra.sweeper.params.{key}=\"choice({value})\"'`)")
+        out.append(a)
+    return out
+
+
+def check(arguments: list[str], params: dict[str, str]) -> None:
+    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid (one line each)."""
+    if problem := missing_extra():
+        raise ConfigError(problem)
+    fixed_overrides(arguments, params)
+    distributions(params)
 
 
 class SearchSweeper(Sweeper):
@@ -85,23 +112,6 @@ class SearchSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
-
-    def fixed(self, arguments: list[str]) -> list[str]:
-        """The command line's overrides, which every job shares; a search sweeps nothing else and sets its own seeds."""
-        out = []
-        for a in arguments:
-            key = a.partition("=")[0].lstrip("+~")
-            if key == "seed":
-                raise ConfigError(f"{a!r}: a search trains every trial at each seed of hydra.sweeper.seeds; "
-                                  f"fix it with `hydra.sweeper.seeds=[{a.partition('=')[2]}]`")
-            if key in self.params:
-                continue  # the search space names it (a preset's value on the command line): the trial sets it
-            if "," in a.partition("=")[2].replace("[", "(").split("(")[0]:
-                raise ConfigError(f"{a!r}: a search sweeps only hydra.sweeper.params, not a grid beside it; "
-                                  f"fix it with one value (`{key}={a.partition('=')[2].split(',')[0]}`) or a search space "
-                                  f"(`hydra.sweeper.params.{key}=choice({a.partition('=')[2]})`)")
-            out.append(a)
-        return out
 
     def study(self, folder: Path):
         import optuna
@@ -122,7 +132,7 @@ class SearchSweeper(Sweeper):
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
-        fixed, space = self.fixed(arguments), distributions(self.params)
+        fixed, space = fixed_overrides(arguments, self.params), distributions(self.params)
         study = self.study(folder)
         # A killed run's trials were asked, not told: launch them again with their own values.
         pending = [(t.number, t.params) for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]

@@ -41,7 +41,7 @@ def load(folder: Path) -> dict:
     summary = json.loads(path.read_text())
     if summary.get("best") is None:
         raise ConfigError(f"{folder}: no trial of the search completed (search.md lists them); rerun the search with a narrower "
-                          "lr range, e.g. hydra.sweeper.params.lr='tag(log, interval(1e-4, 1e-2))'")
+                          "lr range, e.g. 'hydra.sweeper.params.lr=\"tag(log, interval(1e-4, 1e-2))\"'")
     return summary
 
 
