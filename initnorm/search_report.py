@@ -50,7 +50,10 @@ def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None) -> bytes |
         if best is not None and name in best["params"]:
             ax.scatter([best["params"][name]], [best["loss"]], marker="*", s=90, label="best")
         if name == "lr" or name.endswith(".lr"):
+            from matplotlib.ticker import NullFormatter
+
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # a range under a decade labels every minor tick, on top of each other
         ax.set_xlabel(name)
     axes[0].set_ylabel("mean final validation loss")
     axes[0].legend()
