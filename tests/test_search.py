@@ -60,6 +60,22 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     assert row in (tmp_path / "a_transfer" / "transfer_report.md").read_text()
 
 
+def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path, monkeypatch):
+    import optuna
+
+    from initnorm.cli.search import STUDY_FILE, STUDY_NAME
+
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
+    study.enqueue_trial({"lr": 0.0123})
+    study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # asked, never told: the run was killed
+    summary = search(monkeypatch, folder, 1)
+    assert [(t["state"], t["params"]["lr"]) for t in summary["trials"]] == [("COMPLETE", 0.0123)]
+    [job] = read_metrics(folder)
+    assert job["config"]["lr"] == 0.0123
+
+
 def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
     from initnorm.cli.transfer import overrides_for
     from initnorm.errors import ConfigError
