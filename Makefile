@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,launchers,trackers,hf,umup]"
+	$(PY) -m pip install -q -e ".[dev,launchers,trackers,hf,umup,search]"
 	# microsoft/mup for the parity test only; without its dependencies (they would replace the CPU torch)
 	$(PY) -m pip install -q --no-deps "mup==1.0.0"
 	touch $@

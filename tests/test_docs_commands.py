@@ -37,6 +37,7 @@ NOT_HERE = {  # the start of a command -> why this test does not run it
     "apt-get ": "installs a system package",
     "python scripts/tb_screenshot.py": "needs Chromium and a TensorBoard server",
     "python -m initnorm.diagnose": "needs the events of an lr x width sweep: tests/test_transfer.py runs it on a small real one",
+    "initnorm-transfer": "needs a finished search's folder: tests/test_search.py runs it on a tiny one",
 }
 NEEDS_CLUSTER = "hydra/launcher=slurm"  # tests/test_launchers.py runs it on a stand-in SLURM
 

@@ -4,7 +4,8 @@ Hydra instantiates a launcher only from a class under the ``hydra_plugins`` name
 those by scanning the ``hydra_plugins`` folders on ``sys.path``, which an editable install
 (``pip install -e``) does not expose. Registering the classes by hand works for every kind of
 install: ``hydra/launcher=slurm`` (initnorm/cli/slurm.py), ``hydra/launcher=vectorized``
-(initnorm/cli/vectorized.py) and the sweeper ``hydra/sweeper=checked`` (initnorm/cli/sweeper.py).
+(initnorm/cli/vectorized.py) and the sweepers ``hydra/sweeper=checked`` (initnorm/cli/sweeper.py) and ``search``
+(initnorm/cli/search.py).
 
 The plugin classes import this package's code (they hand it the work), so this module names them
 and never imports them, as Hydra names a ``_target_``: no import cycle between ``hydra_plugins/``
@@ -22,6 +23,7 @@ JOBLIB = "hydra_plugins.hydra_joblib_launcher"
 # class (as its config's _target_ names it) -> the module it needs beyond the base install (None: none)
 PLUGINS = {
     "hydra_plugins.initnorm_launchers.CheckedSweeper": None,
+    "hydra_plugins.initnorm_launchers.SearchSweeper": "optuna",
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": None,
     "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": SUBMITIT,
 }

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, sweeper
+from initnorm.cli import devices, launchers, search, sweeper
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
@@ -228,6 +228,8 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
+        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}))
     vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)

@@ -1,0 +1,171 @@
+"""``hparams_search=lr_base`` (the ``search`` extra: Optuna >= 3): a seeded TPE search as a Hydra sweeper.
+
+Hydra's own Optuna sweeper pins ``optuna<3``, whose SQLite storage fails with SQLAlchemy 2, so this
+drives Optuna directly through its ask/tell interface. Each batch asks ``n_jobs`` trials and hands
+all their jobs (a trial is one job per seed of ``seeds``) to the configured launcher at once: under
+``hydra/launcher=vectorized`` a batch trains as one stacked group. The objective is the mean final
+validation loss over those seeds: one seed's loss at a small width moves by about as much as
+neighbouring learning rates differ, so a single-seed search chases noise (results/: the seed tables).
+
+The study lives in ``<sweep folder>/search.db`` (SQLite). The same command again (with
+``hydra.sweep.dir`` pinned) loads it: trials it finished are not asked again, trials a killed run
+left running are launched again with their own values (their job folders skip or resume, as in
+any sweep), and it asks only the trials still missing up to ``n_trials``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+from initnorm.cli.launchers import installed
+from initnorm.errors import ConfigError
+from initnorm.results import read_record
+
+EXTRA = "pip install 'initnorm[search]'"
+STUDY_FILE = "search.db"
+STUDY_NAME = "search"
+
+
+def missing_extra() -> str | None:
+    """One line where this install lacks Optuna; None where it has it."""
+    if installed("optuna"):
+        return None
+    return f"hparams_search needs Optuna (optuna>=3), which this install lacks: {EXTRA}, or drop hparams_search (a grid: lr=a,b,c)"
+
+
+def distributions(params: dict[str, str]) -> dict[str, Any]:
+    """``{lr: "tag(log, interval(1e-4, 0.1))"}`` -> Optuna distributions; Hydra's sweep syntax, as its Optuna sweeper reads it."""
+    import optuna.distributions as d
+
+    out = {}
+    for key, text in params.items():
+        sweep = OverridesParser.create().parse_override(f"{key}={text}").value()
+        if isinstance(sweep, IntervalSweep):
+            log = "log" in sweep.tags
+            ints = isinstance(sweep.start, int) and isinstance(sweep.end, int)
+            out[key] = (d.IntDistribution if ints else d.FloatDistribution)(sweep.start, sweep.end, log=log)
+        elif isinstance(sweep, ChoiceSweep):
+            out[key] = d.CategoricalDistribution(list(sweep.list))
+        else:
+            raise ConfigError(f"hydra.sweeper.params.{key}={text!r} is not a search space; allowed: interval(a, b), "
+                              "tag(log, interval(a, b)), choice(a, b, ...); "
+                              f"fix it with `'hydra.sweeper.params.{key}=\"tag(log, interval(1e-4, 0.1))\"'`")
+    return out
+
+
+def job_state(ret) -> tuple[float | None, str]:
+    """(loss, why not) of one launched job: a loss, or None with ``diverged`` / ``failed``."""
+    record = read_record(Path(ret.working_dir) / "metrics.json") if ret.working_dir else None
+    if record is None or record.get("status") != "finished":
+        return None, "failed"
+    loss = record.get("final_val_loss")
+    return (float(loss), "") if isinstance(loss, float) and math.isfinite(loss) else (None, "diverged")
+
+
+def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
+    """The command line's overrides, which every job shares; a search sweeps nothing else and sets its own seeds."""
+    out = []
+    for a in arguments:
+        key, _, value = a.partition("=")
+        key = key.lstrip("+~")
+        if key == "seed":
+            raise ConfigError(f"{a!r}: a search trains every trial at each seed of hydra.sweeper.seeds; "
+                              f"fix it with `hydra.sweeper.seeds=[{value}]`")
+        if key in params:
+            continue  # the search space names it (a preset's value on the command line): the trial sets it
+        if "," in value.replace("[", "(").split("(")[0]:
+            raise ConfigError(f"{a!r}: a search sweeps only hydra.sweeper.params, not a grid beside it; "
+                              f"fix it with one value (`{key}={value.split(',')[0]}`) or a search space "
+                              f"(`'+hydra.sweeper.params.{key}=\"choice({value})\"'`)")
+        out.append(a)
+    return out
+
+
+def check(arguments: list[str], params: dict[str, str]) -> None:
+    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid (one line each)."""
+    if problem := missing_extra():
+        raise ConfigError(problem)
+    fixed_overrides(arguments, params)
+    distributions(params)
+
+
+class SearchSweeper(Sweeper):
+    def __init__(self, seed: int = 0, n_trials: int = 24, n_jobs: int = 4, seeds: list[int] | None = None,
+                 params: dict[str, str] | None = None, direction: str = "minimize") -> None:
+        self.seed, self.n_trials, self.n_jobs = int(seed), int(n_trials), int(n_jobs)
+        self.seeds = [int(s) for s in (seeds or [1])]
+        self.params = {str(k): str(v) for k, v in (params or {}).items()}
+        self.direction = direction
+        self.launcher = self.config = None
+        for key, value in (("n_trials", self.n_trials), ("n_jobs", self.n_jobs)):
+            if value < 1:
+                raise ConfigError(f"hydra.sweeper.{key}={value} must be a positive integer; fix it with `hydra.sweeper.{key}=4`")
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def study(self, folder: Path):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sweep prints one line per job (initnorm/cli/console.py)
+        study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{(folder / STUDY_FILE).absolute()}",
+                                    direction=self.direction, load_if_exists=True)
+        # The sampler's random draws restart with its seed: a resumed study seeded as a new one would ask
+        # its first trials' values again (measured: trial 4 repeated trial 0's lr), so the seed moves on with the study.
+        study.sampler = optuna.samplers.TPESampler(seed=self.seed + len(study.trials))
+        return study
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from optuna.trial import TrialState
+
+        from initnorm.search_report import write_report
+
+        folder = Path(str(self.config.hydra.sweep.dir))
+        folder.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, folder / "multirun.yaml")
+        fixed, space = fixed_overrides(arguments, self.params), distributions(self.params)
+        study = self.study(folder)
+        # A killed run's trials were asked, not told: launch them again with their own values.
+        pending = [(t.number, t.params) for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        job_idx, returns = 0, []
+        while True:
+            batch = pending[: self.n_jobs]
+            pending = pending[len(batch):]
+            for _ in range(min(self.n_jobs - len(batch), self.n_trials - len(study.trials))):
+                trial = study.ask(space)
+                batch.append((trial.number, trial.params))
+            if not batch:
+                break
+            jobs = [[*fixed, *(f"{k}={v!r}" for k, v in values.items()), f"seed={s}"] for _, values in batch for s in self.seeds]
+            rets = self.launcher.launch(jobs, initial_job_idx=job_idx)
+            job_idx += len(jobs)
+            returns.append(rets)
+            for i, (number, _) in enumerate(batch):
+                states = [job_state(r) for r in rets[i * len(self.seeds):(i + 1) * len(self.seeds)]]
+                self.tell(study, number, states)
+        write_report(study, folder, fixed, self.seeds)
+        return returns
+
+    @staticmethod
+    def tell(study, number: int, states: list[tuple[float | None, str]]) -> None:
+        """A trial's mean loss over its seeds. A diverged seed prunes the trial: TPE ranks a pruned trial
+        below every completed one (its learning rate is too high), where a failed one (a crash) it ignores."""
+        from optuna.trial import TrialState
+
+        losses = [loss for loss, _ in states if loss is not None]
+        why = [w for _, w in states if w]
+        if "failed" in why:
+            study.tell(number, state=TrialState.FAIL)
+        elif why:
+            study.tell(number, state=TrialState.PRUNED)
+        else:
+            study.tell(number, sum(losses) / len(losses))

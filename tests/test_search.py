@@ -1,0 +1,125 @@
+"""hparams_search=lr_base (initnorm/cli/search.py): a tiny seeded search reruns to the same trials, a resumed one
+continues its study without training its finished trials again, a diverged trial is pruned, a missing extra is one line;
+initnorm-transfer (initnorm/cli/transfer.py) trains the best trial at a target width."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from initnorm.results import read_metrics
+
+pytest.importorskip("optuna")
+
+SEARCH = ["-m", "hparams_search=lr_base", "steps=5", "trainer.val_check_interval=5", "width=8", "callbacks=none", "logger=csv",
+          "summary.plots=[]", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=2"]
+
+
+def search(monkeypatch, folder: Path, n_trials: int) -> dict:
+    """Run the search in this process (a subprocess would spend its time importing torch) and read its search.json."""
+    from initnorm.cli import console, sweep
+    from initnorm.cli.train import main
+
+    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
+        monkeypatch.delenv(name, raising=False)  # the callbacks set them for the jobs; monkeypatch restores them after
+    monkeypatch.setattr(sys, "argv", ["initnorm.train", *SEARCH, f"hydra.sweeper.n_trials={n_trials}", f"hydra.sweep.dir={folder}"])
+    main()
+    return json.loads((folder / "search.json").read_text())
+
+
+def lrs(summary: dict) -> list[float]:
+    return [t["params"]["lr"] for t in summary["trials"]]
+
+
+def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, monkeypatch):
+    first = search(monkeypatch, tmp_path / "a", 3)
+    again = search(monkeypatch, tmp_path / "b", 3)
+    assert [t["state"] for t in first["trials"]] == ["COMPLETE"] * 3
+    assert lrs(again) == lrs(first) and again["best"] == first["best"]
+    assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first))
+    assert (tmp_path / "a" / "search.png").stat().st_size > 0 and "Best: trial" in (tmp_path / "a" / "search.md").read_text()
+
+    done = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").rglob("metrics.json")}
+    resumed = search(monkeypatch, tmp_path / "a", 4)
+    assert lrs(resumed)[:3] == lrs(first) and len(resumed["trials"]) == 4
+    assert len(set(lrs(resumed))) == 4  # the resumed sampler does not ask its first trials' values again
+    assert {p: p.stat().st_mtime_ns for p in done} == done  # finished trials are not trained again
+    assert len(list((tmp_path / "a").rglob("metrics.json"))) == 4
+
+    from initnorm.cli import transfer
+
+    monkeypatch.setattr(sys, "argv", ["initnorm-transfer"])
+    assert transfer.main([str(tmp_path / "a"), "width=12"]) == 0  # one job: the best trial at width 12, seed 1
+    [job] = read_metrics(tmp_path / "a_transfer")
+    assert job["config"]["width"] == 12 and job["config"]["lr"] == resumed["best"]["params"]["lr"]
+    row = f"| 12 | {job['final_val_loss']:.4f} | {resumed['best']['loss']:.4f} |"
+    assert row in (tmp_path / "a_transfer" / "transfer_report.md").read_text()
+
+
+def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path, monkeypatch):
+    import optuna
+
+    from initnorm.cli.search import STUDY_FILE, STUDY_NAME
+
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
+    study.enqueue_trial({"lr": 0.0123})
+    study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # asked, never told: the run was killed
+    summary = search(monkeypatch, folder, 1)
+    assert [(t["state"], t["params"]["lr"]) for t in summary["trials"]] == [("COMPLETE", 0.0123)]
+    [job] = read_metrics(folder)
+    assert job["config"]["lr"] == 0.0123
+
+
+def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
+    from initnorm.cli.transfer import overrides_for
+    from initnorm.errors import ConfigError
+
+    summary = {"best": {"params": {"lr": 0.01}, "loss": 2.0}, "seeds": [1, 2],
+               "overrides": ["hparams_search=lr_base", "param=mup", "width=64", "lr=0.5", "steps=20"]}
+    assert overrides_for(summary, ["width=256,1024"], check=False) == ["param=mup", "steps=20", "lr=0.01", "seed=1,2", "width=256,1024"]
+    checked = overrides_for(summary, ["width=256", "seed=3"], check=True)
+    assert checked == ["param=mup", "steps=20", "lr=0.0025,0.005,0.01,0.02,0.04", "width=256", "seed=3"]
+    with pytest.raises(ConfigError, match="width=256,1024"):
+        overrides_for(summary, ["seed=3"], check=False)
+
+
+def test_a_diverged_seed_prunes_the_trial_and_a_crash_fails_it():
+    import optuna
+
+    from initnorm.cli.search import SearchSweeper
+
+    study = optuna.create_study()
+    numbers = [study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}).number for _ in range(3)]
+    SearchSweeper.tell(study, numbers[0], [(2.0, ""), (3.0, "")])
+    SearchSweeper.tell(study, numbers[1], [(2.0, ""), (None, "diverged")])
+    SearchSweeper.tell(study, numbers[2], [(None, "failed"), (None, "diverged")])
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "FAIL"]
+    assert math.isclose(trials[0].value, 2.5)
+
+
+def test_a_search_without_optuna_is_one_line_naming_the_extra(monkeypatch):
+    from initnorm.cli import preflight, search
+    from initnorm.errors import ConfigError
+
+    monkeypatch.setattr(search, "installed", lambda module: module != "optuna")
+    with pytest.raises(ConfigError, match=r"hparams_search needs Optuna .*pip install 'initnorm\[search\]'"):
+        preflight.check_command_line(["-m", "hparams_search=lr_base", "hydra.sweep.dir=/tmp/unused"])
+
+
+@pytest.mark.parametrize("override, line", [
+    ("seed=3", r"'seed=3': a search trains every trial at each seed of hydra.sweeper.seeds; fix it with `hydra.sweeper.seeds=\[3\]`"),
+    ('hydra.sweeper.params.lr="range(1,3)"', r"hydra.sweeper.params.lr='range\(1,3\)' is not a search space; allowed: interval"),
+])
+def test_a_bad_search_is_one_line_before_hydra_starts(override, line):
+    from initnorm.cli import preflight
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=line):
+        preflight.check_command_line(["-m", "hparams_search=lr_base", override, "hydra.sweep.dir=/tmp/unused"])
