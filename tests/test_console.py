@@ -26,6 +26,7 @@ def test_every_command_answers_help_with_its_usage(tmp_path):
 
     modules = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce")
     asks = [(module, flag) for module in modules for flag in ("--help", "-h")]
+    asks += [("initnorm.roles", "--help"), ("initnorm.cli.transfer", "-h")]  # the newer commands, one flag each (same parser)
     with ThreadPoolExecutor(max_workers=2) as pool:  # one process per core: each spends its time importing
         answers = dict(zip(asks, pool.map(lambda ask: run_cli(ask[1], module=ask[0], cwd=tmp_path), asks)))
     for (module, flag), proc in answers.items():

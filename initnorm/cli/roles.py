@@ -51,7 +51,8 @@ def table_text(overrides: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip())
+        print("usage: python -m initnorm.roles [key=value ...]   (initnorm-roles: the same)\n")
+        print(__doc__.strip().replace("``", "`"))
         return 0
     try:
         print(table_text(argv), end="")
