@@ -36,11 +36,12 @@ reproduce: install
 	$(PY) -m initnorm.reproduce
 
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
-# TEST_WORKERS: pytest-xdist processes, whole test files each (a file's fixtures are made once); 2 fits a 2-core machine.
+# TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
+# (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install
