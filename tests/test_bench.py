@@ -54,18 +54,28 @@ def test_plain_loop_trains_mup_as_train_does(tmp_path):
     assert math.isfinite(plain["final_val_loss"]) and plain["final_val_loss"] == job["final_val_loss"]
 
 
-def test_smoke_run_appends_every_row(tmp_path):
+def smoke_run(tmp_path, *parts: str) -> str:
+    """A bench run of a few steps appended to a RESULTS.md that already holds a section; its text."""
     out = tmp_path / "RESULTS.md"
     out.write_text("# an earlier measured section\n")
-    r = run_cli("--sweeps", "7e,mup_mlp", "--flops", "--launchers", "plain,vectorized", "--steps", "3", "--set",
-                "width=64", "--set", "lr=0.01",
-                "--set", "seed=1", "--flops-seconds", "0.02", "--out", str(out), cwd=tmp_path, module="initnorm.bench")
+    r = run_cli(*parts, "--launchers", "plain,vectorized", "--steps", "3", "--set", "width=64", "--set", "lr=0.01",
+                "--set", "seed=1", "--out", str(out), cwd=tmp_path, module="initnorm.bench")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     text = out.read_text()
     assert text.startswith("# an earlier measured section\n") and "# Benchmark run of " in text
-    assert "## Sweep `7e`" in text and "## Sweep `mup_mlp`" in text and "## The FLOP floor" in text
-    assert "| plain loops, one process |" in text and text.count("| initnorm, `hydra/launcher=vectorized` (joblib) |") == 2
+    assert "--steps 3" in text and "steps=3" in text  # the shrunk commands are printed, so a smoke run cannot pass for a full one
+    assert text.count("| initnorm, `hydra/launcher=vectorized` (joblib) |") == 1
+    return text
+
+
+def test_smoke_run_appends_a_sweeps_rows(tmp_path):
+    text = smoke_run(tmp_path, "--sweeps", "7e")
+    assert "## Sweep `7e`" in text and "| plain loops, one process |" in text
+
+
+def test_smoke_run_appends_the_flop_floor_beside_its_sweep(tmp_path):
+    text = smoke_run(tmp_path, "--sweeps", "mup_mlp", "--flops", "--flops-seconds", "0.02")
+    assert "## Sweep `mup_mlp`" in text and "## The FLOP floor" in text
     assert "No plain-loop row" in text  # the MLP sweep says why it has none
     floor = next(ln for ln in text.splitlines() if ln.startswith("| 64 |"))
     assert floor.count("|") == 11  # width, FLOPs, throughputs and floors, jobs, and the measured vectorised sweep beside them
-    assert "--steps 3" in text and "steps=3" in text  # the shrunk commands are printed, so a smoke run cannot pass for a full one

@@ -5,7 +5,9 @@ comment). What a command needs but the page leaves to the reader (``<time>_<id>`
 both>``) is filled in with a folder an earlier command of this test made. A command that cannot run
 here says why in ``NOT_HERE`` (a cluster, a server, an install, minutes of training), and the list
 must name every one of those that the pages hold, so a new page's command is either run or
-explained. To stay within about a minute on two cores: a training command's every job is composed
+explained. The commands are split round-robin into ``SHARDS`` tests that the suite's workers share (a
+placeholder's folder is made in the shard when no earlier command of it made one). To stay within
+about a minute on two cores: a training command's every job is composed
 and checked in this process (the preflight every ``initnorm-train`` runs first; a sweep's seeds
 once, with its first seed: a seed changes no rule the preflight checks), and its first job trains
 for two steps in its own folder; the other commands run in this process at the sizes ``SMALL``
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import re
 import shlex
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -95,39 +99,69 @@ def test_the_pages_hold_commands_and_every_one_that_is_not_run_says_why():
     assert all(any(c.startswith(start) for _, c in commands) for start in NOT_HERE), "a reason for a command no page holds any more"
 
 
-def test_every_command_of_the_pages_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys):
+SHARDS = 3  # the commands split round-robin into this many tests, so that the suite's workers share them
+
+
+def runnable() -> list[tuple[str, str]]:
+    return [(page, cmd) for page, cmd in every_command() if not why_not(cmd)]
+
+
+def train_first_job(args: list[str], folder, where: str = "") -> None:
+    """Compose and check every job of ``args`` (as the command does before it trains); train the first for two steps."""
     from initnorm.cli.compose import compose_train
     from initnorm.cli.preflight import check_command_line
     from initnorm.cli.train import train
 
+    multirun = "-m" in args
+    overrides = [re.sub(r"^seed=([^,]+),.*$", r"seed=\1", a) for a in args if a != "-m"]
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    jobs = check_command_line((["-m"] if multirun else []) + merged(overrides, {key: str(folder)}))
+    assert jobs, where
+    tiny = TINY | ({"warmup": "1"} if any(o.startswith("warmup=") for o in jobs[0].overrides) else {})
+    first = [o for o in merged(jobs[0].overrides, tiny) if not o.lstrip("+~").startswith("hydra")]
+    assert train(compose_train(first), folder / "first")["status"] == "finished", where
+
+
+def test_the_commands_are_shared_by_the_shards():
+    commands = runnable()
+    assert sum(len(commands[k::SHARDS]) for k in range(SHARDS)) == len(commands) >= 25
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_command_of_the_pages_runs_at_a_tiny_size(tmp_path, monkeypatch, capsys, shard):
     monkeypatch.chdir(tmp_path)  # a command's default folders (outputs/...) land here
     made: dict[str, str] = {}  # what a later command's placeholder stands for
+
+    def folder_for(what: str) -> str:
+        """The folder a placeholder stands for, made here when no earlier command of this shard made one."""
+        if what not in made:
+            if what == "sweep":
+                train_first_job(["-m", "seed=1"], tmp_path / "made_sweep")
+                made[what] = str(tmp_path / "made_sweep")
+            else:
+                out_dir = str(tmp_path / "made_coord")
+                from initnorm.cli.coord_check import main as coord_main
+                assert coord_main(SMALL["initnorm.coord_check"] + ["--out", out_dir]) in (0, 1)
+                made[what] = out_dir
+        return made[what]
+
     ran = []
-    for page, cmd in every_command():
-        if why_not(cmd):
-            continue
+    for page, cmd in runnable()[shard::SHARDS]:
         module, args = module_of(cmd)
         where = f"{page}: {cmd}"
         if module == "initnorm.train":
-            multirun = "-m" in args
-            overrides = [re.sub(r"^seed=([^,]+),.*$", r"seed=\1", a) for a in args if a != "-m"]
             folder = tmp_path / f"run{len(ran)}"
-            key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-            argv = (["-m"] if multirun else []) + merged(overrides, {key: str(folder)})
-            jobs = check_command_line(argv)  # every job composed and checked at its documented size, as the command does before it trains
-            assert jobs, where
-            tiny = TINY | ({"warmup": "1"} if any(o.startswith("warmup=") for o in jobs[0].overrides) else {})
-            first = [o for o in merged(jobs[0].overrides, tiny) if not o.lstrip("+~").startswith("hydra")]
-            m = train(compose_train(first), folder / "first")
-            assert m["status"] == "finished", where
-            made.setdefault("sweep", str(folder))  # a folder of job records, for initnorm-summarize
+            train_first_job(args, folder, where)
+            if "-m" in args:
+                made.setdefault("sweep", str(folder))  # a folder of job records, for initnorm-summarize
             ran.append(where)
             continue
         if "<" in " ".join(args):  # a placeholder: a folder an earlier command of this test made
             if module == "initnorm.coord_check":  # --from: the job folders of a coordinate check
-                args = ["--from", made["coord check"]]
+                args = ["--from", folder_for("coord check")]
             else:
-                args = [made["sweep"] if a.startswith(("<", "outputs/multirun/")) else a for a in args if a not in ("holding", "both>")]
+                sweep = folder_for("sweep")
+                args = [sweep if a.startswith(("<", "outputs/multirun/")) else a for a in args if a not in ("holding", "both>")]
         if module in SMALL and "--from" not in args:
             cut = args.index("--") if "--" in args else len(args)
             out_dir = str(tmp_path / f"out{len(ran)}")
@@ -141,4 +175,4 @@ def test_every_command_of_the_pages_runs_at_a_tiny_size(tmp_path, monkeypatch, c
         assert code in allowed, f"{where}: exit {code}\n{out.out[-1500:]}\n{out.err[-1500:]}"
         assert "error" not in out.err.lower(), f"{where}: {out.err[-1500:]}"
         ran.append(where)
-    assert len(ran) >= 25, ran
+    assert ran
