@@ -1,9 +1,12 @@
 """What the command line shows: --help, tab completion, -m with --cfg, a sweep's progress line."""
 
+import importlib
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from initnorm.cli import console
 from tests.conftest import ROOT, run_cli
@@ -21,21 +24,33 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
     assert all(f"hydra/launcher={name}" in launchers for name in ("local_parallel", "vectorized", "slurm")), launchers
 
 
+HELPED = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce", "initnorm.roles",
+          "initnorm.cli.transfer")
+
+
 def test_every_command_answers_help_with_its_usage(tmp_path):
+    """``--help`` through the real command (one process each); ``-h`` in this process (the same parser, no imports to pay)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    modules = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce")
-    asks = [(module, flag) for module in modules for flag in ("--help", "-h")]
-    asks += [("initnorm.roles", "--help"), ("initnorm.cli.transfer", "-h")]  # the newer commands, one flag each (same parser)
     with ThreadPoolExecutor(max_workers=2) as pool:  # one process per core: each spends its time importing
-        answers = dict(zip(asks, pool.map(lambda ask: run_cli(ask[1], module=ask[0], cwd=tmp_path), asks)))
-    for (module, flag), proc in answers.items():
-        assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, flag,
-                                                                                               proc.stdout[:300], proc.stderr[-300:])
+        answers = dict(zip(HELPED, pool.map(lambda module: run_cli("--help", module=module, cwd=tmp_path), HELPED)))
+    for module, proc in answers.items():
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, proc.stdout[:300],
+                                                                                               proc.stderr[-300:])
         assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
-    coord = answers["initnorm.coord_check", "--help"].stdout
+    coord = answers["initnorm.coord_check"].stdout
     assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord
     assert "Anything after -- is a training-config override" in coord
+
+
+@pytest.mark.parametrize("module", HELPED)
+def test_every_command_answers_the_short_help_flag(module, capsys):
+    try:
+        code = importlib.import_module(module).main(["-h"])  # initnorm-roles returns; the argparse commands exit
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    assert code in (0, None) and out.out.startswith("usage: python -m " + module), (out.out[:300], out.err[-300:])
 
 
 def test_the_terminal_summary_ends_with_the_transfer_verdicts(tmp_path):
