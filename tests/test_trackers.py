@@ -215,3 +215,22 @@ def test_a_list_of_loggers_is_one_value_not_a_sweep():
     assert parse_sweep(["logger=[tensorboard,mlflow]", "seed=1,2", "lr=0.01"]) == ["seed"]
     assert parse_sweep(["logger=[csv],[mlflow]"]) == ["logger"]
 
+
+
+def test_a_resumed_job_writes_on_into_the_run_it_started(tmp_path, monkeypatch):
+    """A second start of a job in the same folder (a resume after a kill) gets the first start's MLflow and W&B runs."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    node = to_plain(compose_cfg("logger=[mlflow,wandb]", f"logger.mlflow.tracking_uri={uri}"))["logger"]
+    job = tmp_path / "job"
+    started = []
+    for step in (5, 10):  # the first start logs step 5 and is cut off; the resumed one logs step 10 and ends
+        loggers = trackers.make(node, job, "seed=1")
+        for writer in trackers.writers(loggers):
+            writer.add_scalar("Loss/train", float(step), step)
+        trackers.finish(loggers, "failed" if step == 5 else "success")
+        started.append((loggers[0].run_id, loggers[1].experiment.id))
+    assert started[0] == started[1] and json.loads((job / trackers.RUN_IDS).read_text()) == dict(zip(("mlflow", "wandb"), started[0]))
+    (name, (client, run)), = mlflow_runs(uri).items()
+    assert name == "seed=1" and run.info.status == "FINISHED" and mlflow_series(client, run, "Loss/train") == [(5, 5.0), (10, 10.0)]
+    assert {p.name.rsplit("-", 1)[1] for p in job.glob("wandb/offline-run-*")} == {started[0][1]}  # both W&B folders: one run id

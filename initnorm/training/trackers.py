@@ -9,7 +9,9 @@ and diagnostics) is written through ``writers(loggers)``: a TensorBoard logger's
 ``log_metrics`` call per step (one row of a CSV, one batch to an MLflow server instead of one
 request per tag). The record at the end (``record``) is TensorBoard's HPARAMS entry, and for the
 others the same hyperparameters (``log_hyperparams``) and final metrics (``log_metrics``). A
-stacked group's members each get their own loggers, so each is its own run.
+stacked group's members each get their own loggers, so each is its own run. A job that resumes (a
+checkpoint in its folder) writes on into the run it started: ``make`` keeps each tracker's run id in the
+job folder (``RUN_IDS``) and hands it back to MLflow (``run_id``) and W&B (``id``, ``resume="allow"``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +31,8 @@ from initnorm.errors import ConfigError
 
 # The module each tracker needs, and the extra that installs it (pyproject.toml).
 EXTRAS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+RUN_IDS = "trackers.json"  # in the job folder: {logger name: run id} of the trackers that have runs
+RESUMABLE = ("initnorm.training.trackers.mlflow_logger", "initnorm.training.trackers.wandb_logger")
 
 
 def nodes(node: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -60,23 +65,35 @@ def _uri(uri: str | None, base: Path) -> str | None:
 
 def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, base: str | Path = ".") -> list:
     """The job's loggers from its ``logger`` node, each writing into ``save_dir`` (the job folder); a node with a
-    ``run_name`` key gets the run's label, one with a ``tracking_uri`` gets it made absolute against ``base``."""
+    ``run_name`` key gets the run's label, one with a ``tracking_uri`` gets it made absolute against ``base``, and
+    a tracker with a run id kept in the folder by an earlier start of this job continues that run."""
     from hydra.utils import instantiate
 
     check(node)
-    out = []
-    for n in nodes(node).values():
+    ids_file = Path(save_dir) / RUN_IDS
+    prior = json.loads(ids_file.read_text()) if ids_file.is_file() else {}
+    out, ids = [], {}
+    for name, n in nodes(node).items():
         n = dict(n)
         if "run_name" in n:
             n["run_name"] = n["run_name"] or run_name
         if "tracking_uri" in n:
             n["tracking_uri"] = _uri(n["tracking_uri"], Path(base))
-        out.append(instantiate(n, save_dir=str(save_dir)))
+        if n["_target_"] in RESUMABLE:
+            n["resume_id"] = prior.get(name)
+        out.append(logger := instantiate(n, save_dir=str(save_dir)))
+        if n["_target_"] in RESUMABLE:
+            ids[name] = logger.run_id if hasattr(logger, "run_id") else logger.experiment.id
+    if ids and ids != prior:
+        Path(save_dir).mkdir(parents=True, exist_ok=True)
+        ids_file.write_text(json.dumps(ids) + "\n")
     return out
 
 
-def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str, run_name: str, **kwargs):
-    """Lightning's MLflow logger, tagged with the job folder (where its config, checkpoints and metrics.json are)."""
+def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str, run_name: str, resume_id: str | None = None,
+                  **kwargs):
+    """Lightning's MLflow logger, tagged with the job folder (where its config, checkpoints and metrics.json are);
+    ``resume_id``: the run an earlier start of this job made, written on into."""
     import mlflow  # noqa: F401  (it sets its loggers' level on import)
     from lightning.pytorch.loggers import MLFlowLogger
 
@@ -84,7 +101,7 @@ def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str,
     tags = {"initnorm.job_folder": str(Path(save_dir).resolve())} | dict(kwargs.pop("tags", None) or {})
     with _store_lock(tracking_uri):  # the store's tables, the experiment and this run made now, one job at a time
         logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
-                              save_dir=None, **kwargs)
+                              save_dir=None, run_id=resume_id, **kwargs)
         _ = logger.run_id
     return logger
 
@@ -108,14 +125,18 @@ def _store_lock(uri: str | None):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def wandb_logger(save_dir: str, project: str, run_name: str, mode: str, entity: str | None = None, **kwargs):
+def wandb_logger(save_dir: str, project: str, run_name: str, mode: str, entity: str | None = None, resume_id: str | None = None,
+                 **kwargs):
     """Lightning's W&B logger on a run of its own: Lightning's would reuse a run already open in the process
-    (``wandb.run``), so the members of a stacked group, or the jobs a launcher runs one after another, would share one."""
+    (``wandb.run``), so the members of a stacked group, or the jobs a launcher runs one after another, would share one.
+    ``resume_id``: the run id an earlier start of this job had (online, W&B continues that run; offline, the new
+    run folder carries the same id)."""
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 
+    resume = {"id": resume_id, "resume": "allow"} if resume_id else {}
     run = wandb.init(dir=save_dir, project=project, entity=entity, name=run_name, mode=mode, reinit="create_new",
-                     settings=wandb.Settings(silent=True, console="off"), **kwargs)
+                     settings=wandb.Settings(silent=True, console="off"), **resume, **kwargs)
     return WandbLogger(experiment=run)
 
 
