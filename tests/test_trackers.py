@@ -233,4 +233,5 @@ def test_a_resumed_job_writes_on_into_the_run_it_started(tmp_path, monkeypatch):
     assert started[0] == started[1] and json.loads((job / trackers.RUN_IDS).read_text()) == dict(zip(("mlflow", "wandb"), started[0]))
     (name, (client, run)), = mlflow_runs(uri).items()
     assert name == "seed=1" and run.info.status == "FINISHED" and mlflow_series(client, run, "Loss/train") == [(5, 5.0), (10, 10.0)]
-    assert {p.name.rsplit("-", 1)[1] for p in job.glob("wandb/offline-run-*")} == {started[0][1]}  # both W&B folders: one run id
+    logs = list(job.glob("wandb/offline-run-*/run-*.wandb"))  # run-<id>.wandb in each start's folder
+    assert len(logs) == 2 and {p.stem.removeprefix("run-") for p in logs} == {started[0][1]}
