@@ -183,3 +183,46 @@ def test_a_preset_grid_left_in_the_space_is_refused_at_its_width():
     with pytest.raises(ConfigError, match=r"hydra.sweeper.params.width='64,256,1024': a search runs at one width .* `width=64`"):
         preflight.check_command_line(["-m", "hparams_search=lr_base", "experiment=mup_mlp_sweep", "param=mup",
                                       "hydra.sweep.dir=/tmp/unused"])
+
+
+def test_mup_mults_searches_lr_and_both_multipliers_and_each_trial_job_gets_them(tmp_path, monkeypatch):
+    """hparams_search=mup_mults: lr and µP's output_mult and attn_mult, every value handed to the trial's jobs (a stand-in
+    launcher records them; nothing trains); a multiplier the command line sets leaves the space; param=sp is refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from initnorm import search_report
+    from initnorm.cli import preflight
+    from initnorm.cli.compose import CONF_DIR
+    from initnorm.cli.search import SearchSweeper, space_of
+    from initnorm.errors import ConfigError
+
+    monkeypatch.setattr(search_report, "figure", lambda *a: None)  # drawn in the test above; a second of matplotlib here
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hparams_search=mup_mults", "param=mup", "width=64"], return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    assert set(params["params"]) == {"lr", "param.output_mult", "param.attn_mult"}
+
+    class Recorder:
+        def __init__(self):
+            self.jobs: list[list[str]] = []
+
+        def launch(self, jobs, initial_job_idx):
+            self.jobs += jobs
+            return [type("Ret", (), {"working_dir": None})() for _ in jobs]  # no folder: each trial fails, nothing trains
+
+    sweeper = SearchSweeper(**{k: v for k, v in params.items() if k != "_target_"} | {"n_trials": 2, "n_jobs": 2})
+    sweeper.config, sweeper.launcher = OmegaConf.merge(cfg, {"hydra": {"sweep": {"dir": str(tmp_path)}}}), Recorder()
+    sweeper.sweep(["param=mup", "width=64"])
+    jobs = sweeper.launcher.jobs
+    for job in jobs:  # 2 trials x the preset's 2 seeds
+        values = dict(o.split("=", 1) for o in job)
+        assert 1e-4 <= float(values["lr"]) <= 0.1 and 1 / 16 <= float(values["param.output_mult"]) <= 16
+        assert 1 / 8 <= float(values["param.attn_mult"]) <= 8 and values["param"] == "mup"
+    assert len(jobs) == 4 and len({j[-2] for j in jobs}) == 2
+    assert set(space_of(["param=mup", "param.attn_mult=1.0"], params["params"])) == {"lr", "param.output_mult"}  # an MLP's
+    with pytest.raises(ConfigError, match=r"param.output_mult is not a key of this config \(param=sp has .*`param=mup`"):
+        preflight.check_command_line(["-m", "hparams_search=mup_mults", "hydra.sweep.dir=/tmp/unused"])

@@ -109,12 +109,35 @@ def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
     return out
 
 
-def check(arguments: list[str], params: dict[str, str]) -> None:
-    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid (one line each)."""
+def options_with(group: str, leaf: str) -> list[str]:
+    """The options of config group ``group`` (conf/<group>/*.yaml) that have the key ``leaf``, their defaults included."""
+    from initnorm.cli.compose import CONF_DIR
+
+    out = []
+    for f in sorted(Path(CONF_DIR, group).glob("*.yaml")) if group and "." not in group else ():
+        node = OmegaConf.load(f)
+        bases = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+        if leaf in node or any(leaf in OmegaConf.load(Path(CONF_DIR, group, f"{b}.yaml")) for b in bases):
+            out.append(f.stem)
+    return out
+
+
+def check(arguments: list[str], params: dict[str, str], config: DictConfig | None = None) -> None:
+    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid, every searched
+    key one the composed ``config`` has (``param.output_mult`` exists under param=mup, not under param=sp); one line each."""
     if problem := missing_extra():
         raise ConfigError(problem)
     fixed_overrides(arguments, params)
-    distributions(space_of(arguments, params))
+    space = space_of(arguments, params)
+    distributions(space)
+    absent = object()
+    for key in space if config is not None else ():
+        if OmegaConf.select(config, key, default=absent) is absent:
+            group, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(config, group) if group else config
+            has = f"{group}={node.get('name')} has {', '.join(map(str, node))}" if group and hasattr(node, "keys") else "no such key"
+            raise ConfigError(f"the search space's {key} is not a key of this config ({has}); fix it with "
+                              + (" or ".join(f"`{group}={o}`" for o in options_with(group, leaf)) or f"a space without {key}"))
 
 
 class SearchSweeper(Sweeper):
