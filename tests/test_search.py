@@ -41,7 +41,7 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     again = search(monkeypatch, tmp_path / "b", 3)
     assert [t["state"] for t in first["trials"]] == ["COMPLETE"] * 3
     assert lrs(again) == lrs(first) and again["best"] == first["best"]
-    assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first))
+    assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first)) and first["log_scale"] == ["lr"]  # the figure's log axes
     assert (tmp_path / "a" / "search.png").stat().st_size > 0 and "Best: trial" in (tmp_path / "a" / "search.md").read_text()
 
     done = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").rglob("metrics.json")}

@@ -160,7 +160,8 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
     lr, predicted, metric = summary["best"]["params"]["lr"], summary["best"]["loss"], metric_of_search(summary)
     cells = means(folder, axis, metric)
     pct = f"{LEVEL:.0%}"
-    lines = [f"Transferred lr {lr:.4g} (the search's best at {axis} {base:g}: {metric} {predicted:.4f}, {summary['objective']}).",
+    values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary["best"]["params"].items())
+    lines = [f"Transferred {values} (the search's best at {axis} {base:g}: {metric} {predicted:.4f}, {summary['objective']}).",
              f"Every loss here is {metric}, the experiment's summary metric, which the search scored"
              + (f"; the grid: {grid}, seeds {', '.join(map(str, sorted(next(iter(curves.values())), key=str)))}." if curves else "."),
              "", f"| {axis} | {metric} at the transferred lr | at the search's {axis} |"
