@@ -226,3 +226,4 @@ def test_mup_mults_searches_lr_and_both_multipliers_and_each_trial_job_gets_them
     assert set(space_of(["param=mup", "param.attn_mult=1.0"], params["params"])) == {"lr", "param.output_mult"}  # an MLP's
     with pytest.raises(ConfigError, match=r"param.output_mult is not a key of this config \(param=sp has .*`param=mup`"):
         preflight.check_command_line(["-m", "hparams_search=mup_mults", "hydra.sweep.dir=/tmp/unused"])
+    preflight.check_command_line(["-m", "hparams_search=umup_mults", "param=umup", "hydra.sweep.dir=/tmp/unused"])  # u-µP's keys exist

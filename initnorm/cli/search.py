@@ -88,7 +88,7 @@ def space_of(arguments: list[str], params: dict[str, str]) -> dict[str, str]:
                               f"its best value holds at the others: initnorm-transfer takes it there); fix it with `{key}={first}`")
     if not space:
         raise ConfigError(f"the command line fixes every key of the search space ({', '.join(params) or 'none'}): nothing is "
-                          "left to search; drop the one you want searched, e.g. the lr=")
+                          "left to search; fix it by leaving the one to search off the command line (its `lr=`, say)")
     return space
 
 
