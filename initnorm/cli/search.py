@@ -69,9 +69,10 @@ def distributions(params: dict[str, str]) -> dict[str, Any]:
 
 
 def job_state(ret, metric: str) -> tuple[float | None, str]:
-    """(loss, why not) of one launched job: its ``metric``, or None with ``diverged`` / ``failed``."""
+    """(loss, why not) of one launched job: its ``metric``, or None with ``diverged`` / ``failed`` (a crash, or a record
+    without the metric: TPE ignores a failed trial, where it ranks a pruned one below every other)."""
     record = read_record(Path(ret.working_dir) / "metrics.json") if ret.working_dir else None
-    if record is None or record.get("status") != "finished":
+    if record is None or record.get("status") != "finished" or metric not in record:
         return None, "failed"
     loss = None if record.get("diverged") else record.get(metric)
     return (float(loss), "") if isinstance(loss, float) and math.isfinite(loss) else (None, "diverged")
