@@ -371,6 +371,14 @@ def _dir_overrides(folder_name: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in parts if "=" in p)
 
 
+def read_sweep(folder: Path) -> tuple[list[dict[str, Any]], bool]:
+    """(the job records of a sweep folder, whether they came from its ``runs.csv``): every ``metrics.json``
+    below it, else the ``runs.csv`` of a folder that keeps only that (results/ does); empty when neither."""
+    records = read_metrics(folder)
+    from_csv = not records and (Path(folder) / RUNS_FILE).is_file()
+    return (read_runs_csv(folder) if from_csv else records), from_csv
+
+
 def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
     """The job records a sweep's ``runs.csv`` holds (a folder that keeps only it, as results/ does):
     status, seed, overrides, swept keys, the summary's metrics and each job's numbers. Curves and

@@ -14,14 +14,16 @@ from initnorm import plots
 SUMMARY_FILE = "search.json"
 
 
-def summary(study, fixed: list[str], seeds: list[int]) -> dict[str, Any]:
-    """The study as plain values: every trial (number, state, values, loss) and the best one."""
+def summary(study, fixed: list[str], seeds: list[int], metric: str) -> dict[str, Any]:
+    """The study as plain values: every trial (number, state, values, loss) and the best one; ``metric``: what
+    a trial's loss is the seed mean of (the experiment's summary metric, which initnorm-transfer reads too)."""
     trials = [{"number": t.number, "state": t.state.name, "params": t.params, "loss": t.value}
               for t in study.get_trials(deepcopy=False)]
+    log = sorted({k for t in study.get_trials(deepcopy=False) for k, d in t.distributions.items() if getattr(d, "log", False)})
     done = [t for t in trials if t["state"] == "COMPLETE"]
     best = min(done, key=lambda t: t["loss"]) if done else None
-    return {"best": best, "trials": trials, "overrides": fixed, "seeds": seeds,
-            "objective": f"mean final_val_loss over seeds {seeds}"}
+    return {"best": best, "trials": trials, "overrides": fixed, "seeds": seeds, "metric": metric, "log_scale": log,
+            "objective": f"mean {metric} over seeds {seeds}"}
 
 
 def importances(study) -> dict[str, float]:
@@ -33,8 +35,9 @@ def importances(study) -> dict[str, float]:
     return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
 
 
-def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None) -> bytes | None:
-    """The objective against each numeric searched value (a log axis for lr), best trial marked; pruned trials along the top."""
+def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None, metric: str, log: list[str]) -> bytes | None:
+    """The objective against each numeric searched value (a log axis for those searched on a log scale), best trial
+    marked; pruned trials along the top."""
     names = sorted({k for t in trials for k, v in t["params"].items() if isinstance(v, (int, float))})
     if not names:
         return None
@@ -49,13 +52,13 @@ def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None) -> bytes |
             ax.scatter(pruned, [top] * len(pruned), marker="x", s=18, label="diverged")
         if best is not None and name in best["params"]:
             ax.scatter([best["params"][name]], [best["loss"]], marker="*", s=90, label="best")
-        if name == "lr" or name.endswith(".lr"):
+        if name in log:
             from matplotlib.ticker import NullFormatter
 
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())  # a range under a decade labels every minor tick, on top of each other
         ax.set_xlabel(name)
-    axes[0].set_ylabel("mean final validation loss")
+    axes[0].set_ylabel(f"mean {metric} over seeds")
     axes[0].legend()
     return plots.png(fig)
 
@@ -82,14 +85,14 @@ def markdown(s: dict[str, Any], imp: dict[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(study, folder: Path, fixed: list[str], seeds: list[int]) -> dict[str, Any]:
-    s = summary(study, fixed, seeds)
+def write_report(study, folder: Path, fixed: list[str], seeds: list[int], metric: str) -> dict[str, Any]:
+    s = summary(study, fixed, seeds, metric)
     imp = importances(study)
     s["importances"] = imp
     (folder / SUMMARY_FILE).write_text(json.dumps(s, indent=1) + "\n")
     (folder / "search.md").write_text(markdown(s, imp))
     try:
-        png = figure(s["trials"], s["best"])
+        png = figure(s["trials"], s["best"], metric, s["log_scale"])
         if png is not None:
             (folder / "search.png").write_bytes(png)
     except Exception as exc:  # the figure is a convenience: the summary stands without it

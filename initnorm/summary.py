@@ -20,8 +20,7 @@ from initnorm.results import (
     METRICS_FILE,
     RUNS_FILE,
     group_rows,
-    read_metrics,
-    read_runs_csv,
+    read_sweep,
     render_csv,
     render_markdown,
     render_runs_csv,
@@ -34,9 +33,7 @@ log = logging.getLogger(__name__)
 def summarize(folder: Path | str) -> str:
     """Write ``summary.md``, ``summary.csv`` and ``runs.csv`` into ``folder``; return the markdown table."""
     folder = Path(folder)
-    records = read_metrics(folder)
-    from_csv = not records and (folder / RUNS_FILE).is_file()
-    records = read_runs_csv(folder) if from_csv else records
+    records, from_csv = read_sweep(folder)
     if not records:
         raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)

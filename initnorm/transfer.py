@@ -216,11 +216,9 @@ def transfer_rows(
         base = sizes[0]
         fits = {n: fit_optimum(*seed_mean(by_size[n])) for n in sizes}
         all_seeds = sorted({s for n in sizes for s in by_size[n]}, key=str)
-        rng = random.Random(rng_seed)
         boot: dict[int, dict[str, list[float]]] = {n: {"opt": [], "shift": [], "pen": []} for n in sizes}
         memo: dict[tuple, dict[int, Fit]] = {}  # few seeds have few distinct resamples (3 seeds: 10)
-        for _ in range(n_boot if len(all_seeds) > 1 else 0):
-            draw = sorted((rng.choice(all_seeds) for _ in all_seeds), key=str)
+        for draw in resamples(all_seeds, n_boot, rng_seed):
             bf = memo.get(tuple(draw))
             if bf is None:
                 bf = memo[tuple(draw)] = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
@@ -228,16 +226,44 @@ def transfer_rows(
                 boot[n]["opt"].append(bf[n].log2_lr)
                 boot[n]["shift"].append(bf[n].log2_lr - bf[base].log2_lr)
                 boot[n]["pen"].append(_penalty(bf[n], bf[base].log2_lr))
-        a = (1 - level) / 2
         for n in sizes:
             f = fits[n]
             point = {"opt": f.log2_lr, "shift": f.log2_lr - fits[base].log2_lr, "pen": _penalty(f, fits[base].log2_lr)}
-            est = {k: Estimate(v, quantile(boot[n][k], a), quantile(boot[n][k], 1 - a)) if boot[n][k] else Estimate(v, math.nan, math.nan)
-                   for k, v in point.items()}
+            est = {k: estimate(v, boot[n][k], level) for k, v in point.items()}
             n_seeds = len(by_size[n])
             rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"], n == base,
                             "" if n == base else shift_bound(fits[base], f)))
     return rows
+
+
+def resamples(seeds: list[Any], n_boot: int, rng_seed: int) -> Iterable[list[Any]]:
+    """The bootstrap's draws of ``seeds`` with replacement (sorted, so equal draws share a fit); none for one seed."""
+    rng = random.Random(rng_seed)
+    for _ in range(n_boot if len(seeds) > 1 else 0):
+        yield sorted((rng.choice(seeds) for _ in seeds), key=str)
+
+
+def estimate(value: float, samples: list[float], level: float) -> Estimate:
+    """``value`` with the percentile interval of its bootstrap ``samples`` (nan ends without samples)."""
+    a = (1 - level) / 2
+    return Estimate(value, quantile(samples, a), quantile(samples, 1 - a)) if samples else Estimate(value, math.nan, math.nan)
+
+
+def transferred(seeds: Seeds, log2_lr: float, n_boot: int = N_BOOT, level: float = LEVEL,
+                rng_seed: int = BOOT_SEED) -> tuple[Fit, Estimate, Estimate, Estimate]:
+    """One size's own optimum, and the shift and penalty of a rate chosen elsewhere (``log2_lr``: a search's
+    best at the base size), each with the bootstrap interval over this size's seeds. The rate is held fixed:
+    the interval is the grid's uncertainty, not the search's. What ``initnorm-transfer --grid`` prints."""
+    fit = fit_optimum(*seed_mean(seeds))
+    boot: dict[str, list[float]] = {"opt": [], "shift": [], "pen": []}
+    memo: dict[tuple, Fit] = {}
+    for draw in resamples(sorted(seeds, key=str), n_boot, rng_seed):
+        bf = memo.get(tuple(draw)) or memo.setdefault(tuple(draw), fit_optimum(*seed_mean(seeds, draw)))
+        boot["opt"].append(bf.log2_lr)
+        boot["shift"].append(bf.log2_lr - log2_lr)
+        boot["pen"].append(_penalty(bf, log2_lr))
+    point = {"opt": fit.log2_lr, "shift": fit.log2_lr - log2_lr, "pen": _penalty(fit, log2_lr)}
+    return fit, *(estimate(v, boot[k], level) for k, v in point.items())
 
 
 def shift_bound(base: Fit, fit: Fit) -> str:

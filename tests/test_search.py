@@ -15,18 +15,19 @@ from initnorm.results import read_metrics
 
 pytest.importorskip("optuna")
 
-SEARCH = ["-m", "hparams_search=lr_base", "steps=5", "trainer.val_check_interval=5", "width=8", "callbacks=none", "logger=csv",
+SEARCH = ["-m", "hparams_search=lr_base", "steps=5", "trainer.val_check_interval=5", "callbacks=none", "logger=csv",
           "summary.plots=[]", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=2"]
 
 
-def search(monkeypatch, folder: Path, n_trials: int) -> dict:
+def search(monkeypatch, folder: Path, n_trials: int, overrides: tuple[str, ...] = ("width=8",)) -> dict:
     """Run the search in this process (a subprocess would spend its time importing torch) and read its search.json."""
     from initnorm.cli import console, sweep
     from initnorm.cli.train import main
 
     for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
         monkeypatch.delenv(name, raising=False)  # the callbacks set them for the jobs; monkeypatch restores them after
-    monkeypatch.setattr(sys, "argv", ["initnorm.train", *SEARCH, f"hydra.sweeper.n_trials={n_trials}", f"hydra.sweep.dir={folder}"])
+    monkeypatch.setattr(sys, "argv", ["initnorm.train", *SEARCH, *overrides, f"hydra.sweeper.n_trials={n_trials}",
+                                      f"hydra.sweep.dir={folder}"])
     main()
     return json.loads((folder / "search.json").read_text())
 
@@ -40,7 +41,7 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     again = search(monkeypatch, tmp_path / "b", 3)
     assert [t["state"] for t in first["trials"]] == ["COMPLETE"] * 3
     assert lrs(again) == lrs(first) and again["best"] == first["best"]
-    assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first))
+    assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first)) and first["log_scale"] == ["lr"]  # the figure's log axes
     assert (tmp_path / "a" / "search.png").stat().st_size > 0 and "Best: trial" in (tmp_path / "a" / "search.md").read_text()
 
     done = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").rglob("metrics.json")}
@@ -58,6 +59,56 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     assert job["config"]["width"] == 12 and job["config"]["lr"] == resumed["best"]["params"]["lr"]
     row = f"| 12 | {job['final_val_loss']:.4f} | {resumed['best']['loss']:.4f} |"
     assert row in (tmp_path / "a_transfer" / "transfer_report.md").read_text()
+
+    # --grid: width 12's own curve read from a results folder's runs.csv (2 + 0.1 (x - x0)^2 per seed, x0 one octave
+    # above the transferred lr): its optimum, the shift +1 and the penalty 0.1 with intervals; the job trained above is reused.
+    x0 = math.log2(resumed["best"]["params"]["lr"]) + 1
+    write_grid(tmp_path / "grid", x0, "final_val_loss")
+    assert transfer.main([str(tmp_path / "a"), "width=12", "--grid", str(tmp_path / "grid")]) == 0
+    text = (tmp_path / "a_transfer" / "transfer_report.md").read_text()
+    assert f"{row} {2 ** x0:.4g} | [{2 ** x0:.4g}, {2 ** x0:.4g}] | +1.00 | [+1.00, +1.00] | 0.1000 | [0.1000, 0.1000] |" in text
+    assert "Every loss here is final_val_loss" in text and len(read_metrics(tmp_path / "a_transfer")) == 1
+
+
+def write_grid(folder: Path, x0: float, metric: str) -> None:
+    """A results folder keeping only runs.csv: param sp at width 12, five lrs an octave apart around 2^x0, seeds 1 and 2."""
+    from initnorm.results import render_runs_csv
+
+    folder.mkdir()
+    records = [{"_dir": f"lr={2 ** (x0 + k)!r}/seed={s}", "job_num": i, "status": "finished", "seed": s, "diverged": False,
+                "overrides": {"param": "sp", "width": 12, "lr": 2 ** (x0 + k), "seed": s}, "swept": ["param", "width", "lr", "seed"],
+                "summary_metrics": [metric], metric: 2 + 0.1 * k * k + 0.01 * s}
+               for i, (k, s) in enumerate((k, s) for k in range(-2, 3) for s in (1, 2))]
+    (folder / "runs.csv").write_text(render_runs_csv(records))
+
+
+def test_transfer_refuses_a_grid_the_search_did_not_score_and_a_missing_target(tmp_path):
+    from initnorm.cli.transfer import grid_curves
+    from initnorm.errors import ConfigError
+    from initnorm.results import read_sweep
+
+    write_grid(tmp_path / "grid", -7.0, "final_loss")
+    records, from_csv = read_sweep(tmp_path / "grid")
+    assert from_csv and len(records) == 10
+    with pytest.raises(ConfigError, match="scores final_loss .* but the search scored final_val_loss"):
+        grid_curves(records, "grid", "width", "sp", "final_val_loss", [12])
+    with pytest.raises(ConfigError, match="holds no lr x width sweep for param=mup"):
+        grid_curves(records, "grid", "width", "mup", "final_loss", [12])
+    with pytest.raises(ConfigError, match="no width 256 for param=sp"):
+        grid_curves(records, "grid", "width", "sp", "final_loss", [12, 256])
+    assert sorted(grid_curves(records, "grid", "width", "sp", "final_loss", [12])[12]) == [1, 2]
+
+
+def test_a_search_scores_the_experiments_metric_with_the_preset_grid_fixed_by_the_command_line(tmp_path, monkeypatch):
+    """experiment=mup_mlp_sweep merges its own grid (param, width, lr) into the space: param=mup and width=64 fix them,
+    and each trial's loss is the chapter's score (final_loss, the mean of the last training batches), not final_val_loss."""
+    overrides = ["experiment=mup_mlp_sweep", "param=mup", "width=64", "steps=4", "summary.tail_steps=2", "data.val_chars=1000"]
+    summary = search(monkeypatch, tmp_path, 2, overrides)
+    assert summary["metric"] == "final_loss" and summary["objective"] == "mean final_loss over seeds [1]"
+    jobs = read_metrics(tmp_path)
+    assert {(j["config"]["width"], j["config"]["param"]["name"]) for j in jobs} == {(64, "mup")}
+    assert sorted(t["loss"] for t in summary["trials"]) == sorted(j["final_loss"] for j in jobs)
+    assert all(j["final_loss"] != j["final_val_loss"] for j in jobs)
 
 
 def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path, monkeypatch):
@@ -123,3 +174,56 @@ def test_a_bad_search_is_one_line_before_hydra_starts(override, line):
 
     with pytest.raises(ConfigError, match=line):
         preflight.check_command_line(["-m", "hparams_search=lr_base", override, "hydra.sweep.dir=/tmp/unused"])
+
+
+def test_a_preset_grid_left_in_the_space_is_refused_at_its_width():
+    from initnorm.cli import preflight
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"hydra.sweeper.params.width='64,256,1024': a search runs at one width .* `width=64`"):
+        preflight.check_command_line(["-m", "hparams_search=lr_base", "experiment=mup_mlp_sweep", "param=mup",
+                                      "hydra.sweep.dir=/tmp/unused"])
+
+
+def test_mup_mults_searches_lr_and_both_multipliers_and_each_trial_job_gets_them(tmp_path, monkeypatch):
+    """hparams_search=mup_mults: lr and µP's output_mult and attn_mult, every value handed to the trial's jobs (a stand-in
+    launcher records them; nothing trains); a multiplier the command line sets leaves the space; param=sp is refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from initnorm import search_report
+    from initnorm.cli import preflight
+    from initnorm.cli.compose import CONF_DIR
+    from initnorm.cli.search import SearchSweeper, space_of
+    from initnorm.errors import ConfigError
+
+    monkeypatch.setattr(search_report, "figure", lambda *a: None)  # drawn in the test above; a second of matplotlib here
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["hparams_search=mup_mults", "param=mup", "width=64"], return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    params = OmegaConf.to_container(cfg.hydra.sweeper, resolve=True)
+    assert set(params["params"]) == {"lr", "param.output_mult", "param.attn_mult"}
+
+    class Recorder:
+        def __init__(self):
+            self.jobs: list[list[str]] = []
+
+        def launch(self, jobs, initial_job_idx):
+            self.jobs += jobs
+            return [type("Ret", (), {"working_dir": None})() for _ in jobs]  # no folder: each trial fails, nothing trains
+
+    sweeper = SearchSweeper(**{k: v for k, v in params.items() if k != "_target_"} | {"n_trials": 2, "n_jobs": 2})
+    sweeper.config, sweeper.launcher = OmegaConf.merge(cfg, {"hydra": {"sweep": {"dir": str(tmp_path)}}}), Recorder()
+    sweeper.sweep(["param=mup", "width=64"])
+    jobs = sweeper.launcher.jobs
+    for job in jobs:  # 2 trials x the preset's 2 seeds
+        values = dict(o.split("=", 1) for o in job)
+        assert 1e-4 <= float(values["lr"]) <= 0.1 and 1 / 16 <= float(values["param.output_mult"]) <= 16
+        assert 1 / 8 <= float(values["param.attn_mult"]) <= 8 and values["param"] == "mup"
+    assert len(jobs) == 4 and len({j[-2] for j in jobs}) == 2
+    assert set(space_of(["param=mup", "param.attn_mult=1.0"], params["params"])) == {"lr", "param.output_mult"}  # an MLP's
+    with pytest.raises(ConfigError, match=r"param.output_mult is not a key of this config \(param=sp has .*`param=mup`"):
+        preflight.check_command_line(["-m", "hparams_search=mup_mults", "hydra.sweep.dir=/tmp/unused"])
+    preflight.check_command_line(["-m", "hparams_search=umup_mults", "param=umup", "hydra.sweep.dir=/tmp/unused"])  # u-µP's keys exist

@@ -3,9 +3,16 @@
 Hydra's own Optuna sweeper pins ``optuna<3``, whose SQLite storage fails with SQLAlchemy 2, so this
 drives Optuna directly through its ask/tell interface. Each batch asks ``n_jobs`` trials and hands
 all their jobs (a trial is one job per seed of ``seeds``) to the configured launcher at once: under
-``hydra/launcher=vectorized`` a batch trains as one stacked group. The objective is the mean final
-validation loss over those seeds: one seed's loss at a small width moves by about as much as
-neighbouring learning rates differ, so a single-seed search chases noise (results/: the seed tables).
+``hydra/launcher=vectorized`` a batch trains as one stacked group. The objective is the mean over
+those seeds of the experiment's own summary metric (``summary.metrics[0]``: the final validation loss
+by default, ``final_loss`` for the chapter's MLPs), the number its sweep summary and transfer report
+score: one seed's loss at a small width moves by about as much as neighbouring learning rates differ,
+so a single-seed search chases noise (results/: the seed tables).
+
+The space is ``hydra.sweeper.params`` less every key the command line sets to one value: a preset
+with a grid of its own (``experiment=mup_mlp_sweep``: param, width and lr) merges it into the space,
+and ``param=mup width=64`` fix those. A search runs at one size, so a width or depth left in the space
+is refused.
 
 The study lives in ``<sweep folder>/search.db`` (SQLite). The same command again (with
 ``hydra.sweep.dir`` pinned) loads it: trials it finished are not asked again, trials a killed run
@@ -61,13 +68,29 @@ def distributions(params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def job_state(ret) -> tuple[float | None, str]:
-    """(loss, why not) of one launched job: a loss, or None with ``diverged`` / ``failed``."""
+def job_state(ret, metric: str) -> tuple[float | None, str]:
+    """(loss, why not) of one launched job: its ``metric``, or None with ``diverged`` / ``failed`` (a crash, or a record
+    without the metric: TPE ignores a failed trial, where it ranks a pruned one below every other)."""
     record = read_record(Path(ret.working_dir) / "metrics.json") if ret.working_dir else None
-    if record is None or record.get("status") != "finished":
+    if record is None or record.get("status") != "finished" or metric not in record:
         return None, "failed"
-    loss = record.get("final_val_loss")
+    loss = None if record.get("diverged") else record.get(metric)
     return (float(loss), "") if isinstance(loss, float) and math.isfinite(loss) else (None, "diverged")
+
+
+def space_of(arguments: list[str], params: dict[str, str]) -> dict[str, str]:
+    """``params`` less the keys the command line fixes; a size in what is left is refused (a search runs at one size)."""
+    given = {a.partition("=")[0].lstrip("+~") for a in arguments if "=" in a}
+    space = {k: v for k, v in params.items() if k not in given}
+    for key in ("width", "depth"):
+        if key in space:
+            first = space[key].split(",")[0]
+            raise ConfigError(f"hydra.sweeper.params.{key}={space[key]!r}: a search runs at one {key} (µP's promise is that "
+                              f"its best value holds at the others: initnorm-transfer takes it there); fix it with `{key}={first}`")
+    if not space:
+        raise ConfigError(f"the command line fixes every key of the search space ({', '.join(params) or 'none'}): nothing is "
+                          "left to search; fix it by leaving the one to search off the command line (its `lr=`, say)")
+    return space
 
 
 def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
@@ -79,8 +102,6 @@ def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
         if key == "seed":
             raise ConfigError(f"{a!r}: a search trains every trial at each seed of hydra.sweeper.seeds; "
                               f"fix it with `hydra.sweeper.seeds=[{value}]`")
-        if key in params:
-            continue  # the search space names it (a preset's value on the command line): the trial sets it
         if "," in value.replace("[", "(").split("(")[0]:
             raise ConfigError(f"{a!r}: a search sweeps only hydra.sweeper.params, not a grid beside it; "
                               f"fix it with one value (`{key}={value.split(',')[0]}`) or a search space "
@@ -89,12 +110,35 @@ def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
     return out
 
 
-def check(arguments: list[str], params: dict[str, str]) -> None:
-    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid (one line each)."""
+def options_with(group: str, leaf: str) -> list[str]:
+    """The options of config group ``group`` (conf/<group>/*.yaml) that have the key ``leaf``, their defaults included."""
+    from initnorm.cli.compose import CONF_DIR
+
+    out = []
+    for f in sorted(Path(CONF_DIR, group).glob("*.yaml")) if group and "." not in group else ():
+        node = OmegaConf.load(f)
+        bases = [d for d in node.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+        if leaf in node or any(leaf in OmegaConf.load(Path(CONF_DIR, group, f"{b}.yaml")) for b in bases):
+            out.append(f.stem)
+    return out
+
+
+def check(arguments: list[str], params: dict[str, str], config: DictConfig | None = None) -> None:
+    """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid, every searched
+    key one the composed ``config`` has (``param.output_mult`` exists under param=mup, not under param=sp); one line each."""
     if problem := missing_extra():
         raise ConfigError(problem)
     fixed_overrides(arguments, params)
-    distributions(params)
+    space = space_of(arguments, params)
+    distributions(space)
+    absent = object()
+    for key in space if config is not None else ():
+        if OmegaConf.select(config, key, default=absent) is absent:
+            group, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(config, group) if group else config
+            has = f"{group}={node.get('name')} has {', '.join(map(str, node))}" if group and hasattr(node, "keys") else "no such key"
+            raise ConfigError(f"the search space's {key} is not a key of this config ({has}); fix it with "
+                              + (" or ".join(f"`{group}={o}`" for o in options_with(group, leaf)) or f"a space without {key}"))
 
 
 class SearchSweeper(Sweeper):
@@ -132,7 +176,8 @@ class SearchSweeper(Sweeper):
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, folder / "multirun.yaml")
-        fixed, space = fixed_overrides(arguments, self.params), distributions(self.params)
+        fixed, space = fixed_overrides(arguments, self.params), distributions(space_of(arguments, self.params))
+        metric = str(self.config.summary.metrics[0])  # what the experiment's summary and transfer report score
         study = self.study(folder)
         # A killed run's trials were asked, not told: launch them again with their own values.
         pending = [(t.number, t.params) for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
@@ -150,9 +195,9 @@ class SearchSweeper(Sweeper):
             job_idx += len(jobs)
             returns.append(rets)
             for i, (number, _) in enumerate(batch):
-                states = [job_state(r) for r in rets[i * len(self.seeds):(i + 1) * len(self.seeds)]]
+                states = [job_state(r, metric) for r in rets[i * len(self.seeds):(i + 1) * len(self.seeds)]]
                 self.tell(study, number, states)
-        write_report(study, folder, fixed, self.seeds)
+        write_report(study, folder, fixed, self.seeds, metric)
         return returns
 
     @staticmethod

@@ -1,11 +1,16 @@
-"""Take a search's best configuration to larger models: ``initnorm-transfer SEARCH_FOLDER width=256,1024 [seed=1,2,3] [--check]``.
+"""Take a search's best configuration to larger models: ``initnorm-transfer SEARCH width=256,1024 [seed=1,2,3] [--grid DIR | --check]``.
 
 Trains the best trial of ``hparams_search=...`` (its ``search.json``) at the target widths (or depths), in
 ``SEARCH_FOLDER_transfer`` (beside the search, so a resumed search's summary does not count these jobs), and
 prints each target's loss beside what the search measured at its own width.
-``--check`` trains instead a small lr grid around the transferred value at each target (``SEARCH_FOLDER_check``:
-the rate x 2^-2 ... 2^2) and reads, with the transfer report's fit (initnorm/transfer.py), the target's own
-optimum and the penalty of the transferred rate against it: what µP promises is small, and SP's is not.
+``--grid FOLDER`` reads a target-width grid that already exists (a sweep folder, or a results folder that keeps
+its ``runs.csv``, such as results/chapter_mup): the target's own per-lr losses for the search's param, in the
+search's metric; ``--check`` trains instead a small lr grid around the transferred value at each target
+(``SEARCH_FOLDER_check``: the rate x 2^-2 ... 2^2). Either way the transfer report's fit (initnorm/transfer.py)
+gives the target's own optimum, the shift of the transferred rate from it and its penalty, each with the
+report's bootstrap interval over the grid's seeds: what µP promises is small, and SP's is not.
+Every number is the experiment's own summary metric (``summary.metrics[0]``, which the search scored:
+``final_loss`` for the chapter's MLPs); the report names it, and a grid scored by another is refused.
 ``python -m initnorm.cli.transfer`` is the module form (``initnorm.transfer`` is the transfer report's
 library module). The transfer and the check run as ``python -m initnorm.train -m`` sweeps in this process, so the
 preflight, the launchers, the skip of finished jobs and the sweep summary (with its transfer table) are a sweep's.
@@ -21,9 +26,9 @@ import sys
 from pathlib import Path
 
 from initnorm.errors import ConfigError
-from initnorm.results import read_metrics
+from initnorm.results import read_metrics, read_sweep
 from initnorm.search_report import SUMMARY_FILE
-from initnorm.transfer import fit_optimum
+from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
 
 CHECK_OCTAVES = (-2, -1, 0, 1, 2)  # the --check grid: the transferred rate x 2^k (one octave apart, as results/ grids are)
 SEARCH_ONLY = ("hparams_search",)  # the search's own overrides, which a transfer run does not take
@@ -76,32 +81,101 @@ def train_sweep(overrides: list[str], folder: Path) -> None:
         sys.argv = argv
 
 
-def means(folder: Path, axis: str) -> dict[tuple[float, float], float]:
-    """(target, lr) -> mean final_val_loss over seeds (nan where a seed diverged)."""
+def metric_of_search(summary: dict) -> str:
+    return summary.get("metric", "final_val_loss")  # a search.json written before it named its metric scored that
+
+
+def targets_of(given: list[str], axis: str) -> list[int]:
+    """The sizes ``width=256,1024`` names."""
+    value = next(o.partition("=")[2] for o in given if key_of(o) == axis)
+    try:
+        return [int(v) for v in value.split(",")]
+    except ValueError:
+        raise ConfigError(f"{axis}={value!r}: initnorm-transfer takes a list of sizes; fix it with `{axis}=256,1024`") from None
+
+
+def search_param(folder: Path) -> str:
+    """The parameterisation the search trained (its ``param=`` override, else the table its jobs composed)."""
+    records = read_metrics(folder)
+    return swept_value(records[0], "param") if records else "sp"
+
+
+def grid_curves(records: list[dict], where: str, axis: str, param: str, metric: str, targets: list[int]) -> dict[int, Seeds]:
+    """size -> seed -> log2 lr -> loss of ``param``'s jobs in a grid's records, scored by ``metric``; one line where the
+    grid is another experiment's (another summary metric), lacks the param or a target, or varies something else."""
+    if not records:
+        raise ConfigError(f"--grid {where}: no metrics.json below it and no runs.csv in it; fix it with a sweep folder "
+                          "over lr x width (or a results folder keeping its runs.csv, e.g. results/chapter_mup)")
+    if (theirs := metric_of(records)) != metric:
+        raise ConfigError(f"--grid {where} scores {theirs} (its summary.metrics) but the search scored {metric}: the two are "
+                          "not the same experiment; fix it with the grid of the search's experiment")
+    mine = [r for r in records if swept_value(r, "param") == param]
+    _, cells = cells_from_records(mine, axis, metric)
+    if not cells:
+        found = ", ".join(sorted({swept_value(r, "param") for r in records}))
+        raise ConfigError(f"--grid {where} holds no lr x {axis} sweep for param={param} (its params: {found}; a runs.csv names "
+                          f"only the keys its sweep varied); fix it with a sweep over lr and {axis} of param={param}")
+    if len(cells) > 1:
+        raise ConfigError(f"--grid {where} varies more than lr and {axis} for param={param} ({[dict(k) for k in cells]}); "
+                          "fix it with a grid that varies only those (one folder per setting)")
+    curves = next(iter(cells.values()))
+    if missing := [t for t in targets if t not in curves]:
+        raise ConfigError(f"--grid {where} has no {axis} {', '.join(map(str, missing))} for param={param} "
+                          f"(it has {', '.join(map(str, sorted(curves)))}); fix it with `{axis}={','.join(map(str, sorted(curves)[1:]))}`")
+    return curves
+
+
+def means(folder: Path, axis: str, metric: str) -> dict[tuple[float, float], float]:
+    """(target, lr) -> mean ``metric`` over seeds (nan where a seed diverged)."""
     cells: dict[tuple[float, float], list[float]] = {}
     for r in read_metrics(folder):
         c = r.get("config") or {}
-        cells.setdefault((c.get(axis), c.get("lr")), []).append(r.get("final_val_loss", math.nan))
+        loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
+        cells.setdefault((c.get(axis), c.get("lr")), []).append(loss)
     return {k: (statistics.fmean(v) if all(math.isfinite(x) for x in v) else math.nan) for k, v in cells.items()}
 
 
-def report(summary: dict, folder: Path, axis: str, base: float, check: bool) -> str:
-    lr, predicted = summary["best"]["params"]["lr"], summary["best"]["loss"]
-    cells = means(folder, axis)
-    lines = [f"Transferred lr {lr:.4g} (the search's best at {axis} {base:g}: loss {predicted:.4f}, {summary['objective']})", "",
-             f"| {axis} | loss at the transferred lr | at the search's {axis} |"
-             + (" own optimum lr | shift (octaves) | penalty |" if check else ""),
-             "|---|---|---|" + ("---|---|---|" if check else "")]
+def span(e: Estimate, show) -> str:
+    return "—" if math.isnan(e.lo) or math.isnan(e.hi) else f"[{show(e.lo)}, {show(e.hi)}]"
+
+
+def grid_cells(seeds: Seeds, lr: float, trained: float) -> str:
+    """The grid's columns of one target: its own optimum, the shift and the penalty of ``lr``, each with its interval.
+    An optimum on the grid's end is a bound (≤, ≥) with no interval, as in the transfer report: every resample finds the end."""
+    fit, opt, shift, penalty = transferred(seeds, math.log2(lr))
+    bound = {"lowest": "≤ ", "highest": "≥ "}.get(fit.edge, "")
+
+    def interval(e: Estimate, show) -> str:
+        return "— (grid edge)" if fit.edge else span(e, show)
+
+    off = " (off the grid)" if math.isnan(penalty.value) else ""
+    return (f" {bound}{2 ** opt.value:.4g} | {interval(opt, lambda x: f'{2 ** x:.4g}')} | {bound}{shift.value:+.2f} | "
+            f"{interval(shift, lambda x: f'{x:+.2f}')} | {'≥ ' if fit.edge else ''}{penalty.value:.4f}{off} | "
+            f"{interval(penalty, lambda x: f'{x:.4f}')} | {trained - fit.loss:.4f} |")
+
+
+def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int, Seeds] | None, grid: str) -> str:
+    """The transfer table: each target's loss at the transferred lr beside the search's; with a grid, its own optimum,
+    the shift and the penalty with their intervals, and the trained loss against the grid's best."""
+    lr, predicted, metric = summary["best"]["params"]["lr"], summary["best"]["loss"], metric_of_search(summary)
+    cells = means(folder, axis, metric)
+    pct = f"{LEVEL:.0%}"
+    values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary["best"]["params"].items())
+    lines = [f"Transferred {values} (the search's best at {axis} {base:g}: {metric} {predicted:.4f}, {summary['objective']}).",
+             f"Every loss here is {metric}, the experiment's summary metric, which the search scored"
+             + (f"; the grid: {grid}, seeds {', '.join(map(str, sorted(next(iter(curves.values())), key=str)))}." if curves else "."),
+             "", f"| {axis} | {metric} at the transferred lr | at the search's {axis} |"
+             + (f" own optimum lr | {pct} interval | shift (octaves) | {pct} interval | penalty | {pct} interval | "
+                "trained − grid's best |" if curves else ""),
+             "|---|---|---|" + ("---|" * 7 if curves else "")]
     for target in sorted({t for t, _ in cells}):
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
-        row = f"| {target:g} | {at:.4f} | {predicted:.4f} |"
-        if check:
-            grid = sorted((x, v) for (t, x), v in cells.items() if t == target)
-            fit = fit_optimum([math.log2(x) for x, _ in grid], [v for _, v in grid])
-            penalty = fit.at(math.log2(lr)) - fit.loss
-            edge = f" (on the grid's {fit.edge} end)" if fit.edge else ""
-            row += f" {2 ** fit.log2_lr:.4g}{edge} | {fit.log2_lr - math.log2(lr):+.2f} | {penalty:.4f} |"
-        lines.append(row)
+        lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
+    if curves:
+        lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer.py); "
+                  f"shift: that optimum minus the transferred lr, in octaves; penalty: the grid's fitted {metric} at the transferred "
+                  f"lr minus its best fitted; intervals: {pct} bootstrap over the grid's seeds, the transferred lr held fixed; "
+                  "trained − grid's best: the transfer runs' mean minus the same best.")]
     return "\n".join(lines) + "\n"
 
 
@@ -109,20 +183,33 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m initnorm.cli.transfer", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", metavar="SEARCH_FOLDER", type=Path, help="the sweep folder of an hparams_search run")
     p.add_argument("overrides", nargs="+", metavar="KEY=VALUE", help="width=256,1024 (or depth=...), seed=1,2,3, any other override")
-    p.add_argument("--check", action="store_true",
-                   help="an lr grid around the transferred value at each target: its own optimum, the penalty")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--check", action="store_true",
+                     help="an lr grid around the transferred value at each target: its own optimum, the penalty")
+    how.add_argument("--grid", metavar="FOLDER", type=Path,
+                     help="an existing lr x width grid (a sweep folder or a folder with its runs.csv): the targets' own "
+                          "optimum and the penalty, read from it")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    axis = "width" if any(key_of(o) == "width" for o in a.overrides) else "depth"
     try:
         summary = load(a.folder)
         overrides = overrides_for(summary, a.overrides, a.check)
+        param, metric, targets = search_param(a.folder), metric_of_search(summary), targets_of(a.overrides, axis)
+        curves = grid_curves(read_sweep(a.grid)[0], str(a.grid), axis, param, metric, targets) if a.grid else None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    axis = "width" if any(key_of(o) == "width" for o in a.overrides) else "depth"
     base = next((r["config"][axis] for r in read_metrics(a.folder) if axis in (r.get("config") or {})), math.nan)
     out = Path(f"{a.folder}_{'check' if a.check else 'transfer'}")
     train_sweep(overrides, out)
-    text = report(summary, out, axis, base, a.check)
+    where = str(a.grid) if a.grid else f"{out} (--check)" if a.check else ""
+    if a.check:
+        try:
+            curves = grid_curves(read_metrics(out), where, axis, param, metric, targets)
+        except ConfigError as exc:  # the check's own jobs failed to make a grid (the sweep printed why)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    text = report(summary, out, axis, base, curves, where)
     (out / "transfer_report.md").write_text(text)
     print(f"\n{text}(also in {out / 'transfer_report.md'})")
     return 0

@@ -113,6 +113,10 @@ MUP_RULES = {
     "depth_alpha": Num(0, 1, fix=0.5, note="0: µP, 0.5: depth-µP, 1: CompleteP"),
     "scale_eps": Bool(),
     "optimizer": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+    # µP's tunable constants (microsoft/mup: MuReadout's output_mult, its Transformer example's attn_mult): on top of
+    # the width rules, tuned at the base width and kept at every width (hparams_search=mup_mults). 1 changes nothing.
+    "output_mult": Num(0, lo_open=True, fix=1.0, note="the readout's output x output_mult, on top of µP's 1/m"),
+    "attn_mult": Num(0, lo_open=True, fix=1.0, note="attention scores x attn_mult, on top of µP's 1/d_k"),
 }
 
 
@@ -141,6 +145,8 @@ def mup_table(
     scale_eps: bool = True,
     optimizer: str = "adamw",
     name: str = "mup",
+    output_mult: float = 1.0,
+    attn_mult: float = 1.0,
     **_,
 ) -> Table:
     """µP (Yang et al. 2022, Table 3 and microsoft/mup's MuAdam/MuSGD) relative to ``base_width``,
@@ -176,10 +182,10 @@ def mup_table(
     rules.update({role: rule(init=m**-0.5, lr=hidden_lr) for role in HIDDEN_ROLES})
     rules[Role.READOUT_BIAS] = rules[Role.FIXED] = Rule()  # no side grows with width: nothing about it scales
     if readout == "logits":  # MuReadout: logits x 1/m, init and lr as a vector's
-        rules[Role.READOUT] = rule(forward=1.0 / m, lr=vector_lr)
+        rules[Role.READOUT] = rule(forward=output_mult / m, lr=vector_lr)
     else:  # the same function with W' = W/m: zero start, lr / m, a Θ(1) gradient
-        rules[Role.READOUT] = rule(init=0.0, lr=1.0 / m, eps=1.0)
-    rules[Role.ATTN_SCORES] = Rule(forward=m**-0.5)  # 1/d_k, equal to 1/sqrt(d_k) at the base width
+        rules[Role.READOUT] = rule(init=0.0, forward=output_mult, lr=1.0 / m, eps=1.0)
+    rules[Role.ATTN_SCORES] = Rule(forward=attn_mult * m**-0.5)  # 1/d_k, equal to 1/sqrt(d_k) at the base width
     if not a:
         return Table(name, rules, width_mult=m, init_from_base=True)
 
