@@ -161,4 +161,5 @@ GROUPS = {
     "param": ("name", Names("initnorm.nn.param", "PARAMS")),
     "init": ("name", Names("initnorm.nn.init", "INITS")),
     "norm_type": ("name", Names("initnorm.nn.norms", "NORMS")),
+    "data": ("kind", Names("initnorm.training.tasks", "TASKS")),
 }

@@ -57,7 +57,7 @@ RULES: dict[str, KeyRule] = {
     "summary.plots": KeyRule("names", choices=Names("initnorm.plots", "PLOTS"), fix="lr_transfer", null=True),
     "summary.tail_steps": Int(1, fix=50),
     # data (one group per corpus or task)
-    "data.kind": Choice(Names("initnorm.training.tasks", "TASKS"), fix="char_lm"),
+    "data.kind": Entry("initnorm.training.tasks", "TASKS", "char_lm"),
     "data.name": Text(fix="alice"),
     "data.path": KeyRule("path", null=True, fix="/path/to/text.txt"),
     "data.context": Int(1, fix=32),
@@ -359,6 +359,8 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
            if top in REGISTERED else "")
     if rest == "_target_" and top == "model":  # the constructor of a model of one's own: model=custom (models/own.py)
         own = " (a model of your own is named by its constructor under model=custom: `model=custom model._target_=mypkg.models.Net`)"
+    elif rest == "_target_" and top == "data":  # a LightningDataModule of one's own: data=custom (data/own.py)
+        own = " (a data module of your own is named by its class under data=custom: `data=custom data._target_=mypkg.data.MyData`)"
     elif rest == "_target_" and top in REGISTERED:
         own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
     fix = f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"

@@ -53,8 +53,8 @@ def test_own_entries_bring_their_keys_and_nothing_else_passes():
     assert c["model"]["residual"] is True and c["param"]["lr_power"] == 0.5
     refused = {
         ("+param.lr_power=3",): "param.lr_power=3 is invalid: a number in [0, 2] (1: µP)",
-        ("+param.bogus=2",): f"param.bogus is not a key initnorm reads (the keys of param for param.name={OWN_PARAM}: base_depth, "
-                             "base_width, depth_alpha, lr_power,",
+        ("+param.bogus=2",): f"param.bogus is not a key initnorm reads (the keys of param for param.name={OWN_PARAM}: attn_mult, "
+                             "base_depth, base_width, depth_alpha, lr_power,",
         ("model.residual=maybe",): "model.residual='maybe' is invalid: true or false",
         ("+model._target_=x",): "model._target_ is not a key initnorm reads",
     }

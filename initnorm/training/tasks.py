@@ -12,10 +12,12 @@ from typing import Any
 
 import lightning as L
 
+from initnorm.data import own
 from initnorm.data.clusters import Clusters
 from initnorm.data.modules import CharLM
 from initnorm.data.windows import CharWindows
-from initnorm.registry import Registry
+from initnorm.keyrules import KeyRule
+from initnorm.registry import About, Registry
 from initnorm.training.classifier import Classifier
 from initnorm.training.module import LanguageModel, Trainable
 
@@ -26,7 +28,8 @@ class Task:
     module: type[Trainable]
 
 
-TASKS: Registry[Task] = Registry("task", "data.kind")
+TASKS: Registry[Task] = Registry("task", "data.kind", path_key="data.kind",
+                                 expects=(lambda e: isinstance(e, Task), "Task", "mypkg.tasks:my_task"))
 
 
 def _char_lm(c: dict[str, Any]) -> CharLM:
@@ -50,3 +53,12 @@ def _char_windows(c: dict[str, Any]) -> CharWindows:
 # Chapter 003: the deep MLP's Gaussian clusters; the char and wide MLPs' character windows.
 TASKS.register("clusters")(Task(_clusters, Classifier))
 TASKS.register("char_windows")(Task(_char_windows, Classifier))
+
+# A LightningDataModule of one's own (data/own.py): `data=custom data._target_=mypkg.data.MyData`; its other keys
+# under data go to the constructor. The language-model loss, or the classifier's with data.kind=custom_classify.
+OWN_DATA_RULES = {
+    "_target_": KeyRule("dotted", fix="mypkg.data.MyDataModule", note="a LightningDataModule class"),
+    "*": KeyRule("any", note="passed to the constructor"),
+}
+TASKS.register("custom", About("your own data (next-token loss)", rules=OWN_DATA_RULES))(Task(own.make, LanguageModel))
+TASKS.register("custom_classify", About("your own data (classes)", rules=OWN_DATA_RULES))(Task(own.make, Classifier))

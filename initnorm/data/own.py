@@ -1,0 +1,102 @@
+"""A LightningDataModule of one's own: ``data=custom data._target_=mypkg.data.MyData`` (+``data.<arg>=...``).
+
+The other keys under ``data`` go to its constructor, and ``batch_size``, ``seed`` and ``context`` too where
+the constructor takes an argument of that name. The module must say how many symbols (or classes) the
+model's output has, as ``vocab_size`` (or ``num_classes``), by the end of its ``setup("fit")``; its
+training batches are what the task's LightningModule takes: ``(x, y)`` with ``y`` the next token of each
+position (``data=custom``: the language-model loss) or one class per example (``data.kind=custom_classify``).
+
+initnorm trains by steps, not epochs: the training loader is read round and round (each pass is a new
+``iter`` of it, which reshuffles a shuffled one). A resumed run skips as many batches as it had taken,
+so it sees what an uninterrupted run would when the loader's order is a function of the seed (initnorm
+seeds every job with ``seed_everything(seed)`` before building the data); initnorm's own data modules
+draw batch ``s`` from (seed, s) and need no replay.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader, IterableDataset
+
+from initnorm.errors import ConfigError
+from initnorm.registry import import_dotted
+
+# initnorm's own keys under data (the schema's): the rest are the constructor's.
+OWN_KEYS = ("kind", "_target_", "name", "path", "context", "val_batch_size")
+PASSED_IF_TAKEN = ("batch_size", "seed", "context")  # handed over where the constructor names them
+
+
+def make(c: Mapping[str, Any]) -> OwnData:
+    d = c["data"]
+    target = import_dotted(d["_target_"], "data._target_", fix="fix it with `data._target_=mypkg.data.MyDataModule`")
+    kwargs = {k: v for k, v in d.items() if k not in OWN_KEYS}
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a constructor without a signature Python can read: only what was given
+        params = {}
+    offered = {"batch_size": c["batch_size"], "seed": c["seed"], "context": d.get("context")}
+    kwargs |= {k: offered[k] for k in PASSED_IF_TAKEN if k in params and k not in kwargs and offered[k] is not None}
+    try:
+        inner = target(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"data._target_={d['_target_']} refused its arguments ({exc}); the keys under data other than "
+                          f"{', '.join(OWN_KEYS)} go to it: fix them with `data.<argument>=...`") from None
+    if not isinstance(inner, L.LightningDataModule):
+        raise ConfigError(f"data._target_={d['_target_']} made a {type(inner).__name__}, not a LightningDataModule; fix it with "
+                          "`data._target_=mypkg.data.MyDataModule` (a class of lightning's LightningDataModule)")
+    return OwnData(inner, d["_target_"])
+
+
+class _Endless(IterableDataset):
+    """The inner module's training batches, pass after pass, from batch ``start`` on."""
+
+    def __init__(self, inner: L.LightningDataModule, start: int):
+        self.inner, self.start = inner, start
+
+    def __iter__(self):
+        taken = 0
+        while True:
+            empty = True
+            for batch in self.inner.train_dataloader():
+                empty = False
+                if taken >= self.start:
+                    yield batch
+                taken += 1
+            if empty:
+                raise ConfigError(f"{type(self.inner).__name__}.train_dataloader() gave no batch; it must give at least one")
+
+
+class OwnData(L.LightningDataModule):
+    """The user's module behind initnorm's data interface: ``vocab_size``, a step-indexed training stream, ``start_step``."""
+
+    def __init__(self, inner: L.LightningDataModule, target: str):
+        super().__init__()
+        self.inner, self.target = inner, target
+        self.start_step = 0  # set from a checkpoint on resume: the batches already taken are skipped
+        self._ready = False
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self._ready:
+            self.inner.prepare_data()
+            self.inner.setup("fit")
+            self._ready = True
+
+    @property
+    def vocab_size(self) -> int:
+        self.setup()
+        for name in ("vocab_size", "num_classes"):
+            n = getattr(self.inner, name, None)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                return n
+        raise ConfigError(f"data._target_={self.target}: {type(self.inner).__name__} has no vocab_size (or num_classes) after "
+                          "setup('fit'); give it one (the number of tokens, or of classes, the model predicts)")
+
+    def train_dataloader(self):
+        return DataLoader(_Endless(self.inner, self.start_step), batch_size=None)
+
+    def val_dataloader(self):
+        return self.inner.val_dataloader()
