@@ -6,20 +6,22 @@ model's output has, as ``vocab_size`` (or ``num_classes``), by the end of its ``
 training batches are what the task's LightningModule takes: ``(x, y)`` with ``y`` the next token of each
 position (``data=custom``: the language-model loss) or one class per example (``data.kind=custom_classify``).
 
-initnorm trains by steps, not epochs: the training loader is read round and round (each pass is a new
-``iter`` of it, which reshuffles a shuffled one). A resumed run skips as many batches as it had taken,
-so it sees what an uninterrupted run would when the loader's order is a function of the seed (initnorm
-seeds every job with ``seed_everything(seed)`` before building the data); initnorm's own data modules
-draw batch ``s`` from (seed, s) and need no replay.
+initnorm trains by steps, not epochs: the training loader is read round and round, each pass a new
+``iter`` of it under torch's RNG seeded from (seed, pass), so a shuffled loader's order follows the job's
+seed whatever else drew random numbers. A resumed run skips as many batches as it had taken, so it sees
+what an uninterrupted run would (a loader whose order depends on other state, e.g. its own unseeded
+generator, does not replay); initnorm's own data modules draw batch ``s`` from (seed, s) and skip nothing.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from initnorm.errors import ConfigError
@@ -48,34 +50,40 @@ def make(c: Mapping[str, Any]) -> OwnData:
     if not isinstance(inner, L.LightningDataModule):
         raise ConfigError(f"data._target_={d['_target_']} made a {type(inner).__name__}, not a LightningDataModule; fix it with "
                           "`data._target_=mypkg.data.MyDataModule` (a class of lightning's LightningDataModule)")
-    return OwnData(inner, d["_target_"])
+    return OwnData(inner, d["_target_"], c["seed"])
 
 
 class _Endless(IterableDataset):
-    """The inner module's training batches, pass after pass, from batch ``start`` on."""
+    """The inner module's training batches, pass after pass, from batch ``start`` on. Each pass starts under
+    torch's RNG seeded from (seed, pass), so a shuffled loader's order is a function of the job's seed and the
+    pass alone: the same for the job alone, as a member of a stacked group (whose members share one global
+    RNG) and after a resume."""
 
-    def __init__(self, inner: L.LightningDataModule, start: int):
-        self.inner, self.start = inner, start
+    def __init__(self, inner: L.LightningDataModule, start: int, seed: int):
+        self.inner, self.start, self.seed = inner, start, seed
 
     def __iter__(self):
-        taken = 0
+        taken, n = 0, 0
         while True:
-            empty = True
-            for batch in self.inner.train_dataloader():
-                empty = False
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed * 1_000_003 + n)  # as data/modules.batch_generator: (seed, pass) pairs do not collide
+                batches = iter(self.inner.train_dataloader())
+                first = next(batches, None)  # a sampler draws its order when the first batch is asked for
+            if first is None:
+                raise ConfigError(f"{type(self.inner).__name__}.train_dataloader() gave no batch; it must give at least one")
+            for batch in itertools.chain([first], batches):
                 if taken >= self.start:
                     yield batch
                 taken += 1
-            if empty:
-                raise ConfigError(f"{type(self.inner).__name__}.train_dataloader() gave no batch; it must give at least one")
+            n += 1
 
 
 class OwnData(L.LightningDataModule):
     """The user's module behind initnorm's data interface: ``vocab_size``, a step-indexed training stream, ``start_step``."""
 
-    def __init__(self, inner: L.LightningDataModule, target: str):
+    def __init__(self, inner: L.LightningDataModule, target: str, seed: int):
         super().__init__()
-        self.inner, self.target = inner, target
+        self.inner, self.target, self.seed = inner, target, seed
         self.start_step = 0  # set from a checkpoint on resume: the batches already taken are skipped
         self._ready = False
 
@@ -96,7 +104,7 @@ class OwnData(L.LightningDataModule):
                           "setup('fit'); give it one (the number of tokens, or of classes, the model predicts)")
 
     def train_dataloader(self):
-        return DataLoader(_Endless(self.inner, self.start_step), batch_size=None)
+        return DataLoader(_Endless(self.inner, self.start_step, self.seed), batch_size=None)
 
     def val_dataloader(self):
         return self.inner.val_dataloader()
