@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import ConfigError
-from initnorm.keyrules import Int, KeyRule, Text
+from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
 from initnorm.nn.param import Table, in_block
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
@@ -57,6 +57,7 @@ RULES = {
     "base_depth": Int(1, null=True, fix=2),
     "blocks": Text(null=True, fix="transformer.h"),
     "attn_mult_attr": Text(null=True, fix="attn_mult"),
+    "check_init": Bool(fix=False, note="false: keep an init of your own that differs from the table (models/init_check.py)"),
     "roles": KeyRule("any", null=True, note="glob -> role"),
     "roles.**": KeyRule("any", note="a role name"),
     "*": KeyRule("any", note="passed to the constructor"),

@@ -31,6 +31,7 @@ from initnorm.callbacks.progress import GroupProgress
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
+from initnorm.models.init_check import check_built
 from initnorm.models.own import describe as describe_roles
 from initnorm.results import write_atomic, write_metrics
 from initnorm.tb import write_layout
@@ -156,6 +157,7 @@ def build_group(members: Sequence[Member], device: str | torch.device = "cpu") -
         data = task.make_data(c)
         data.setup("fit")
         built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
+        check_built(built, c, data)  # model=custom: an init that ignores the table, before it is stacked
         modules.append(task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"],
                                    warmup=c["warmup"], optim=c["optim"],
                                    schedule=c["schedule"], log_every=c["log_every"]))
