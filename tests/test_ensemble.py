@@ -152,6 +152,7 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
         assert worst < 1e-5, f"{family} member {v}: relative difference {worst:.2e}"
         assert together[i]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)
         assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == 50
+        assert (tmp_path / f"group{i}" / "roles.txt").is_file() == family.startswith("custom")  # as a job alone writes it
 
 
 def test_big_models_are_not_stacked_past_the_parameter_budget():
