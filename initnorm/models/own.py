@@ -209,9 +209,10 @@ def _scale_output(module, args, out):
 
 def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
     """The table's forward multipliers: a layer with a ``forward_mult`` slot gets it set, any other a hook
-    (the readout's input, another role's output) that reads its ``MULT`` attribute; the attention-score multiplier goes to every module
-    with the attribute ``model.attn_mult_attr`` names, and where none is named in a model with an attention
-    module (a class named ``...Attention``), is reported in one line, not applied."""
+    (the readout's input, another role's output) that reads its module's ``MULT`` attribute; the
+    attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names,
+    and where none is named in a model with an attention module (a class named ``...Attention``), is
+    reported in one line, not applied."""
     forward_roles = model.role_table.forward_roles
     for name, module in model.named_modules():
         role = forward_roles.get(name) or roles.get(f"{name}.weight")
