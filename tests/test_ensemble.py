@@ -1,5 +1,5 @@
 """Vectorised sweeps: the stacked optimiser step is torch.optim's, every member of a group trains as
-its job alone does (every family, µP members included), divergence and resume are per member, and
+its job alone does (every family and a model of one's own, µP members included), divergence and resume are per member, and
 ``hydra/launcher=vectorized`` writes the job folders and summary the other launchers write."""
 
 import json
@@ -16,6 +16,7 @@ from initnorm.training.group import Member, group_key, parameter_count, train_gr
 from initnorm.training.optim import schedule_factor
 from initnorm.training.vec_optim import VecOptimizer
 from tests.conftest import compose_cfg, run_cli
+from tests.test_own_model import GPT
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
 
@@ -116,6 +117,9 @@ FAMILIES = {
     "char_mlp": (["experiment=regularization", "width=64", "trainer.val_check_interval=25", "model.mup.base_width=32"],
                  [["seed=0", "regularizer=weight_decay_1.0"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
     "wide_mlp": (["experiment=mup_mlp_sweep"], [["seed=0", "lr=0.002"], ["seed=1", "lr=0.001", "warmup=10", "param=mup"]]),
+    # model=custom (examples/nanogpt.py): µP's readout x 1/2 by a hook and attention x 2^-1/2 by its own attribute, beside SP's 1
+    "custom_nanogpt": ([*GPT, "width=32", "model.base_width=16", "data.context=16", "batch_size=4", "log_every=1"],
+                       [["seed=1", "param=sp", "lr=0.01"], ["seed=2", "param=mup", "lr=0.02", "warmup=4"]]),
 }
 
 
@@ -148,6 +152,7 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
         assert worst < 1e-5, f"{family} member {v}: relative difference {worst:.2e}"
         assert together[i]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)
         assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == 50
+        assert (tmp_path / f"group{i}" / "roles.txt").is_file() == family.startswith("custom")  # as a job alone writes it
 
 
 def test_big_models_are_not_stacked_past_the_parameter_budget():
@@ -283,6 +288,34 @@ def test_a_family_that_branches_on_a_differing_multiplier_is_refused_before_trai
     assert caught.value.parts == [[0], [1]]  # the launcher would run the sp and the mup members apart
     # nothing written: the launcher runs them alone
     assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]
+
+
+class Branchy(torch.nn.Module):
+    """A model of one's own that ``vmap`` cannot run: Python control flow on a tensor's value."""
+
+    def __init__(self, vocab_size: int, width: int = 16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab_size, width)
+        self.hidden = torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, vocab_size)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        if h.abs().mean() > 0:  # under vmap one member's number, which a Python branch cannot take
+            h = torch.relu(self.hidden(h))
+        return self.head(h)
+
+
+def test_a_model_of_ones_own_torch_func_cannot_run_is_one_line_before_training(tmp_path):
+    from initnorm.training.group import build_group
+    from initnorm.training.vec_optim import NotStackable
+
+    base = ["model=custom", "model._target_=tests.test_ensemble.Branchy", "width=32", "data.context=16", "batch_size=4", *QUIET]
+    members = [Member(to_plain(compose_cfg(*base, f"param={p}")), tmp_path / p) for p in ("sp", "mup")]
+    with pytest.raises(NotStackable, match="Branchy's forward cannot run over stacked members") as caught:
+        build_group(members)[0].check_forward()
+    assert "\n" not in str(caught.value)
+    assert not [f for p in ("sp", "mup") for f in (tmp_path / p).rglob("events.out.tfevents*")]  # nothing written: each runs alone
 
 
 def test_the_default_callbacks_and_the_coordinate_check_stack():

@@ -32,6 +32,7 @@ from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
+from initnorm.models.init_check import check_built
 from initnorm.models.own import describe as describe_roles
 from initnorm.provenance import describe
 from initnorm.results import write_atomic, write_metrics
@@ -91,6 +92,7 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
     if hasattr(built.model, "role_table"):  # model=custom: the inferred roles and their multipliers, beside the run
         write_atomic(out_dir / "roles.txt", describe_roles(built.model, built.table))
+    check_built(built, c, data)  # model=custom: an init that ignores the table is one line, before training
     compiled = should_compile(c["compile"], c["steps"])
     if compiled:
         use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep

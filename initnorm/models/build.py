@@ -143,16 +143,12 @@ def apply_forward_multipliers(model: nn.Module, table: Table, roles: Mapping[str
             )
 
 
-def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param_cfg: Mapping[str, Any], vocab_size: int) -> Built:
-    """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
-    table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
+def init_filler(model: nn.Module, model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], table: Table,
+                roles: Mapping[str, Role]) -> Callable[[str, torch.Tensor], None]:
+    """``fill(name, w)``: ``w`` (parameter ``name``'s shape) filled as the table's rule for its role says: the scheme's
+    std times the table's init multiplier. ``build_model`` fills every parameter with it; the check of an init that
+    ignores the table (``models/init_check.py``) fills a scratch tensor with it to know what each parameter should be."""
     scheme = table.scheme or resolve(init_cfg)
-    family = MODELS.get(model_cfg["family"])
-    model = family.build(model_cfg, vocab_size)
-    roles = check_roles(model, table)
-    (family.forward or apply_forward_multipliers)(model, table, roles)
-    if table.layers is not None:
-        table.layers(model)
     # A table that scales depth (depth-µP, CompleteP) starts from the base model, in depth as in width: a
     # scheme that reads the depth (GPT-2's 1/sqrt(2L) on branch outputs) sees the base depth, and the
     # table's branch multiplier (L/L0)^-α carries the rest. Read at the target depth, the depth would be
@@ -162,11 +158,28 @@ def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param
     blocks = block_parameters(model)
     base = table.width_mult if table.init_from_base else None
     transposed = getattr(model, "TRANSPOSED", frozenset())  # weights stored (in, out): filled through their transpose
-    for name, p in model.named_parameters():
-        shape = tuple(p.shape)
+
+    def fill(name: str, p: torch.Tensor) -> None:
         with torch.no_grad():
             w = p.t() if name in transposed else p
         init_parameter(w, roles[name], ctx, scheme, table.rule(roles[name], name in blocks).init, base)
+
+    return fill
+
+
+def build_model(model_cfg: Mapping[str, Any], init_cfg: Mapping[str, Any], param_cfg: Mapping[str, Any], vocab_size: int) -> Built:
+    """Build, check roles, and initialise every parameter once: scheme std times the table's init multiplier."""
+    table = make_table(param_cfg, width=model_cfg["width"], depth=model_cfg["depth"])
+    family = MODELS.get(model_cfg["family"])
+    model = family.build(model_cfg, vocab_size)
+    roles = check_roles(model, table)
+    (family.forward or apply_forward_multipliers)(model, table, roles)
+    if table.layers is not None:
+        table.layers(model)
+    fill = init_filler(model, model_cfg, init_cfg, table, roles)
+    for name, p in model.named_parameters():
+        shape = tuple(p.shape)
+        fill(name, p)
         if tuple(p.shape) != shape:  # (``w.data = ...`` of another shape): the model would fail many lines later, far from the cause
             which = f"init.fn={init_cfg.get('fn')}" if init_cfg.get("name") == "custom" else f"init={init_cfg.get('name')}"
             raise ConfigError(f"{which} changed the shape of parameter {name} from {list(shape)} to {list(p.shape)}; an init scheme fills "

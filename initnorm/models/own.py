@@ -17,13 +17,13 @@ the engine reads of a family is added to the instance: ``parameter_roles()``, ``
 ``BLOCKS`` (``model.blocks``: the residual blocks' ModuleList, for the depth rules) and ``TRANSPOSED``
 (weights stored (in, out), initialised through their transpose). A parameterisation's forward
 multipliers go where the model has no slot for them by hooks (``apply_forward``): the readout's
-input x 1/m (microsoft/mup's ``MuReadout``), a residual branch's output x (L/L0)^-α.
+input x 1/m (microsoft/mup's ``MuReadout``), a residual branch's output x (L/L0)^-α; each hook reads
+its multiplier from an attribute of its module, which a vectorised group stacks per member.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import inspect
 import logging
 import types
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import ConfigError
-from initnorm.keyrules import Int, KeyRule, Text
+from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
 from initnorm.nn.param import Table, in_block
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
@@ -57,6 +57,7 @@ RULES = {
     "base_depth": Int(1, null=True, fix=2),
     "blocks": Text(null=True, fix="transformer.h"),
     "attn_mult_attr": Text(null=True, fix="attn_mult"),
+    "check_init": Bool(fix=False, note="false: keep an init of your own that differs from the table (models/init_check.py)"),
     "roles": KeyRule("any", null=True, note="glob -> role"),
     "roles.**": KeyRule("any", note="a role name"),
     "*": KeyRule("any", note="passed to the constructor"),
@@ -186,19 +187,32 @@ def build(m: Mapping[str, Any], n_out: int) -> nn.Module:
     return model
 
 
-def _scale_input(mult: float, module, args):
-    return (args[0] * mult, *args[1:])
+# The hooks read their multiplier from this attribute of their module, not from a number of their own:
+# in a vectorised group ``training/stacked.stack_scalars`` turns a float attribute that differs between the
+# members into a per-member buffer, which ``functional_call`` hands each member (as µP's attention scale).
+MULT = "initnorm_forward_mult"
 
 
-def _scale_output(mult: float, module, args, out):
-    return out * mult
+def _unit(mult) -> bool:
+    return isinstance(mult, float) and mult == 1.0  # a tensor (a group's member-wise multiplier) is always applied
+
+
+def _scale_input(module, args):
+    mult = getattr(module, MULT)
+    return None if _unit(mult) else (args[0] * mult, *args[1:])
+
+
+def _scale_output(module, args, out):
+    mult = getattr(module, MULT)
+    return None if _unit(mult) else out * mult
 
 
 def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
     """The table's forward multipliers: a layer with a ``forward_mult`` slot gets it set, any other a hook
-    (the readout's input, another role's output); the attention-score multiplier goes to every module
-    with the attribute ``model.attn_mult_attr`` names, and where none is named in a model with an attention
-    module (a class named ``...Attention``), is reported in one line, not applied."""
+    (the readout's input, another role's output) that reads its module's ``MULT`` attribute; the
+    attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names,
+    and where none is named in a model with an attention module (a class named ``...Attention``), is
+    reported in one line, not applied."""
     forward_roles = model.role_table.forward_roles
     for name, module in model.named_modules():
         role = forward_roles.get(name) or roles.get(f"{name}.weight")
@@ -207,10 +221,13 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
         mult = table.rule(role, in_block(model, name)).forward
         if hasattr(module, "forward_mult"):
             module.forward_mult, module.scale_input = mult, role in INPUT_SCALED_ROLES
-        elif mult != 1.0 and role in INPUT_SCALED_ROLES:
-            module.register_forward_pre_hook(functools.partial(_scale_input, mult))
-        elif mult != 1.0:
-            module.register_forward_hook(functools.partial(_scale_output, mult))
+            continue
+        # A hook on every module with a role, 1 or not: the members of a group share the first member's hooks.
+        setattr(module, MULT, float(mult))
+        if role in INPUT_SCALED_ROLES:
+            module.register_forward_pre_hook(_scale_input)
+        else:
+            module.register_forward_hook(_scale_output)
     scores = table.rule(Role.ATTN_SCORES).forward
     attr = model.attn_mult_attr
     if attr:

@@ -31,7 +31,9 @@ from initnorm.callbacks.progress import GroupProgress
 from initnorm.config import validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import MODELS, build_model
-from initnorm.results import write_metrics
+from initnorm.models.init_check import check_built
+from initnorm.models.own import describe as describe_roles
+from initnorm.results import write_atomic, write_metrics
 from initnorm.tb import write_layout
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
@@ -72,8 +74,6 @@ def why_alone(c: Mapping[str, Any]) -> str | None:
     """Why this job cannot be a member of a vectorised group (None: it can)."""
     if "dropout" in c["model"] and c["model"]["dropout"] > 0:  # only the window MLPs have dropout
         return "dropout draws its masks from the job's own random stream"
-    if c["model"]["family"] == "custom":  # models/own.py: its multipliers are hooks holding one member's numbers
-        return "a model of your own (model=custom) applies its forward multipliers by hooks, which hold one job's numbers"
     if c["optim"]["name"] not in KINDS:
         return f"optim={c['optim']['name']} has no vectorised step (only {', '.join(KINDS)})"
     return None
@@ -157,12 +157,15 @@ def build_group(members: Sequence[Member], device: str | torch.device = "cpu") -
         data = task.make_data(c)
         data.setup("fit")
         built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
+        check_built(built, c, data)  # model=custom: an init that ignores the table, before it is stacked
         modules.append(task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"],
                                    warmup=c["warmup"], optim=c["optim"],
                                    schedule=c["schedule"], log_every=c["log_every"]))
         datas.append(data)
-    for m in members:
+    for m, module in zip(members, modules):
         Path(m.out_dir).mkdir(parents=True, exist_ok=True)
+        if hasattr(module.model, "role_table"):  # model=custom: its inferred roles and multipliers, as a job alone writes them
+            write_atomic(Path(m.out_dir) / "roles.txt", describe_roles(module.model, module.table))
     logs = [_member_log(Path(m.out_dir), i) for i, m in enumerate(members)]
     module = StackedModule(cs, datas, modules, [m.out_dir for m in members], logs, device,
                            compiled=should_compile(cs[0]["compile"], cs[0]["steps"], len(cs)))  # auto: from GROUP_FROM member-steps on

@@ -7,8 +7,9 @@ and runs it under the same ``Trainer`` and callbacks as a job alone):
   into one flat tensor; one definition of each family serves all: ``torch.func.functional_call``
   runs the family's own module with a member's parameters and ``torch.func.vmap`` maps it over the
   members. Float attributes that differ between members (µP's logit multiplier, the attention
-  scale, any forward multiplier a new parameterisation adds) become per-member buffers of the
-  module, found by comparing the members' modules, so new multipliers need no code here;
+  scale, any forward multiplier a new parameterisation adds, model=custom's hook multipliers)
+  become per-member buffers of the module, found by comparing the members' modules, so new
+  multipliers need no code here;
 - the loss is the task's own (``Trainable.loss``); the step is ``vec_optim.VecOptimizer`` with the
   numbers of each member's own torch optimiser, behind a ``torch.optim.Optimizer`` so that
   Lightning's hooks (``on_before_optimizer_step``) run as for a job alone;
@@ -44,15 +45,20 @@ from initnorm.training.validation import at_start, missing_at, validate_now
 from initnorm.training.vec_optim import NotStackable, VecOptimizer
 
 
+def _plain_attributes(mod: torch.nn.Module) -> list[tuple[str, Any]]:
+    """A module's own attributes that may differ between members: not private, not a tensor or submodule, and
+    not a method bound to the module itself (``model=custom`` adds ``parameter_roles`` so: code, not a number)."""
+    return [(k, v) for k, v in vars(mod).items()
+            if not k.startswith("_") and not isinstance(v, (torch.Tensor, torch.nn.Module)) and getattr(v, "__self__", None) is not mod]
+
+
 def stack_scalars(base: torch.nn.Module, models: Sequence[torch.nn.Module]) -> dict[str, torch.Tensor]:
     """Float attributes that differ between the members' modules become per-member buffers of ``base``
     (so ``functional_call`` can give each member its own); any other difference cannot be stacked."""
     stacked: dict[str, torch.Tensor] = {}
     named = [dict(m.named_modules()) for m in models]
     for name, mod in base.named_modules():
-        for k, v in list(vars(mod).items()):
-            if k.startswith("_") or isinstance(v, (torch.Tensor, torch.nn.Module)):
-                continue
+        for k, _ in _plain_attributes(mod):
             values = [getattr(n[name], k) for n in named]
             if all(x == values[0] for x in values):
                 continue
@@ -69,9 +75,7 @@ def partition_by_attributes(models: Sequence[torch.nn.Module]) -> list[list[int]
     named = [dict(m.named_modules()) for m in models]
     differing = []
     for name, mod in models[0].named_modules():
-        for k, v in vars(mod).items():
-            if k.startswith("_") or isinstance(v, (torch.Tensor, torch.nn.Module)):
-                continue
+        for k, _ in _plain_attributes(mod):
             values = [repr(getattr(n[name], k, None)) for n in named]
             if len(set(values)) > 1:
                 differing.append(values)
