@@ -310,17 +310,17 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
 def share_base_depth(cells: dict) -> None:
     """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
     (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
-    one run may serve them all. The tables' declared kinds say which is which."""
-    kinds = {setting: PARAMS.about(setting[0][1],
-                                   strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
-    width_only = [cells[s] for s, k in kinds.items() if k == "width"]
+    one run may serve them all. The tables' declared kinds say which is which; a table with no base
+    depth (``About.absolute``: u-µP) is not µP at any depth and keeps only its own runs."""
+    abouts = {setting: PARAMS.about(setting[0][1], strict=False) for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
+    width_only = [cells[s] for s, a in abouts.items() if a.kind == "width"]
     if len(width_only) != 1:
         return
     source = width_only[0]
     base = min(source)
-    for setting, kind in kinds.items():
+    for setting, about in abouts.items():
         by_size = cells[setting]
-        if stable_across(kind, "depth") and base < min(by_size):
+        if stable_across(about.kind, "depth") and not about.absolute and base < min(by_size):
             by_size[base] = source[base]
 
 
