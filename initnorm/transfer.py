@@ -343,6 +343,13 @@ def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
     return ", ".join(PARAMS.display(v) if k in PARAM_KEYS else f"{k}={v}" for k, v in setting)
 
 
+def base_word(setting: tuple[tuple[str, str], ...]) -> str:
+    """What the smallest size is to a setting: its table's ``base``, or the ``reference`` of a table
+    with no base size (``About.absolute``: u-µP), which the sweep's smallest size only stands for."""
+    absolute = any(PARAMS.about(v, strict=False).absolute for k, v in setting if k in PARAM_KEYS)
+    return "reference" if absolute else "base"
+
+
 def _g(x: float, digits: int = 2) -> str:
     if math.isnan(x):
         return "—"
@@ -493,7 +500,8 @@ def _cells(r: Row) -> list[str]:
     opt = f"{'≤ ' if r.edge == 'lowest' else '≥ ' if r.edge == 'highest' else ''}{r.optimum.value:.2f}" if _finite(r.optimum.value) else "—"
     opt_int = _interval(r.optimum) if _has_interval(r.optimum) and not r.edge else none
     if r.base:
-        return [opt, opt_int, "0 (base)", "—", "0 (base)", "—"]
+        zero = f"0 ({base_word(r.setting)})"
+        return [opt, opt_int, zero, "—", zero, "—"]
     mark = {"-": "≤ ", "+": "≥ ", "?": "? "}.get(r.bound, "")
     shift_int = _interval(r.shift) if _has_interval(r.shift) and not r.bound else none
     measured = _has_interval(r.penalty) and not r.edge
