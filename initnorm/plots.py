@@ -286,6 +286,18 @@ def panel_title(param: str, axis: str) -> str:
     return f"{PARAMS.display(param)}: {what}" if what else plain(f"param={param}")
 
 
+def lr_axis_label(param: str, axis: str, smallest: int) -> str:
+    """A panel's lr axis, by the parameterisation's declared kind: a baseline's rate is just the rate
+    (SP), a table relative to a base size is read at that base (µP: the base width), and a table
+    with no base size (``About.absolute``: u-µP's fan-in rules) is compared from the sweep's smallest size."""
+    about = PARAMS.about(param, strict=False)
+    if about.kind == "neither":
+        return "peak learning rate"
+    if about.absolute:
+        return f"peak learning rate (no base {axis}; reference: {axis} {smallest}, the smallest)"
+    return f"peak learning rate (at the base {axis})"
+
+
 def _lr_transfer(records: list[Record], axis: str) -> Plot:
     metric = transfer.metric_of(records)
     found, cells = transfer.cells_from_records(records, axis=axis, metric=metric)
@@ -333,9 +345,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         base = rows.get((setting, sizes[0]))
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
-        base_lr = "peak learning rate (at the base width)" if axis == "width" else "peak learning rate (at the base depth)"
-        scaled = PARAMS.about(name, strict=False).kind != "neither"  # a baseline's rate is not relative to a base size
-        ax.set(xscale="log", xlabel=base_lr if scaled else "peak learning rate", title=panel_title(name, axis))
+        ax.set(xscale="log", xlabel=lr_axis_label(name, axis, min(by_size)), title=panel_title(name, axis))
         shown = grid[::2] if len(grid) > 5 else grid
         ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" if powers else _rate(x, powers) for x in shown])
         ax.minorticks_off()

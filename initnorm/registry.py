@@ -28,11 +28,14 @@ class About:
     (``µP``); ``kind``: what it is, in the registry's own words (a parameterisation: ``neither``,
     ``width`` or ``width+depth``, the axes its coordinates are expected to be stable across; a model
     family: the ``data.kind`` it trains on); ``rules``: the keys of its config group it reads
-    (``{"readout": Choice(("logits", "zero"))}`` for ``param.readout``), as ``initnorm.keyrules``."""
+    (``{"readout": Choice(("logits", "zero"))}`` for ``param.readout``), as ``initnorm.keyrules``;
+    ``absolute``: a parameterisation whose rules hold in each parameter's own shape, with no base
+    width or depth (u-µP), so the reports measure it from a sweep's smallest size, not from a base."""
 
     display: str = ""
     kind: str = ""
     rules: Mapping[str, Any] = field(default_factory=dict)
+    absolute: bool = False
 
 
 def is_dotted(name: Any) -> bool:

@@ -336,17 +336,17 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
 def share_base_depth(cells: dict) -> None:
     """A width-stable table's runs at the smallest depth (µP's) stand for the depth-stable ones'
     (depth-µP's, CompleteP's) where those lack it: at the base depth they are the same table, so
-    one run may serve them all. The tables' declared kinds say which is which."""
-    kinds = {setting: PARAMS.about(setting[0][1],
-                                   strict=False).kind for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
-    width_only = [cells[s] for s, k in kinds.items() if k == "width"]
+    one run may serve them all. The tables' declared kinds say which is which; a table with no base
+    depth (``About.absolute``: u-µP) is not µP at any depth and keeps only its own runs."""
+    abouts = {setting: PARAMS.about(setting[0][1], strict=False) for setting in cells if len(setting) == 1 and setting[0][0] in PARAM_KEYS}
+    width_only = [cells[s] for s, a in abouts.items() if a.kind == "width"]
     if len(width_only) != 1:
         return
     source = width_only[0]
     base = min(source)
-    for setting, kind in kinds.items():
+    for setting, about in abouts.items():
         by_size = cells[setting]
-        if stable_across(kind, "depth") and base < min(by_size):
+        if stable_across(about.kind, "depth") and not about.absolute and base < min(by_size):
             by_size[base] = source[base]
 
 
@@ -367,6 +367,13 @@ def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
     if not setting:
         return "all"
     return ", ".join(PARAMS.display(v) if k in PARAM_KEYS else f"{k}={v}" for k, v in setting)
+
+
+def base_word(setting: tuple[tuple[str, str], ...]) -> str:
+    """What the smallest size is to a setting: its table's ``base``, or the ``reference`` of a table
+    with no base size (``About.absolute``: u-µP), which the sweep's smallest size only stands for."""
+    absolute = any(PARAMS.about(v, strict=False).absolute for k, v in setting if k in PARAM_KEYS)
+    return "reference" if absolute else "base"
 
 
 def _g(x: float, digits: int = 2) -> str:
@@ -519,7 +526,8 @@ def _cells(r: Row) -> list[str]:
     opt = f"{'≤ ' if r.edge == 'lowest' else '≥ ' if r.edge == 'highest' else ''}{r.optimum.value:.2f}" if _finite(r.optimum.value) else "—"
     opt_int = _interval(r.optimum) if _has_interval(r.optimum) and not r.edge else none
     if r.base:
-        return [opt, opt_int, "0 (base)", "—", "0 (base)", "—"]
+        zero = f"0 ({base_word(r.setting)})"
+        return [opt, opt_int, zero, "—", zero, "—"]
     mark = {"-": "≤ ", "+": "≥ ", "?": "? "}.get(r.bound, "")
     shift_int = _interval(r.shift) if _has_interval(r.shift) and not r.bound else none
     measured = _has_interval(r.penalty) and not r.edge

@@ -1,6 +1,8 @@
 """The summary figures: one per sweep where it tells more than the table, in plain words, PNG and SVG."""
 
-from initnorm.plots import PLOTS, plain, setup_title
+from initnorm.nn.param import PARAMS
+from initnorm.plots import PLOTS, lr_axis_label, plain, setup_title
+from initnorm.registry import About
 
 
 def record(norm, warmup, seed, curve, **extra):
@@ -51,3 +53,17 @@ def test_lr_transfer_labels_rates_that_are_not_powers_of_two_as_they_are():
     assert set(plot.files) == {"lr_transfer.png", "lr_transfer.svg"}
     assert "loss at each lr, 0.01 ... 0.1" in plot.markdown and "2^-7" not in plot.markdown
     assert "| sp | 16 | 0.01 | -6.64 | 2.025 ± 0.007 |" in plot.markdown  # one mean ± sd format; log2 as it is
+
+
+def test_the_lr_axis_names_the_reference_of_a_table_without_a_base_size(monkeypatch):
+    recs = [{"status": "finished", "seed": seed, "swept": ["param", "width", "lr", "seed"], "summary_metrics": ["final_val_loss"],
+             "overrides": {"param": param, "width": str(width), "lr": str(2.0**x), "seed": str(seed)},
+             "final_val_loss": 2 + (x + 2) ** 2 / 10 + seed / 100}
+            for param in ("mup", "umup") for width in (16, 64) for x in (-4, -3, -2, -1, 0) for seed in (1, 2)]
+    svg = PLOTS.get("lr_transfer")(recs).files["lr_transfer.svg"].decode()
+    assert svg.count("(at the base width)") == 1  # µP's panel; u-µP's rules have no base width
+    assert "peak learning rate (no base width; reference: width 16, the smallest)" in svg
+    # read from the table's declaration (About.absolute), not from its name
+    monkeypatch.setitem(PARAMS._about, "mup", About("µP", "width", absolute=True))
+    assert lr_axis_label("mup", "depth", 2) == "peak learning rate (no base depth; reference: depth 2, the smallest)"
+    assert lr_axis_label("sp", "width", 16) == "peak learning rate"

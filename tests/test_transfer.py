@@ -145,6 +145,21 @@ def test_the_verdict_reads_the_shift_and_the_penalty_together():
     assert tr.verdict_class("within", "within") == "transfers" and tr.verdict_class("past", "unknown") == "undetermined"
 
 
+def test_at_the_base_depth_mups_runs_serve_completep_but_not_umup():
+    # CompleteP at its base depth is µP exactly (tests/test_param_depth.py); u-µP has no base depth (About.absolute).
+    cells = {(("param", p),): {8: parabola_seeds(-5.0, n_seeds=2)} for p in ("mup", "completep", "umup")}
+    cells[(("param", "mup"),)][2] = parabola_seeds(-5.0, n_seeds=2)
+    tr.share_base_depth(cells)
+    assert sorted(cells[(("param", "completep"),)]) == [2, 8] and sorted(cells[(("param", "umup"),)]) == [8]
+
+
+def test_the_report_calls_the_smallest_size_of_a_table_without_a_base_size_its_reference():
+    cells = {(("param", p),): {16: parabola_seeds(-5.0, n_seeds=2), 64: parabola_seeds(-5.0, n_seeds=2)} for p in ("mup", "umup")}
+    lines = tr.render_markdown(tr.transfer_rows(cells, n_boot=20)).splitlines()
+    assert [line.count("| 0 (base) |") for line in lines if line.startswith("| µP | 16 |")] == [2]
+    assert [line.count("| 0 (reference) |") for line in lines if line.startswith("| u-µP | 16 |")] == [2]
+
+
 def test_one_seed_says_it_has_no_interval_and_prints_none():
     cells = {(("param", "mup"),): {64: parabola_seeds(-7.0, sd=0.0, n_seeds=1), 1024: parabola_seeds(-6.47, a=0.02, sd=0.0, n_seeds=1)}}
     rows = tr.transfer_rows(cells, n_boot=50)

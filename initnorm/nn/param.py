@@ -227,7 +227,7 @@ UMUP_RULES = {
 }
 
 
-@PARAMS.register("umup", About("u-µP", "width+depth", UMUP_RULES))
+@PARAMS.register("umup", About("u-µP", "width+depth", UMUP_RULES, absolute=True))  # fan-in rules: no base size
 def umup(width: int, base_width: int, depth: int | None = None, residual_mult: float = 1.0,
          residual_attn_ratio: float = 1.0, attn_mult: float = 1.0, optimizer: str = "adamw", **_) -> Table:
     """u-µP (Blake et al. 2024; graphcore-research/unit-scaling 0.3): unit init, each matrix's output x
