@@ -1,6 +1,7 @@
 import json
 import math
 
+from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -55,3 +56,23 @@ def test_multirun_writes_summary_rows(tmp_path):
     assert (sweep / "val_curves.png").is_file() and (sweep / "val_curves.svg").is_file()
     for noise in ("GPU available", "TPU available", "Tip:", "Warning", "warn", "Trainer.fit", "LeafSpec"):
         assert noise not in out, noise
+
+
+BAR_AT_END: dict[str, float] = {}
+
+
+class BarAtEnd(Callback):
+    """Keeps what the progress bar shows when the fit ends."""
+
+    def on_train_end(self, trainer, pl_module):
+        BAR_AT_END.update({k: float(v) for k, v in trainer.progress_bar_metrics.items()})
+
+
+def test_the_progress_bar_ends_on_the_final_validation_loss(tmp_path):
+    """The bar's last val_loss is the run's final one, not step 0's (validated outside Lightning's loop)."""
+    m = train(compose_cfg("steps=20", "trainer.val_check_interval=10", "checkpoint.every_n_steps=0", "trainer.enable_progress_bar=false",
+                          "callbacks=none", "+callbacks.bar._target_=tests.test_train.BarAtEnd"), tmp_path)
+    import importlib
+
+    shown = importlib.import_module("tests.test_train").BAR_AT_END["val_loss"]  # the module Hydra made the callback from
+    assert math.isclose(shown, m["final_val_loss"], rel_tol=1e-6) and not math.isclose(shown, m["val_history"][0][1], rel_tol=1e-3)

@@ -104,7 +104,8 @@ class Trainable(L.LightningModule):
             return
         self.val_history.append((self.global_step, value))
         self.write_scalar(VAL_LOSS, value, self.global_step)
-        self.log("val_loss", value, prog_bar=True, logger=False)
+        if self.trainer.validating:  # Lightning's own loop: step 0 (validate_now, in a training hook) would stay in the bar to the end
+            self.log("val_loss", value, prog_bar=True, logger=False)
 
     def configure_optimizers(self):
         opt = make_optimizer(self.model, self.roles, self.table, self.lr, self.optim_cfg)
