@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from initnorm.errors import ConfigError
+from initnorm.results import write_atomic
 
 # The module each tracker needs, and the extra that installs it (pyproject.toml).
 EXTRAS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
@@ -85,8 +86,7 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
         if n["_target_"] in RESUMABLE:
             ids[name] = logger.run_id if hasattr(logger, "run_id") else logger.experiment.id
     if ids and ids != prior:
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
-        ids_file.write_text(json.dumps(ids) + "\n")
+        write_atomic(ids_file, json.dumps(ids) + "\n")  # a kill mid-write must not leave the resume a broken file
     return out
 
 
