@@ -1,4 +1,4 @@
-"""The composed config as plain values, and its check.
+"""The composed config as plain values, its check, and which of its keys make the experiment.
 
 The rules themselves live in ``initnorm.schema`` (one table for every key, the relations between
 keys, each model family's own check next to its registry entry); ``validate`` is its entry point
@@ -7,6 +7,7 @@ for code that holds a resolved config.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,3 +25,22 @@ def to_plain(cfg) -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+# Keys that change how a run is watched or where it runs, not the experiment: a rerun may change them.
+IGNORED = (
+    "callbacks", "logger", "checkpoint", "summary", "threads", "log_every",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
+)
+
+
+def comparable(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config without the ``IGNORED`` keys, as JSON values: what must match for a folder to be reused."""
+    out = json.loads(json.dumps(c, default=str))
+    for dotted in IGNORED:
+        node, *rest = dotted.split(".")
+        if not rest:
+            out.pop(node, None)
+        elif isinstance(out.get(node), dict):
+            out[node].pop(rest[0], None)
+    return out

@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import subprocess
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,8 @@ def machine() -> dict[str, Any]:
 
 def describe() -> dict[str, Any]:
     """The versions and the machine (``machine``) behind a result."""
-    import lightning
     import torch
 
+    # Lightning's version from its installed metadata: a job that failed before training never imported it.
     return {"initnorm": __version__, "git": git_revision(), "torch": torch.__version__,
-            "lightning": lightning.__version__, "machine": machine()}
+            "lightning": metadata.version("lightning"), "machine": machine()}

@@ -20,7 +20,8 @@ from initnorm.cli import disk, preflight
 from initnorm.cli.preflight import check_command_line
 from initnorm.errors import ConfigError
 from initnorm.summary import summarize
-from initnorm.training.resume import Checkpoint, inspect_folder
+from initnorm.training.checkpoints import Checkpoint
+from initnorm.training.resume import inspect_folder
 from tests.conftest import TINY, run_cli
 
 

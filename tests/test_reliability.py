@@ -17,7 +17,7 @@ from initnorm.cli.train import train
 from initnorm.errors import ConfigError
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
-from initnorm.training.resume import Checkpoint
+from initnorm.training.checkpoints import Checkpoint
 from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
 
 

@@ -4,7 +4,9 @@ nor the vectorised launcher composes again the jobs the preflight composed (init
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import initialize_config_dir
@@ -187,3 +189,24 @@ def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserve
     assert not left, f"processes of the killed sweep still running: {left}"
     logs = [p.read_text() for p in sweep.rglob("train.log")]
     assert len(logs) == 4 and all("the sweep's process is gone" in t for t in logs)
+
+
+def test_help_and_a_bad_value_never_import_lightning(tmp_path):
+    """Lightning (with torchmetrics) is most of a command's start: ``--help``, a bad value and the commands that only read
+    finished folders answer without it (cli/job.py, training/checkpoints.py and the instruments' callbacks load it)."""
+    code = (
+        "import sys\n"
+        "from initnorm.train import main\n"
+        "for argv in (['--help'], ['steps=abc'], ['data.kind=nope']):\n"
+        "    sys.argv = ['initnorm-train', *argv]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        print('exit', exc.code)\n"
+        "import initnorm.cli.summarize, initnorm.cli.diagnose, initnorm.cli.coord_check, initnorm.cli.roles, initnorm.cli.probe\n"
+        "print('lightning' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-4:] == ["exit 0", "exit 2", "exit 2", "False"], proc.stdout[-2000:]

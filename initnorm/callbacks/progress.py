@@ -17,19 +17,7 @@ from pathlib import Path
 import lightning as L
 
 from initnorm.callbacks.members import members_of
-from initnorm.results import write_atomic
-
-PROGRESS_FILE = ".progress"
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``3m05s``, ``1h02m``."""
-    s = round(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+from initnorm.results import PROGRESS_FILE, duration, write_atomic
 
 
 class GroupProgress(L.Callback):

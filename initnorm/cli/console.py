@@ -17,8 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from initnorm.callbacks.progress import PROGRESS_FILE, duration
-from initnorm.results import NotARecord, fmt, read_small_file
+from initnorm.results import PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
 TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)

@@ -4,7 +4,7 @@ SIGTERM, 130 for SIGINT) and the last line is the command that resumes.
 
 ``python -m initnorm.train`` runs Hydra inside ``honoured(argv)``; each job calls ``job_started()``
 first (a signal between two jobs stops before the next one) and the training loop stops through
-``initnorm.training.signals.CheckpointOnSignal``. The mechanism itself (what a handler records,
+``initnorm.training.checkpoints.CheckpointOnSignal``. The mechanism itself (what a handler records,
 which signals, ``Interrupted``) is in ``initnorm/training/signals.py``; a cluster's own stop
 signal (SLURM's preemption warning) is added with ``honoured(argv, extra=[signal.SIGUSR2])``.
 """
@@ -97,12 +97,20 @@ def signal_name(signum: int) -> str:
 def honoured(argv: list[str], extra: Iterable[int] = (), resume: str | None = None):
     """Run a command's jobs so that a stop signal ends it as the module docstring says (``SystemExit``);
     ``resume`` is the last line where no Hydra job names the folder (``coord_check --out``)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
     signals.install(extra)
     try:
         yield
     except signals.Interrupted as stop:
         sys.exit(report(stop, argv, resume))
-    except SIGTERMException:  # Lightning's own handler, in the instant before ours is back in place
+    except SystemExit as exc:
+        if not lightnings_sigterm(exc):
+            raise
+        # Lightning's own handler, in the instant before ours is back in place
         sys.exit(report(signals.Interrupted(signals.requested() or 15), argv, resume))
+
+
+def lightnings_sigterm(exc: BaseException) -> bool:
+    """Whether ``exc`` is Lightning's ``SIGTERMException`` (a ``SystemExit``), looked up only where Lightning is
+    imported already: a command that trained nothing (``--help``, a bad value) never waits for its import."""
+    module = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return module is not None and isinstance(exc, module.SIGTERMException)

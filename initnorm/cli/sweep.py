@@ -16,10 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from initnorm.cli import console, lock
 from initnorm.cli.disk import disk_error
+from initnorm.config import IGNORED
 from initnorm.errors import ConfigError
 from initnorm.results import read_metrics
 from initnorm.summary import summarize
-from initnorm.training.resume import IGNORED
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def job_dir(task_overrides, seed) -> str:
 
 def what_sets_apart(overrides) -> list[str]:
     """The overridden keys that change the experiment: not ``hydra.*``, not how a run is watched or
-    where it runs (``trainer.enable_progress_bar``, ``threads`` ...: training.resume.IGNORED)."""
+    where it runs (``trainer.enable_progress_bar``, ``threads`` ...: config.IGNORED)."""
     keys = [str(o).partition("=")[0].lstrip("+~") for o in overrides]
     return [k for k in keys if not k.startswith("hydra.") and k not in IGNORED and k.split(".")[0] not in IGNORED]
 

@@ -188,7 +188,7 @@ Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``si
 def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state,
              env: dict[str, str] | None = None) -> tuple[list[JobReturn], Stop | None]:
     """One unit of work, in this process or a worker: a job alone, or a group as one stacked model; and
-    whether a stop signal ended it (its checkpoints taken: ``signals.CheckpointOnSignal``) or kept it from starting.
+    whether a stop signal ended it (its checkpoints taken: ``checkpoints.CheckpointOnSignal``) or kept it from starting.
     ``env``: what the launching process set in its environment after this worker started."""
     os.environ.update(env or {})
     console.quiet()  # a worker has not the parent's filters: no accelerator banners or tips from each group's Trainer
@@ -217,7 +217,8 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
                         job_subdir_key="hydra.sweep.subdir")]
 
     from initnorm import schema
-    from initnorm.cli.train import as_member, job_overrides, launch_folder, run_label
+    from initnorm.cli.job import as_member
+    from initnorm.cli.jobinfo import job_overrides, launch_folder, run_label
 
     members, rets, labels, nodes = [], [], [], []
     for job in unit:

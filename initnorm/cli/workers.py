@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 # started): console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, training.signals.STOP_ENV.
 SHARED_ENV = ("INITNORM_SWEEP_TOTAL", "INITNORM_SWEEP_START", "INITNORM_SWEPT_KEYS", "INITNORM_STOP_SIGNALS")
 DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
-# What a worker imports before its first unit: the task function's module (torch, Lightning, the library).
-WORKER_MODULES = ("initnorm.cli.train",)
+# What a worker imports before its first unit: the task function's module and the job's (torch, Lightning, the library).
+WORKER_MODULES = ("initnorm.cli.train", "initnorm.cli.job")
 # The launching process's pid, handed to each unit: a worker tells from it that it is a worker.
 LAUNCHER_PID_ENV = "INITNORM_LAUNCHER_PID"
 # Set to 0 for loky's own start method (every worker imports for itself), as on other platforms.

@@ -36,10 +36,10 @@ from initnorm.models.own import describe as describe_roles
 from initnorm.results import write_atomic, write_metrics
 from initnorm.tb import write_layout
 from initnorm.training import trackers
+from initnorm.training.checkpoints import CheckpointOnSignal, MemberCheckpoints
 from initnorm.training.compiling import should_compile
 from initnorm.training.record import hp_metrics, job_metrics, status_line
-from initnorm.training.resume import MemberCheckpoints, inspect_folder, load_checkpoint, read_vec_checkpoint
-from initnorm.training.signals import CheckpointOnSignal
+from initnorm.training.resume import inspect_folder, load_checkpoint, read_vec_checkpoint
 from initnorm.training.stacked import StackedData, StackedModule
 from initnorm.training.tasks import TASKS
 from initnorm.training.validation import validation_interval
@@ -158,7 +158,7 @@ def build_group(members: Sequence[Member], device: str | torch.device = "cpu") -
         data.setup("fit")
         built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
         check_built(built, c, data)  # model=custom: an init that ignores the table, before it is stacked
-        modules.append(task.module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"],
+        modules.append(task.make_module(built.model, built.roles, built.table, lr=c["lr"], steps=c["steps"],
                                    warmup=c["warmup"], optim=c["optim"],
                                    schedule=c["schedule"], log_every=c["log_every"]))
         datas.append(data)

@@ -1,6 +1,6 @@
 """A job's record, written in one place whichever engine path trained it: ``metrics.json`` and the HPARAMS entry.
 
-A job alone (``cli/train.py``) and each member of a stacked group (``training/group.py``) hand
+A job alone (``cli/job.py``) and each member of a stacked group (``training/group.py``) hand
 the same facts to ``job_metrics``, so ``metrics.json`` has the same keys under every launcher (a
 member adds ``vectorized``: its group's size, its place and the group's own step time).
 """
@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from initnorm.config import comparable
 from initnorm.provenance import describe
-from initnorm.training.resume import comparable
 
 
 def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int | None, steps: int, resumed: int,

@@ -2,7 +2,7 @@
 
 SIGTERM (``kill``, ``scancel``, ``docker stop``, a CI timeout) and SIGINT (Ctrl-C) do not kill
 the process here. A handler only records that a stop was asked for (``requested()``); the
-training loop acts on it at the next step boundary, where ``CheckpointOnSignal`` writes the
+training loop acts on it at the next step boundary, where ``checkpoints.CheckpointOnSignal`` writes the
 job's checkpoint (the same consistent point a periodic one uses, so the rerun resumes bit for
 bit) and raises ``Interrupted``. Code between jobs asks ``raise_if_requested()``. A second
 Ctrl-C while the first is honoured stops at once (``KeyboardInterrupt``).
@@ -22,8 +22,6 @@ import threading
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
-
-import lightning as L
 
 STOP_ENV = "INITNORM_STOP_SIGNALS"
 DEFAULT = (signal.SIGTERM, signal.SIGINT)
@@ -122,26 +120,16 @@ def last_saved() -> dict[str, Any]:
     return dict(_where)
 
 
-class CheckpointOnSignal(L.Callback):
-    """At the first step boundary after a stop signal: write the job's checkpoint, then raise ``Interrupted``.
+def record_again() -> None:
+    """Put the recording handler back: Lightning sets its own SIGTERM handler when ``fit`` starts (one that
+    stops after the batch, without a checkpoint). Only the main thread may set handlers."""
+    if threading.current_thread() is threading.main_thread():
+        for s in stop_signals():
+            signal.signal(s, _record)
 
-    ``save(trainer)`` writes the checkpoint of the job in ``folder`` (``resume.Checkpoint.save``). Put this callback
-    after the one that restores RNG states on resume, so a stop on the first resumed step saves the
-    restored state. Lightning sets its own SIGTERM handler when ``fit`` starts (one that stops after
-    the batch, without a checkpoint); ``on_train_start`` puts the recording handler back.
-    """
 
-    def __init__(self, save, folder):
-        self.save, self.folder = save, str(folder)
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for s in stop_signals():
-                signal.signal(s, _record)
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if _requested is None:
-            return
-        self.save(trainer)
-        _where.update(folder=self.folder, step=int(trainer.global_step))
-        raise Interrupted(_requested, _where["folder"], _where["step"])
+def stopped_at(folder: str, step: int) -> Interrupted:
+    """The job in progress saved its checkpoint in ``folder`` at ``step`` on the stop signal: remembered for the
+    resume line (``last_saved``); returns the ``Interrupted`` that ends the job."""
+    _where.update(folder=str(folder), step=int(step))
+    return Interrupted(_requested, _where["folder"], _where["step"])

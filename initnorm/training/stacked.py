@@ -37,10 +37,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from initnorm.callbacks.probes import Points, capture, probe_points
 from initnorm.tb import LEARNING_RATE, TRAIN_LOSS, VAL_LOSS
+from initnorm.training.checkpoints import resume_loop_at
 from initnorm.training.classifier import EVAL_LABELS, correct
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import schedule_factor
-from initnorm.training.resume import resume_loop_at
 from initnorm.training.validation import at_start, missing_at, validate_now
 from initnorm.training.vec_optim import NotStackable, VecOptimizer
 
@@ -390,7 +390,7 @@ class StackedModule(L.LightningModule):
     # ------------------------------------------------------------------ one member read out
 
     def member_state(self, e: int) -> dict[str, Any]:
-        """What member ``e``'s checkpoint holds beside the step and config (``resume.save_member``)."""
+        """What member ``e``'s checkpoint holds beside the step and config (``checkpoints.MemberCheckpoints.save``)."""
         return {"params": self.vec.member_values(self.flat, e).cpu(), "optim": self.vec.member_state(e),
                 "train_losses": list(self.train_losses[e]),
                 "evals": {k: list(v) for k, v in self.evals[e].items()}, "val_history": list(self.val_history[e]),

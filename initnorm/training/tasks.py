@@ -1,58 +1,85 @@
 """Tasks by name (``data.kind``): how to make the data module and which LightningModule trains on it.
 
 A task pairs a data module factory ``make(config) -> LightningDataModule`` with a LightningModule
-class; ``train.py`` looks both up here, so a new family adds an entry instead of an if-chain.
+class; a job looks both up here, so a new family adds an entry instead of an if-chain.
+
+The schema reads this registry to check ``data.kind`` before anything trains, so the entries here name
+their data modules and LightningModules without importing them (Lightning's import is most of a
+command's start): each factory imports its module when it runs, and a LightningModule may be given as
+its ``module:Class`` path. A task of one's own (``data.kind=mypkg.tasks:my_task``) may hold the class itself.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-
-from initnorm.data import own
-from initnorm.data.clusters import Clusters
-from initnorm.data.modules import CharLM
-from initnorm.data.windows import CharWindows
 from initnorm.keyrules import KeyRule
-from initnorm.registry import About, Registry
-from initnorm.training.classifier import Classifier
-from initnorm.training.module import LanguageModel, Trainable
+from initnorm.registry import About, Registry, split_dotted
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from initnorm.training.module import Trainable
 
 
 @dataclass(frozen=True)
 class Task:
     make_data: Callable[[dict[str, Any]], L.LightningDataModule]
-    module: type[Trainable]
+    module: type[Trainable] | str  # the LightningModule class, or its ``package.module:Class`` path
+
+    def make_module(self, *args: Any, **kwargs: Any) -> Trainable:
+        """The LightningModule that trains a built model on this task's data (its class imported here if named by path)."""
+        cls = self.module
+        if isinstance(cls, str):
+            module_name, attr = split_dotted(cls)
+            cls = getattr(importlib.import_module(module_name), attr)
+        return cls(*args, **kwargs)
 
 
 TASKS: Registry[Task] = Registry("task", "data.kind", path_key="data.kind",
                                  expects=(lambda e: isinstance(e, Task), "Task", "mypkg.tasks:my_task"))
 
 
-def _char_lm(c: dict[str, Any]) -> CharLM:
+LANGUAGE_MODEL = "initnorm.training.module:LanguageModel"
+CLASSIFIER = "initnorm.training.classifier:Classifier"
+
+
+def _char_lm(c: dict[str, Any]):
+    from initnorm.data.modules import CharLM
+
     d = c["data"]
     return CharLM(d["name"], d["context"], c["batch_size"], c["seed"], d["path"], d["val_batch_size"])
 
 
-TASKS.register("char_lm")(Task(_char_lm, LanguageModel))
+TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL))
 
 
-def _clusters(c: dict[str, Any]) -> Clusters:
+def _clusters(c: dict[str, Any]):
+    from initnorm.data.clusters import Clusters
+
     d = c["data"]
     return Clusters(d["n_clusters"], d["dim"], d["n_train"], d["n_val"], c["batch_size"], c["seed"])
 
 
-def _char_windows(c: dict[str, Any]) -> CharWindows:
+def _char_windows(c: dict[str, Any]):
+    from initnorm.data.windows import CharWindows
+
     d = c["data"]
     return CharWindows(d["name"], d["context"], c["batch_size"], c["seed"], d["train_chars"], d["val_chars"], d["train_eval"], d["path"])
 
 
 # Chapter 003: the deep MLP's Gaussian clusters; the char and wide MLPs' character windows.
-TASKS.register("clusters")(Task(_clusters, Classifier))
-TASKS.register("char_windows")(Task(_char_windows, Classifier))
+TASKS.register("clusters")(Task(_clusters, CLASSIFIER))
+TASKS.register("char_windows")(Task(_char_windows, CLASSIFIER))
+
+def _own(c: dict[str, Any]):
+    from initnorm.data import own
+
+    return own.make(c)
+
 
 # A LightningDataModule of one's own (data/own.py): `data=custom data._target_=mypkg.data.MyData`; its other keys
 # under data go to the constructor. The language-model loss, or the classifier's with data.kind=custom_classify.
@@ -60,5 +87,5 @@ OWN_DATA_RULES = {
     "_target_": KeyRule("dotted", fix="mypkg.data.MyDataModule", note="a LightningDataModule class"),
     "*": KeyRule("any", note="passed to the constructor"),
 }
-TASKS.register("custom", About("your own data (next-token loss)", rules=OWN_DATA_RULES))(Task(own.make, LanguageModel))
-TASKS.register("custom_classify", About("your own data (classes)", rules=OWN_DATA_RULES))(Task(own.make, Classifier))
+TASKS.register("custom", About("your own data (next-token loss)", rules=OWN_DATA_RULES))(Task(_own, LANGUAGE_MODEL))
+TASKS.register("custom_classify", About("your own data (classes)", rules=OWN_DATA_RULES))(Task(_own, CLASSIFIER))

@@ -12,6 +12,8 @@ The command that trains and judges a whole check is ``python -m initnorm.coord_c
 
 from initnorm.instruments.coord.analysis import (
     BLOCK_UPDATE,
+    COORD_FILE,
+    FIELDS,
     KEY_LAYERS,
     block_update,
     combined_csv,
@@ -27,18 +29,6 @@ from initnorm.instruments.coord.analysis import (
     summarize,
     table,
     verdict,
-)
-from initnorm.instruments.coord.callback import (
-    COORD_FILE,
-    FIELDS,
-    STAT,
-    CoordCheck,
-    delta_records,
-    fixed_windows,
-    member_rms,
-    resumed_error,
-    to_csv,
-    watched_points,
 )
 from initnorm.instruments.coord.figure import (
     coord_check_png,
@@ -73,3 +63,15 @@ __all__ = [
     "verdict",
     "watched_points",
 ]
+
+# The callback's names are looked up when first used: it imports Lightning (most of a command's start), which the
+# commands that only read finished folders (``initnorm-diagnose``, ``initnorm-coord-check --help``) never need.
+_CALLBACK = ("STAT", "CoordCheck", "delta_records", "fixed_windows", "member_rms", "resumed_error", "to_csv", "watched_points")
+
+
+def __getattr__(name: str):
+    if name in _CALLBACK:
+        import importlib
+
+        return getattr(importlib.import_module("initnorm.instruments.coord.callback"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

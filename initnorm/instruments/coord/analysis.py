@@ -28,10 +28,12 @@ import math
 from pathlib import Path
 
 from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.coord.callback import COORD_FILE, FIELDS
 from initnorm.instruments.coord.figure import coord_check_png
 from initnorm.nn.param import KINDS, PARAMS, stable_across
 from initnorm.results import write_atomic
+
+COORD_FILE = "coord.csv"  # what CoordCheck (callback.py) writes into each job folder, one row per step x probe point
+FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
 
 BLOCK_UPDATE = "blocks/update_x_depth"
 KEY_LAYERS = ("logits/output", "stream/last", BLOCK_UPDATE)

@@ -25,10 +25,9 @@ import torch
 from initnorm.callbacks.members import members_of
 from initnorm.callbacks.probes import Points, Record, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
+from initnorm.instruments.coord.analysis import COORD_FILE, FIELDS
 from initnorm.results import write_atomic
 
-COORD_FILE = "coord.csv"
-FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
 STAT = "coord_delta_rms"
 
 

@@ -19,19 +19,6 @@ from initnorm.instruments.diagnostics.analysis import (
     render,
     summary_value,
 )
-from initnorm.instruments.diagnostics.callback import (
-    COLD_STEPS,
-    POWER_STEPS,
-    Diagnostics,
-    SpectralTracker,
-    eps_below,
-    eps_fraction,
-    fans,
-    member_eps_records,
-    member_lr_records,
-    top_singular,
-    top_singulars,
-)
 
 __all__ = [
     "COLD_STEPS",
@@ -55,3 +42,18 @@ __all__ = [
     "top_singular",
     "top_singulars",
 ]
+
+# The callback's names are looked up when first used: it imports Lightning (most of a command's start), which the
+# commands that only read finished folders (``initnorm-diagnose``, ``initnorm-coord-check --help``) never need.
+_CALLBACK = (
+    "COLD_STEPS", "POWER_STEPS", "Diagnostics", "SpectralTracker", "eps_below", "eps_fraction",
+    "fans", "member_eps_records", "member_lr_records", "top_singular", "top_singulars",
+)
+
+
+def __getattr__(name: str):
+    if name in _CALLBACK:
+        import importlib
+
+        return getattr(importlib.import_module("initnorm.instruments.diagnostics.callback"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

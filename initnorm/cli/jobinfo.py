@@ -1,0 +1,63 @@
+"""What Hydra knows of the job in progress: its overrides and number, the folder the command started in,
+its label, and the fields its record and its TensorBoard HPARAMS entry carry.
+
+Light on purpose (Hydra only): the command's own process reads these before any job trains, a job alone
+(``cli/job.py``) and a stacked group's members (``cli/vectorized.py``) read them while they train.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+
+from initnorm import tb
+from initnorm.cli import sweep
+from initnorm.cli.sweep import swept_keys
+
+HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
+
+
+def job_overrides() -> tuple[dict[str, str], int, dict[str, str]]:
+    """The task overrides of this Hydra job as a dict, its number, and the group choices."""
+    if not HydraConfig.initialized():
+        return {}, 0, {}
+    hc = HydraConfig.get()
+    overrides = dict(o.split("=", 1) for o in hc.overrides.task if "=" in o)
+    overrides = {k.lstrip("+~"): v for k, v in overrides.items()}
+    num = hc.job.num if hc.mode is not None and hc.mode.name == "MULTIRUN" else 0
+    return overrides, int(num or 0), dict(hc.runtime.choices)
+
+
+def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    hp = {k: c[k] for k in HPARAM_KEYS if k in c}
+    hp |= {"init": c["init"]["name"], "param": c["param"]["name"], "norm_type": c["norm_type"]["name"], "model": c["model"]["family"]}
+    return hp | {k: v for k, v in overrides.items() if k not in hp}
+
+
+def launch_folder() -> Path:
+    """The folder the command started in (a job runs in its own folder)."""
+    return Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
+
+
+def job_meta() -> dict[str, Any]:
+    """What Hydra knows of this job, for its record: its number, overrides, swept keys and group choices."""
+    overrides, num, choices = job_overrides()
+    return {"job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
+
+
+def hparams_writer(c: dict[str, Any]):
+    """``(writer, hp metrics, step)`` -> this job's HPARAMS entry: what varies first (the swept keys; a single run's
+    overrides), the trial named by it, the metrics at the last step."""
+    overrides, _, _ = job_overrides()
+    swept = swept_keys()
+    varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
+    hparams, label = hparams_of(c, overrides), run_label(overrides, swept, c["seed"])
+    return lambda writer, metrics, step: tb.write_hparams(writer, hparams, metrics, varying, label, step)
+
+
+def run_label(overrides: dict[str, str], swept: list[str] | None, seed) -> str:
+    """``norm=post warmup=200 seed=3``: a sweep's swept values, or what a single run's command line set (watch-only keys left out)."""
+    return tb.run_label(overrides if swept is not None else {k: v for k, v in overrides.items() if k in sweep.what_sets_apart(overrides)},
+                        swept, seed)
