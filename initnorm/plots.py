@@ -341,7 +341,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
                 xerr = [[2**x0 - 2**lo], [2**hi - 2**x0]] if _finite(lo) and _finite(hi) else None  # one seed: no interval to draw
                 ax.errorbar([2**x0], [row.fit.loss], xerr=xerr, marker="*", ms=11, capsize=3, color=colour,
                             label=f"{axis} {size}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
-            lines.append(_best_row(name, size, seeds, xs, means))
+            lines.append(_best_row(name, size, seeds, xs, means, grid))
         base = rows.get((setting, sizes[0]))
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
@@ -369,8 +369,14 @@ def _rate(x: float, powers: bool) -> str:
     return f"2^{_log2(x)}" if powers else f"{2**x:.3g}"
 
 
-def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: tuple[float, ...]) -> str:
-    """The best grid rate of the seed mean, the loss there, and each seed's own best."""
+def _mean_at(means: dict[float, float], x: float) -> str:
+    m = means.get(x)
+    return "—" if m is None else "nan" if math.isnan(m) else f"{m:.2f}"
+
+
+def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: tuple[float, ...], grid: list[float]) -> str:
+    """The best grid rate of the seed mean, the loss there, and each seed's own best; the means at every rate of the
+    table's ``grid`` (the union over its rows), ``—`` where this row did not run it, so each column is one rate."""
     best = best_lr(dict(zip(xs, means)))
     if best is None:
         return f"| {name} | {size} | none finite | | | | | |"
@@ -379,5 +385,5 @@ def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: t
     return (
         f"| {name} | {size} | {2**best:.6g} | {_log2(best)} | {fmt_mean_sd(*mean_sd(at_best))} "
         f"| {' / '.join(_log2(x) for x, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
-        f"| {' '.join('nan' if math.isnan(m) else f'{m:.2f}' for m in means)} |"
+        f"| {' '.join(_mean_at(dict(zip(xs, means)), x) for x in grid)} |"
     )

@@ -174,6 +174,19 @@ def read_metrics(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r.get("job_num") if isinstance(r.get("job_num"), int) else 0, r["_dir"]))
 
 
+PROGRESS_FILE = ".progress"  # ``step steps``, in a stacked member's folder while its group trains (callbacks/progress.py)
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``1h02m``."""
+    s = round(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
 def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
     """A number for a table; ``missing`` stands in for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -321,6 +334,10 @@ def render_csv(keys, metrics, rows) -> str:
 
 
 RUNS_FILE = "runs.csv"
+# Overrides a runs.csv keeps even when not swept: the transfer report reads a job's parameterisation (``param=umup``
+# on the command line of a single-parameterisation sweep: its rows are u-µP's, with no base width), and a summary
+# rebuilt from the runs.csv alone must read it too.
+ALWAYS_KEPT = ("param",)
 RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
 RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
                  "group_ms_per_step", "group_wall_s", "error"]
@@ -340,9 +357,10 @@ def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 
 
 def render_runs_csv(records: list[dict[str, Any]]) -> str:
-    """One row per job: its folder, status and seed, a column per swept key, its results, the
-    summary's metrics; ``read_runs_csv`` reads it back into records that ``summary.summarize`` takes."""
+    """One row per job: its folder, status and seed, a column per swept key (and per ``ALWAYS_KEPT`` key a job
+    overrides), its results, the summary's metrics; ``read_runs_csv`` reads it back into records that ``summary.summarize`` takes."""
     keys = [k for k in setting_keys(records) if k not in RUN_FIELDS + RESULT_FIELDS + LISTS]
+    keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS, extrasaction="ignore", lineterminator="\n")

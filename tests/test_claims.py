@@ -180,7 +180,7 @@ def test_the_readme_quotes_the_chapters_verdicts_as_they_are():
     assert len(quoted) == 2 and all(q in summary for q in quoted), quoted
 
 
-@pytest.mark.parametrize("name", sorted(p.parent.name for p in RESULTS.glob("*/runs.csv")))
+@pytest.mark.parametrize("name", sorted(str(p.parent.relative_to(RESULTS)) for p in RESULTS.glob("**/runs.csv")))
 def test_each_results_summary_is_what_its_runs_csv_gives(name, tmp_path):
     # results/ keeps each sweep's runs.csv, not its job folders: summary.md, summary.csv and transfer.csv
     # must be what initnorm-summarize makes of it now (nothing typed in, nothing left from older code).
@@ -188,7 +188,7 @@ def test_each_results_summary_is_what_its_runs_csv_gives(name, tmp_path):
 
     from initnorm.summary import summarize
 
-    copy = tmp_path / name
+    copy = tmp_path / name  # a nested folder (results/umup_transfer/width_umup) keeps its own name: summary.md's title
     shutil.copytree(RESULTS / name, copy)
     summarize(copy)
     for file in ("summary.md", "summary.csv", "transfer.csv", "runs.csv"):

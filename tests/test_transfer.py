@@ -364,3 +364,33 @@ def test_a_folder_that_keeps_only_runs_csv_gives_the_same_summary(tmp_path):
     assert main([str(tmp_path)]) == 0
     assert {f: (tmp_path / f).read_text() for f in before} == before
     assert read_runs_csv(tmp_path)[0]["overrides"] == {"param": "sp", "width": "64", "lr": str(2**-12), "seed": "0"}
+
+
+def test_a_single_parameterisation_sweeps_runs_csv_keeps_its_parameterisation(tmp_path):
+    # `param=umup -m width=16,64 lr=...`: param is set, not swept. Its report names u-µP and its smallest width a
+    # reference (no base width); the same summary rebuilt from runs.csv alone must say so too, not "all" and "base".
+    from initnorm.results import write_metrics
+    from initnorm.summary import summarize
+
+    for i, r in enumerate(r for r in _records("width") if r["overrides"]["param"] == "mup"):
+        r["overrides"]["param"], r["swept"] = "umup", ["width", "lr", "seed"]
+        write_metrics(tmp_path / f"job{i:03d}", {**r, "job_num": i})
+    summarize(tmp_path)
+    before = {f: (tmp_path / f).read_text() for f in ("summary.md", "transfer.csv", "runs.csv")}
+    assert "- u-µP " in before["summary.md"] and "0 (reference)" in before["summary.md"]
+    for f in tmp_path.rglob("metrics.json"):
+        f.unlink()
+    summarize(tmp_path)
+    assert {f: (tmp_path / f).read_text() for f in before} == before
+
+
+def test_the_best_lr_table_puts_each_mean_under_its_rate_when_the_grids_differ():
+    from initnorm.plots import PLOTS
+
+    lowest = min(GRID)
+    recs = [r for r in _records("width") if not (r["overrides"]["param"] == "mup" and math.log2(float(r["overrides"]["lr"])) == lowest)]
+    md = PLOTS.get("lr_transfer")(recs).markdown
+    rows = {line.split(" | ")[0] + " " + line.split(" | ")[1]: line.rstrip(" |").rsplit(" | ", 1)[1].split()
+            for line in md.splitlines() if line.startswith(("| sp |", "| mup |"))}
+    assert all(len(v) == len(GRID) for v in rows.values()), rows  # one column per rate of the union grid
+    assert rows["| mup 64"][0] == "—" and rows["| sp 64"][0] != "—"
