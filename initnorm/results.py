@@ -334,10 +334,11 @@ def render_csv(keys, metrics, rows) -> str:
 
 
 RUNS_FILE = "runs.csv"
-# Overrides a runs.csv keeps even when not swept: the transfer report reads a job's parameterisation (``param=umup``
-# on the command line of a single-parameterisation sweep: its rows are u-µP's, with no base width), and a summary
-# rebuilt from the runs.csv alone must read it too.
-ALWAYS_KEPT = ("param",)
+# Overrides a runs.csv keeps even when not swept, because the transfer report and the lr plot read them: the
+# parameterisation (``param=umup`` on the command line of a single-parameterisation sweep: its rows are u-µP's, with
+# no base width) and the size (``width=64`` for an lr sweep at one width). A summary rebuilt from the runs.csv alone
+# must read them too.
+ALWAYS_KEPT = ("param", "width", "depth")
 RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
 RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
                  "group_ms_per_step", "group_wall_s", "error"]

@@ -394,3 +394,17 @@ def test_the_best_lr_table_puts_each_mean_under_its_rate_when_the_grids_differ()
             for line in md.splitlines() if line.startswith(("| sp |", "| mup |"))}
     assert all(len(v) == len(GRID) for v in rows.values()), rows  # one column per rate of the union grid
     assert rows["| mup 64"][0] == "—" and rows["| sp 64"][0] != "—"
+
+
+def test_an_lr_sweep_at_one_width_keeps_its_width_in_runs_csv(tmp_path):
+    # `width=64 -m lr=...`: the width is set, not swept; the best-lr table rebuilt from runs.csv alone says 64, not 0.
+    from initnorm.results import write_metrics
+    from initnorm.summary import summarize
+
+    for i, r in enumerate(r for r in _records("width") if r["overrides"]["param"] == "mup" and r["overrides"]["width"] == "64"):
+        r["swept"] = ["lr", "seed"]
+        write_metrics(tmp_path / f"job{i:03d}", {**r, "job_num": i, "summary_plots": ["lr_transfer"]})
+    first = summarize(tmp_path)
+    for f in tmp_path.rglob("metrics.json"):
+        f.unlink()
+    assert summarize(tmp_path) == first and "| mup | 64 | " in first
