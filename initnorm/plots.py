@@ -121,8 +121,8 @@ def plain(setting: str) -> str:
 
 
 def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
-    """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01,
-    3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
+    """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, batch 32, AdamW peak lr
+    0.01, 3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
     if not records:
         return ""
     c = records[0].get("config") or {}
@@ -140,6 +140,8 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
         parts.append("Gaussian clusters")
     if "steps" not in swept and c.get("steps"):
         parts.append(f"{c['steps']:,} steps")
+    if "batch_size" not in swept and c.get("batch_size"):  # the optimum moves with it: a figure alone must say it
+        parts.append(f"batch {c['batch_size']}")
     if optim.get("name"):
         rate = "" if "lr" in swept or c.get("lr") is None else f" {'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
         parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + rate)

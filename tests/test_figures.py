@@ -37,6 +37,8 @@ def test_plain_names_and_setup_title():
     assert [plain(s) for s in ("norm=post", "warmup=0", "param=mup", "width=64")] == ["post-LN", "no warmup", "µP", "width 64"]
     recs = [record("pre", 0, 1, [])]
     assert setup_title(recs) == "Decoder, width 16, 6 blocks, Alice, 1,500 steps, AdamW peak lr 0.01, 1 seed"
+    recs[0]["config"]["batch_size"] = 128
+    assert setup_title(recs) == "Decoder, width 16, 6 blocks, Alice, 1,500 steps, batch 128, AdamW peak lr 0.01, 1 seed"
 
 
 def test_lr_transfer_labels_rates_that_are_not_powers_of_two_as_they_are():

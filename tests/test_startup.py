@@ -210,3 +210,24 @@ def test_help_and_a_bad_value_never_import_lightning(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-4:] == ["exit 0", "exit 2", "exit 2", "False"], proc.stdout[-2000:]
+
+
+def test_workers_ended_on_purpose_leave_no_traceback_from_lokys_manager_thread(monkeypatch, capsys):
+    """A command line that fails its checks within a second ends the early workers while loky still hands them the
+    warm-up's work; its manager thread then raised KeyError after the command's one line (seen in CI). Only that
+    thread's exception is dropped, and only once the workers were ended on purpose."""
+    import threading
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    monkeypatch.setattr(workers, "_stopping", True)
+    workers._quiet_manager_thread()
+
+    def boom():
+        raise KeyError(1)
+
+    for name in (workers.MANAGER_THREAD, "another-thread"):
+        t = threading.Thread(target=boom, name=name)
+        t.start()
+        t.join()
+    err = capsys.readouterr().err
+    assert "another-thread" in err and "KeyError" in err and workers.MANAGER_THREAD not in err

@@ -187,7 +187,27 @@ def _kill_workers(wait: bool) -> None:
     reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")  # None: no joblib pool here
     executor = getattr(reusable_executor, "_executor", None)
     if executor is not None:
+        _quiet_manager_thread()
         executor.shutdown(wait=wait, kill_workers=True)
+
+
+MANAGER_THREAD = "ExecutorManagerThread"  # loky's thread that feeds the workers (process_executor.py)
+
+
+def _quiet_manager_thread() -> None:
+    """Workers killed while the warm-up still hands them work (a command line that failed its checks within a second
+    of starting) leave loky's manager thread looking up a work item the shutdown removed: a ``KeyError`` traceback
+    after the command's one line. They were ended on purpose, so that thread's exception is dropped from then on."""
+    previous = threading.excepthook
+    if getattr(previous, "initnorm_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if not (_stopping and args.thread is not None and args.thread.name == MANAGER_THREAD):
+            previous(args)
+
+    hook.initnorm_quiet = True
+    threading.excepthook = hook
 
 
 def send(signum: int) -> None:
