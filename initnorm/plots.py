@@ -379,7 +379,8 @@ def _mean_at(means: dict[float, float], x: float) -> str:
 def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: tuple[float, ...], grid: list[float]) -> str:
     """The best grid rate of the seed mean, the loss there, and each seed's own best; the means at every rate of the
     table's ``grid`` (the union over its rows), ``—`` where this row did not run it, so each column is one rate."""
-    best = best_lr(dict(zip(xs, means)))
+    by_rate = dict(zip(xs, means))
+    best = best_lr(by_rate)
     if best is None:
         return f"| {name} | {size} | none finite | | | | | |"
     per_seed = [(x, seeds[s][x]) for s in sorted(seeds, key=str) if (x := best_lr({x: seeds[s].get(x, math.nan) for x in xs})) is not None]
@@ -387,5 +388,5 @@ def _best_row(name: str, size: int, seeds: dict, xs: tuple[float, ...], means: t
     return (
         f"| {name} | {size} | {2**best:.6g} | {_log2(best)} | {fmt_mean_sd(*mean_sd(at_best))} "
         f"| {' / '.join(_log2(x) for x, _ in per_seed)} | {' / '.join(f'{v:.3f}' for _, v in per_seed)} "
-        f"| {' '.join(_mean_at(dict(zip(xs, means)), x) for x in grid)} |"
+        f"| {' '.join(_mean_at(by_rate, x) for x in grid)} |"
     )

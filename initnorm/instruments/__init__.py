@@ -1,0 +1,21 @@
+"""The instruments, one package each (coord, diagnostics, probe, stats, unitscale): a Lightning callback that records
+while a job or a stacked group trains, and the analysis that reads its files back."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+def lazy(package: str, module: str, names: tuple[str, ...]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) that imports ``module`` when one of ``names`` is first used: a callback
+    imports Lightning (most of a command's start), which the commands that only read finished folders
+    (``initnorm-diagnose``, ``initnorm-coord-check --help``) never need."""
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

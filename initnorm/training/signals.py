@@ -90,11 +90,8 @@ def install(extra: Iterable[int] = ()) -> tuple[signal.Signals, ...]:
     """
     names = [signal.Signals(s).name.removeprefix("SIG") for s in [*stop_signals(), *extra]]
     os.environ[STOP_ENV] = ",".join(dict.fromkeys(names))  # worker processes honour the same signals
-    signums = stop_signals()
-    if threading.current_thread() is threading.main_thread():
-        for s in signums:
-            signal.signal(s, _record)
-    return signums
+    record_again()
+    return stop_signals()
 
 
 def requested() -> int | None:
@@ -121,8 +118,9 @@ def last_saved() -> dict[str, Any]:
 
 
 def record_again() -> None:
-    """Put the recording handler back: Lightning sets its own SIGTERM handler when ``fit`` starts (one that
-    stops after the batch, without a checkpoint). Only the main thread may set handlers."""
+    """The recording handler on every stop signal (``install``), and back in place where Lightning set its own SIGTERM
+    handler when ``fit`` started (one that stops after the batch, without a checkpoint). Only the main thread may set
+    handlers."""
     if threading.current_thread() is threading.main_thread():
         for s in stop_signals():
             signal.signal(s, _record)

@@ -11,13 +11,12 @@ its ``module:Class`` path. A task of one's own (``data.kind=mypkg.tasks:my_task`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initnorm.keyrules import KeyRule
-from initnorm.registry import About, Registry, split_dotted
+from initnorm.registry import About, Registry, import_dotted
 
 if TYPE_CHECKING:
     import lightning as L
@@ -32,10 +31,7 @@ class Task:
 
     def make_module(self, *args: Any, **kwargs: Any) -> Trainable:
         """The LightningModule that trains a built model on this task's data (its class imported here if named by path)."""
-        cls = self.module
-        if isinstance(cls, str):
-            module_name, attr = split_dotted(cls)
-            cls = getattr(importlib.import_module(module_name), attr)
+        cls = import_dotted(self.module, "data.kind") if isinstance(self.module, str) else self.module
         return cls(*args, **kwargs)
 
 

@@ -10,6 +10,7 @@ The command that trains and judges a whole check is ``python -m initnorm.coord_c
 (``cli/coord_check.py``: command-line glue only); the preset is ``experiment=coord_check``.
 """
 
+from initnorm.instruments import lazy
 from initnorm.instruments.coord.analysis import (
     BLOCK_UPDATE,
     COORD_FILE,
@@ -64,14 +65,6 @@ __all__ = [
     "watched_points",
 ]
 
-# The callback's names are looked up when first used: it imports Lightning (most of a command's start), which the
-# commands that only read finished folders (``initnorm-diagnose``, ``initnorm-coord-check --help``) never need.
+# The callback's names are looked up when first used (instruments.lazy): it imports Lightning.
 _CALLBACK = ("STAT", "CoordCheck", "delta_records", "fixed_windows", "member_rms", "resumed_error", "to_csv", "watched_points")
-
-
-def __getattr__(name: str):
-    if name in _CALLBACK:
-        import importlib
-
-        return getattr(importlib.import_module("initnorm.instruments.coord.callback"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy(__name__, "initnorm.instruments.coord.callback", _CALLBACK)

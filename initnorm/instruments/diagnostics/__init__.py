@@ -8,6 +8,7 @@
 The command is ``python -m initnorm.diagnose`` (``cli/diagnose.py``).
 """
 
+from initnorm.instruments import lazy
 from initnorm.instruments.diagnostics.analysis import (
     FACTOR,
     STATS,
@@ -43,17 +44,9 @@ __all__ = [
     "top_singulars",
 ]
 
-# The callback's names are looked up when first used: it imports Lightning (most of a command's start), which the
-# commands that only read finished folders (``initnorm-diagnose``, ``initnorm-coord-check --help``) never need.
+# The callback's names are looked up when first used (instruments.lazy): it imports Lightning.
 _CALLBACK = (
     "COLD_STEPS", "POWER_STEPS", "Diagnostics", "SpectralTracker", "eps_below", "eps_fraction",
     "fans", "member_eps_records", "member_lr_records", "top_singular", "top_singulars",
 )
-
-
-def __getattr__(name: str):
-    if name in _CALLBACK:
-        import importlib
-
-        return getattr(importlib.import_module("initnorm.instruments.diagnostics.callback"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy(__name__, "initnorm.instruments.diagnostics.callback", _CALLBACK)
