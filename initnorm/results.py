@@ -262,7 +262,7 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0,
                                     "diverged_at": [], "failed": []})
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
-            row["failed"].append(f"seed {r.get('seed')}: {r.get('error', r.get('status'))}")
+            row["failed"].append(f"seed {r.get('seed')}: {r.get('error') or r.get('stopped') or r.get('status')}")
             continue
         row["seeds"].append(r.get("seed"))
         row["diverged"] += bool(r.get("diverged"))
@@ -350,10 +350,10 @@ def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
     row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
            **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
-    vec = r.get("vectorized")
-    if isinstance(vec, dict):
-        row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"),
-                   group_wall_s=r.get("wall_s"), ms_per_step="", wall_s="")
+    group = r.get("group")
+    if isinstance(group, dict) and isinstance(group.get("size"), int) and group["size"] > 1:
+        row.update(group_size=group["size"], group_ms_per_step=group.get("ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="",
+                   wall_s="")
     return row
 
 
@@ -427,7 +427,7 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
             rec[k] = [v for v in row.get(k, "").split(";") if v]
         rec["summary_metrics"] = rec["summary_metrics"] or [m for m in extra if m not in fixed] or ["final_val_loss"]
         if "group_wall_s" in rec:
-            rec["vectorized"] = {"group_size": rec.pop("group_size", None), "group_ms_per_step": rec.pop("group_ms_per_step", None)}
+            rec["group"] = {"size": rec.pop("group_size", None), "ms_per_step": rec.pop("group_ms_per_step", None)}
             rec["wall_s"] = rec.pop("group_wall_s")
         records.append(rec)
     return records

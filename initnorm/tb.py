@@ -31,6 +31,8 @@ from initnorm.results import setting_value
 TRAIN_LOSS = "Loss/train"
 VAL_LOSS = "Loss/validation"
 LEARNING_RATE = "Schedule/learning_rate"
+# Evaluation sets as their tags name them: <Metric>/<label> (Loss/validation beside the trainer's Loss/train)
+EVAL_LABELS = {"val": "validation", "train": "train sample"}
 NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
 
 

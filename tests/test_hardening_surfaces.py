@@ -68,13 +68,13 @@ def truncated(path: Path) -> None:
 
 
 def test_a_truncated_checkpoint_is_one_line_and_exit_2(tmp_path):
-    truncated(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    truncated(tmp_path / "run" / "checkpoints" / "initnorm.ckpt")
     line = refused(["steps=5", f"hydra.run.dir={tmp_path}/run"])
-    assert "last.ckpt cannot be read" in line and "delete it" in line
-    truncated(tmp_path / "sweep" / "default" / "seed=1" / "checkpoints" / "vectorized.ckpt")
+    assert "initnorm.ckpt cannot be read" in line and "delete it" in line
+    truncated(tmp_path / "sweep" / "default" / "seed=1" / "checkpoints" / "initnorm.ckpt")
     proc = run_cli("-m", "seed=1,2", *TINY, "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "vectorized.ckpt cannot be read" in lines[0], proc.stderr[-2000:]
+    assert proc.returncode == 2 and len(lines) == 1 and "initnorm.ckpt cannot be read" in lines[0], proc.stderr[-2000:]
     assert "delete it" in lines[0] and not (tmp_path / "sweep" / "default" / "seed=2").exists()
 
 
@@ -421,7 +421,7 @@ def test_a_rerun_from_step_0_starts_its_events_afresh_and_a_resumed_one_purges_p
     tensorboard_logger(str(tmp_path), name="", version="", default_hp_metric=False)
     assert not old.exists()
     (tmp_path / "checkpoints").mkdir()
-    torch.save({"global_step": 20, "state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 20, "state_dict": {}}, tmp_path / "checkpoints" / "initnorm.ckpt")
     old.write_bytes(b"kept")
     logger = tensorboard_logger(str(tmp_path), name="", version="", default_hp_metric=False)
     assert old.exists() and logger._kwargs["purge_step"] == 20

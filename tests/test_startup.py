@@ -85,7 +85,7 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
     folders = sorted(str(p.parent.relative_to(sweep)) for p in sweep.rglob("metrics.json"))
     assert folders == ["norm=post/seed=1", "norm=post/seed=2", "norm=pre/seed=1", "norm=pre/seed=2"]
     records = [json.loads((sweep / f / "metrics.json").read_text()) for f in folders]
-    assert all(r["vectorized"]["group_size"] == 2 for r in records)
+    assert all(r["group"]["size"] == 2 for r in records)
     # The launcher took the preflight's compositions: each job's .hydra/ is still Hydra's own for that job.
     for f, r in zip(folders, records):
         hydra = OmegaConf.load(sweep / f / ".hydra" / "hydra.yaml").hydra
@@ -173,7 +173,7 @@ def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserve
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while len(list(sweep.rglob("vectorized.ckpt"))) < 4:
+        while len(list(sweep.rglob("initnorm.ckpt"))) < 4:
             assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before its first checkpoints"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)

@@ -28,7 +28,7 @@ from initnorm.cli.train import train
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training import trackers
-from initnorm.training.group import Member, train_group
+from initnorm.training.fit import Member, fit
 from tests.conftest import compose_cfg
 
 TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
@@ -178,7 +178,7 @@ def test_each_member_of_a_stacked_group_is_its_own_run(tmp_path, monkeypatch):
     members = [Member(to_plain(compose_cfg(*TINY, "callbacks=none", f"seed={s}", f"lr={lr}", "logger=[csv,mlflow,wandb]",
                                            f"logger.mlflow.tracking_uri={db}")), tmp_path / f"m{s}")
                for s, lr in ((1, 0.01), (2, 0.03))]
-    results = train_group(members)
+    results = fit(members)
     runs = mlflow_runs(db)
     assert set(runs) == {"seed=1", "seed=2"}
     for m, metrics in zip(members, results):

@@ -127,7 +127,9 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
     # .get: a finished record written by an older version may lack keys
-    if metrics.get("diverged"):
+    if metrics.get("status") == "stopped":
+        status = f"stopped: {metrics.get('stopped')}"
+    elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
         status = f"final validation loss {fmt(metrics.get('final_val_loss'), 4)}"

@@ -167,6 +167,6 @@ class SummaryCallback(Callback):
         stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:
-            print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error', '')}")
+            print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error') or r.get('stopped') or ''}")
         if stopped:
             print(f"{len(stopped)} job(s) did not finish; this resumes them from their checkpoints: {resume_command(folder)}")

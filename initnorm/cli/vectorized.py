@@ -2,19 +2,19 @@
 
 1. Take every job's config as the preflight composed it before Hydra started (checked equal to
    Hydra's own composition on the first job; composed here otherwise) and look into its folder
-   (``resume``): a finished job, a job with a Lightning checkpoint, and a job that cannot be a
-   member (``group.why_alone``) run alone through the ordinary task function, exactly as under
-   the basic launcher.
+   (``resume``): a finished job, and a folder the resume refuses, run alone through the ordinary
+   task function, exactly as under the basic launcher.
 2. The others are grouped by ``group.group_key`` (everything that changes shapes or the graph)
-   and by the step their vectorised checkpoint resumes from; a group larger than
-   ``hydra.launcher.max_group`` is split; a group of one runs alone.
+   and by the step their checkpoint resumes from; a group larger than ``hydra.launcher.max_group``
+   is split; a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
    joblib's worker processes (``engine: joblib``, one per core, started as the command line is
    read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
    through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
    ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
-   ``group.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
+   ``training/fit.fit`` trains the group, as it trains a job alone, and writes each member's
+   metrics.json, events and HPARAMS.
 """
 
 from __future__ import annotations
@@ -38,16 +38,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from initnorm import schema
 from initnorm.cli import console, devices, disk, sweeper, workers
-from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
-from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
+from initnorm.training.group import group_key, parameter_count
 from initnorm.training.resume import inspect_folder, record_failure
-from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
 ENGINES = schema.LAUNCHER_RULES["engine"].choices
@@ -139,9 +137,9 @@ def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: 
         sc = _job_config(hydra_context, config, overrides, num, reuse)
         c = _plain_task(sc)
         folder = Path(str(sc.hydra.sweep.dir)) / str(sc.hydra.sweep.subdir)
-        alone = why_alone(c)
+        alone = None
         step = 0
-        if alone is None and (folder / METRICS_FILE).is_file():
+        if (folder / METRICS_FILE).is_file():
             alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
         if alone is None:
             try:  # a member's checkpoint or a job alone's: it resumes inside a group at its step (training/group.py)
@@ -216,24 +214,21 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir",
                         job_subdir_key="hydra.sweep.subdir")]
 
-    from initnorm import schema
-    from initnorm.cli.job import as_member
-    from initnorm.cli.jobinfo import job_overrides, launch_folder, run_label
+    from initnorm.cli.job import as_member, checked
+    from initnorm.training.fit import Abandoned, fit
+    from initnorm.training.stack import NotStackable
 
-    members, rets, labels, nodes = [], [], [], []
+    members, rets, nodes = [], [], []
     for job in unit:
         sc = _config_of(job, hydra_context, config)
         prepared: dict[str, Any] = {}
 
         # Inside Hydra's run_job: folder, .hydra/, logging set up. `prepared` bound as a default: this iteration's dict.
         def prepare(cfg: DictConfig, prepared: dict[str, Any] = prepared) -> None:
-            c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder, as train() does
-            overrides, num, _ = job_overrides()
-            label = run_label(overrides, swept_keys(), c["seed"])
-            console.job_started(label, num)  # the same start line as the other launchers' jobs
-            prepared["label"] = label
+            member = as_member(checked(cfg), os.getcwd())  # the same record fields a job alone writes
+            console.job_started(member.label, member.meta["job_num"])  # the same start line as the other launchers' jobs
             prepared["callbacks"] = cfg.get("callbacks")  # the config's nodes, instantiated once for the group
-            prepared["member"] = as_member(cfg, c, os.getcwd())  # the same record fields a job alone writes
+            prepared["member"] = member
 
         ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir",
                       job_subdir_key="hydra.sweep.subdir")
@@ -241,25 +236,21 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
             return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
         members.append(prepared["member"])
         nodes.append(prepared["callbacks"])
-        labels.append(prepared["label"])
         rets.append(ret)
+    labels = [m.label for m in members]
     device = _device(config, unit_index)
     try:
-        # one set for the group: each sees every member (pl_module.members)
+        # one set for the group: each sees every member (members_of)
         callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
-        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks,
-                              label=f"{labels[0]} .. {labels[-1]}")
+        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
         logging.shutdown()
         os._exit(1)
-    except NotStackable as exc:  # found while building the group, before any step: smaller groups, or each job alone
-        parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
-        log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
-                    "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
-        return [ret for p in parts for ret in _run([unit[i] for i in p], unit_index, hydra_context, config,
-                                                   task_function, singleton_state, env)]
+    except NotStackable as exc:  # the members' shapes differ (found before any step): each job alone
+        log.warning("these %d jobs cannot share one stacked model (%s); running them alone", len(unit), exc)
+        return [ret for j in unit for ret in _run([j], unit_index, hydra_context, config, task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -274,7 +265,11 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
             ret.return_value = math.nan
         return rets
     for m, label, ret, r in zip(members, labels, rets, results):
-        ret.return_value = r["final_val_loss"]
+        if r["status"] == "failed":  # this member alone (fit recorded it; the others went on)
+            print(f"error: job {m.meta['job_num']} failed: {r['error']} -> {m.out_dir}", file=sys.stderr)
+            ret.return_value = math.nan
+            continue
+        ret.return_value = r.get("final_val_loss", math.nan)
         console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
     return rets
 

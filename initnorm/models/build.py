@@ -23,8 +23,8 @@ from initnorm.keyrules import Choice, Int, Num, Text
 from initnorm.models import mlp, own
 from initnorm.models.decoder import PLACEMENTS, Decoder
 from initnorm.nn.init import InitContext, init_parameter, resolve
-from initnorm.nn.param import Table, block_parameters, fan_in, in_block, make_table
-from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
+from initnorm.nn.param import Table, block_parameters, fan_in, in_block, make_table, refuse_unplaced
+from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import About, Registry
 
 FamilyFn = Callable[[Mapping[str, Any], int], nn.Module]
@@ -125,10 +125,8 @@ def check_roles(model: nn.Module, table: Table) -> dict[str, Role]:
 
 def apply_forward_multipliers(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
     """Set every layer's ``forward_mult`` from the table; refuse a multiplier a layer cannot apply."""
-    for name, module in model.named_modules():
-        role = getattr(module, "FORWARD_ROLE", None) or roles.get(f"{name}.weight")
-        if role is None:
-            continue
+    refuse_unplaced(model, table, roles)
+    for name, module, role in forward_sites(model, roles):
         rule = table.rule(role, in_block(model, name))
         mult = rule.forward
         if rule.forward_fan_in:  # a layer without a weight states its own fan-in (the attention scores: d_k)

@@ -36,8 +36,8 @@ from torch import nn
 from initnorm.errors import ConfigError
 from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
-from initnorm.nn.param import Table, in_block
-from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
+from initnorm.nn.param import Table, in_block, refuse_unplaced
+from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import import_dotted
 
 log = logging.getLogger(__name__)
@@ -188,8 +188,8 @@ def build(m: Mapping[str, Any], n_out: int) -> nn.Module:
 
 
 # The hooks read their multiplier from this attribute of their module, not from a number of their own:
-# in a vectorised group ``training/stacked.stack_scalars`` turns a float attribute that differs between the
-# members into a per-member buffer, which ``functional_call`` hands each member (as µP's attention scale).
+# in a vectorised group ``training/stack.py`` turns a float attribute that differs between the members into a
+# per-member buffer, which ``functional_call`` hands each member (as µP's attention scale).
 MULT = "initnorm_forward_mult"
 
 
@@ -213,11 +213,8 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
     attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names,
     and where none is named in a model with an attention module (a class named ``...Attention``), is
     reported in one line, not applied."""
-    forward_roles = model.role_table.forward_roles
-    for name, module in model.named_modules():
-        role = forward_roles.get(name) or roles.get(f"{name}.weight")
-        if role is None:
-            continue
+    refuse_unplaced(model, table, roles)
+    for name, module, role in forward_sites(model, roles, model.role_table.forward_roles):
         mult = table.rule(role, in_block(model, name)).forward
         if hasattr(module, "forward_mult"):
             module.forward_mult, module.scale_input = mult, role in INPUT_SCALED_ROLES

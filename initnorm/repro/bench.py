@@ -99,7 +99,7 @@ def one_job(name: str, steps: int, workdir: Path) -> dict[str, Any]:
 
 
 def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] = ()) -> list:
-    from initnorm.training.group import Member
+    from initnorm.training.fit import Member
 
     return [Member(to_plain(compose_train([f"seed={i + 1}", f"steps={steps}", "callbacks=none", *extra])),
                    Path(tempfile.mkdtemp(dir=workdir))) for i in range(size)]
@@ -108,21 +108,21 @@ def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] =
 def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[str, float]:
     """ms per member-step of a group of ``size`` default Decoders (training steps only, no validation),
     and for ``compiled`` the first step's time (compiling)."""
-    from initnorm.training.group import build_group
-    from initnorm.training.stacked import _stack
+    from initnorm.training.batches import stack_batches
+    from initnorm.training.fit import assemble
 
     torch.set_num_threads(1)
-    g, _ = build_group(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
+    g, _, _ = assemble(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
     streams = [iter(d.train_dataloader().dataset) for d in g.datas]
-    fn = g._fast if compiled else (lambda xs, ys: g.losses(xs, ys)[0])
+    fn = g._fast if compiled else (lambda xs, ys: g.stack.losses(g.loss, xs, ys)[0])
 
     def step(s: int) -> None:
-        xs, ys = _stack([next(t) for t in streams], g.flat.device)
+        xs, ys = stack_batches([next(t) for t in streams], g.stack.flat.device)
         losses = fn(xs, ys)
         torch.isfinite(losses.detach()).all()
-        g.grad.zero_()
+        g.stack.grad.zero_()
         losses.sum().backward()
-        g.vec.step(g.grad, g.factors(s), g.active)
+        g.vec.step(g.stack.grad, g.factors(s), g.active)
 
     _, first, first_cpu = timed(lambda: step(0))
     for s in range(1, 6):
@@ -338,10 +338,10 @@ def main(argv: list[str] | None = None) -> None:
                                                 args.matmul_barrier, args.matmul_peers)))
         return
     if args.group_job:
-        from initnorm.training.group import train_group
+        from initnorm.training.fit import fit
 
         with tempfile.TemporaryDirectory(prefix="initnorm-group-") as tmp:
-            results = train_group(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))
+            results = fit(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))
         print(json.dumps([r["final_val_loss"] for r in results]))
         return
 

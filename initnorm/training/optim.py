@@ -36,8 +36,7 @@ def adamw(groups, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, **_):
 
 @OPTIMIZERS.register("adam")
 def adam(groups, lr, betas=(0.9, 0.999), eps=1e-8, **_):
-    # Plain Adam: no decay at all, so the groups' weight_decay is dropped.
-    return torch.optim.Adam([{**g, "weight_decay": 0.0} for g in groups], lr=lr, betas=tuple(betas), eps=eps)
+    return torch.optim.Adam(groups, lr=lr, betas=tuple(betas), eps=eps)  # plain Adam: its groups' decay is 0 (optimiser_groups)
 
 
 @OPTIMIZERS.register("sgd")
@@ -47,6 +46,7 @@ def sgd(groups, lr, momentum=0.0, weight_decay=0.0, **_):
 
 WEIGHT_DECAY_MODES = ("coupled", "scaled", "independent")
 DECOUPLED = ("adamw",)  # optimisers whose decay is not a gradient term (independent decay needs one)
+DECAYS = ("adamw", "sgd")  # optimisers with weight decay (plain Adam has none: its groups' decay is 0)
 
 
 def weight_decay_mode(optim_cfg: Mapping[str, Any]) -> str:
@@ -88,12 +88,22 @@ def param_groups(
     return list(groups.values())
 
 
+def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> list[dict]:
+    """The groups a job's optimiser steps: ``param_groups`` under the optimiser's own rules (plain Adam has no
+    decay at all; SGD has no ε), each with its rate, weight decay and (Adam) ε."""
+    name = optim_cfg["name"]
+    groups = param_groups(model.named_parameters(), roles, table, lr, optim_cfg.get("weight_decay", 0.0), weight_decay_mode(optim_cfg),
+                          optim_cfg.get("eps"), lambda n: in_block(model, n))
+    if name not in DECAYS:
+        for g in groups:
+            g["weight_decay"] = 0.0
+    return groups
+
+
 def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    mode = weight_decay_mode(optim_cfg)
+    """A torch optimiser over ``optimiser_groups`` (the plain loop of the benchmark, a loop of one's own)."""
     opts = {k: v for k, v in dict(optim_cfg).items() if k not in ("name", "weight_decay_mode")}
-    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0), mode, opts.get("eps"),
-                          lambda n: in_block(model, n))
-    return OPTIMIZERS.get(optim_cfg["name"])(groups, lr=lr, **opts)
+    return OPTIMIZERS.get(optim_cfg["name"])(optimiser_groups(model, roles, table, lr, optim_cfg), lr=lr, **opts)
 
 
 def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine") -> float:

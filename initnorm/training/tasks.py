@@ -21,16 +21,16 @@ from initnorm.registry import About, Registry, import_dotted
 if TYPE_CHECKING:
     import lightning as L
 
-    from initnorm.training.module import Trainable
+    from initnorm.training.engine import Engine
 
 
 @dataclass(frozen=True)
 class Task:
     make_data: Callable[[dict[str, Any]], L.LightningDataModule]
-    module: type[Trainable] | str  # the LightningModule class, or its ``package.module:Class`` path
+    module: type[Engine] | str  # the LightningModule class (an ``Engine`` subclass), or its ``package.module:Class`` path
 
-    def make_module(self, *args: Any, **kwargs: Any) -> Trainable:
-        """The LightningModule that trains a built model on this task's data (its class imported here if named by path)."""
+    def make_module(self, *args: Any, **kwargs: Any) -> Engine:
+        """The LightningModule that trains the built members on this task's data (its class imported here if named by path)."""
         cls = import_dotted(self.module, "data.kind") if isinstance(self.module, str) else self.module
         return cls(*args, **kwargs)
 
