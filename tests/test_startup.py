@@ -1,6 +1,6 @@
 """What a sweep does before its first step: the vectorised launcher's workers start from the command
 line (initnorm/cli/workers.py) and still get what the parent set later, and neither Hydra's sweeper
-nor the vectorised launcher composes again the jobs the preflight composed (initnorm/cli/sweeper.py)."""
+nor the vectorised launcher composes again the jobs the preflight checked (initnorm/cli/sweeper.py)."""
 
 import json
 import os
@@ -45,13 +45,12 @@ def test_the_environment_handed_to_workers_names_the_keys_their_code_reads():
     assert workers.SHARED_ENV == (console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, signals.STOP_ENV)
 
 
-def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
-    """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was composed by the preflight.
+def test_the_preflight_checks_exactly_the_jobs_hydras_sweeper_makes():
+    """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was checked by the preflight.
     (The basic sweeper's class is looked up when used: Hydra's plugin discovery executes its module again.)"""
-    monkeypatch.setattr(sweeper, "COMPOSED", {})
     argv = ["-m", "experiment=norm_type", "seed=1,2", "steps=5"]
     jobs = check_command_line(argv)
-    assert jobs and len(sweeper.COMPOSED) == len(jobs)
+    assert jobs and len({tuple(j.overrides) for j in jobs}) == len(jobs) == 2
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = GlobalHydra.instance().config_loader().load_configuration("train", argv[1:], run_mode=RunMode.MULTIRUN)
     basic = basic_sweeper.BasicSweeper(max_batch_size=None, params=dict(cfg.hydra.sweeper.get("params") or {}))
@@ -59,19 +58,25 @@ def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
     arguments = basic._parse_config() + argv[1:]
     batches = basic_sweeper.BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
     made = [tuple(job) for batch in batches for job in batch]
-    assert len(made) == len(jobs) and set(made) == set(sweeper.COMPOSED)
+    with sweeper.planned(jobs):
+        assert set(made) == set(sweeper.plan())
+    assert sweeper.plan() == {}  # handed over for Hydra's run of the command line only
 
 
 def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
+    from types import SimpleNamespace
+
     composed = []
     monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self,
                         batch: composed.append([list(j) for j in batch]))
-    monkeypatch.setattr(sweeper, "COMPOSED", {("seed=1",): None, ("seed=2",): None})
     s = sweeper.CheckedSweeper(max_batch_size=None)
-    s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
-    assert composed == []
-    s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch
-    assert composed == [[["seed=1"], ["seed=3"]]]
+    with sweeper.planned([SimpleNamespace(overrides=["seed=1"]), SimpleNamespace(overrides=["seed=2"])]):
+        s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
+        assert composed == []
+        s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch
+        assert composed == [[["seed=1"], ["seed=3"]]]
+    s.basic.validate_batch_is_legal([["seed=1"]])  # outside the command line's run: nothing is known checked
+    assert composed[-1] == [["seed=1"]]
 
 
 def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from initnorm.cli import console, disk, launchers, sweep
+from initnorm.cli import console, disk, launchers, sweep, sweeper
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.jobinfo import job_overrides, run_label
@@ -103,7 +103,8 @@ def main() -> None:
     if jobs and len(jobs) > 1:
         os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
     launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
-    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
+    # stop signals, full disk: one line, resume command; the checked jobs handed to the sweeper and the launcher
+    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]), sweeper.planned(jobs):
         hydra_main()
     if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:
         sys.exit(1)
