@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from initnorm.cli import sweeper, workers
+from initnorm.cli.argv import parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.preflight import check_command_line
 from tests.conftest import run_cli
@@ -31,18 +32,23 @@ from tests.conftest import run_cli
         (["-m", "seed=1,2", "hydra/launcher=local_parallel"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=many"], (False, None)),  # the launcher reports it
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "--cfg", "job"], (False, None)),  # prints a config, runs nothing
+        (["-m", "seed=1,2", "hydra/launcher=local_parallel", "hydra/launcher=vectorized"], (True, -1)),  # the last one counts
     ],
 )
 def test_workers_start_early_only_for_a_vectorised_sweep_on_joblib(argv, expected):
-    assert workers._launcher_args(argv) == expected
+    assert workers._launcher_args(parse(argv)) == expected
 
 
-def test_the_environment_handed_to_workers_names_the_keys_their_code_reads():
-    """workers.py spells them out (it runs before the modules that define them are imported)."""
-    from initnorm.cli import console, sweep
-    from initnorm.training import signals
-
-    assert workers.SHARED_ENV == (console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, signals.STOP_ENV)
+def test_the_command_line_is_read_once_as_hydra_reads_it():
+    """One reading for the workers, the flag check and the preflight (cli/argv.py): the last value of a key counts,
+    and a command line that prints instead of running (--help, --cfg, --info) runs no job."""
+    cmd = parse(["-m", "hydra/launcher=local_parallel", "seed=1,2", "+hydra/launcher=vectorized", "hydra.launcher.n_jobs=2"])
+    assert cmd.multirun and cmd.runs_jobs and cmd.value("hydra/launcher") == "vectorized" and cmd.value("lr", "x") == "x"
+    assert cmd.overrides == ("hydra/launcher=local_parallel", "seed=1,2", "+hydra/launcher=vectorized", "hydra.launcher.n_jobs=2")
+    for flags in (["--help"], ["--cfg", "job"], ["--info"], ["--config-dir", "x"]):
+        assert not parse(["seed=1", *flags]).runs_jobs, flags
+    assert parse(["--cfg", "hydra"]).cfg == "hydra" and not parse(["seed=1"]).multirun
 
 
 def test_the_preflight_checks_exactly_the_jobs_hydras_sweeper_makes():

@@ -17,11 +17,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from initnorm import envvars
 from initnorm.results import PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
-TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
-START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
+TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
+START_ENV = envvars.SWEEP_START  # time.time() when the sweep started
 # Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
 QUIET_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
 QUIET_WARNINGS = (
@@ -102,18 +103,15 @@ def in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def check_flags(argv: list[str]) -> None:
-    """Flag combinations Hydra refuses with a traceback, as one line that says what to do."""
-    from hydra._internal.utils import get_args_parser
-
+def check_flags(cmd) -> None:
+    """Flag combinations Hydra refuses with a traceback, as one line that says what to do (``cmd``: ``argv.CommandLine``)."""
     from initnorm.errors import ConfigError
 
-    args = get_args_parser().parse_args(argv)
-    if args.multirun and args.cfg:
-        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in args.overrides]
+    if cmd.multirun and cmd.cfg:
+        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in cmd.overrides]
         raise ConfigError(
-            f"--cfg {args.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
-            f"e.g. `initnorm-train {' '.join(first)} --cfg {args.cfg}`".replace("  ", " ")
+            f"--cfg {cmd.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
+            f"e.g. `initnorm-train {' '.join(first)} --cfg {cmd.cfg}`".replace("  ", " ")
         )
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -35,6 +34,7 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
 from initnorm.cli import devices, launchers, search
+from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
 from initnorm.cli.disk import check_compiler_cache, check_writable
@@ -279,7 +279,7 @@ def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> lis
     return out
 
 
-def check_command_line(argv: list[str], progress: Callable[[int, int], None] | None = None) -> list[Job] | None:
+def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, int], None] | None = None) -> list[Job] | None:
     """Compose and check every job ``argv`` would run; ``ConfigError`` (one line) for the first bad one.
 
     Returns the jobs, or None for a command line that runs nothing (``--help``, ``--cfg``) or that
@@ -288,21 +288,20 @@ def check_command_line(argv: list[str], progress: Callable[[int, int], None] | N
     as the jobs are checked (first with 0, once their number is known).
     """
     try:
-        return _check_command_line(argv, progress or (lambda done, total: None))
+        cmd = argv if isinstance(argv, CommandLine) else parse(argv)
+        return _check_command_line(cmd, progress or (lambda done, total: None))
     except ConfigError:
         raise
     except Exception as exc:
         raise unexpected(exc) from exc
 
 
-def _check_command_line(argv: list[str], progress: Callable[[int, int], None]) -> list[Job] | None:
-    args = get_args_parser().parse_args(argv)
-    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun
-            or args.config_dir or args.config_path):
+def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) -> list[Job] | None:
+    if not cmd.runs_jobs:
         return None
-    multirun = bool(args.multirun)
-    chosen = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0].lstrip("+~") == "hydra/launcher"]
-    if chosen and (problem := launchers.missing_extra(chosen[-1])):  # before composing: its config needs the extra's
+    multirun = cmd.multirun
+    chosen = cmd.value("hydra/launcher")
+    if chosen and (problem := launchers.missing_extra(chosen)):  # before composing: its config needs the extra's
         raise ConfigError(problem)
     register_resolvers()
     saved_env = os.environ.get(SWEPT_ENV)
@@ -311,9 +310,9 @@ def _check_command_line(argv: list[str], progress: Callable[[int, int], None]) -
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             try:
-                primary = loader.load_configuration(args.config_name or "train", list(args.overrides),
+                primary = loader.load_configuration(cmd.config_name or "train", list(cmd.overrides),
                                                     run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
-                job_lists = expand(primary) if multirun else [list(args.overrides)]
+                job_lists = expand(primary) if multirun else [list(cmd.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
             progress(0, len(job_lists))
