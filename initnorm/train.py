@@ -17,6 +17,8 @@ def main() -> None:
     # before the one line that says what is wrong; it uses a temporary folder all the same.
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
     cmd = argv.parse(sys.argv[1:])  # the command line, read once (cli/argv.py)
+    if cmd.multirun and cmd.runs_jobs:  # at once: the imports, then checking thousands of jobs, take seconds before the plan
+        print("sweep: composing and checking every job before any trains", flush=True)
     workers.start_early(cmd)
     from initnorm.cli.train import main as run
 

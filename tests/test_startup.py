@@ -104,7 +104,7 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
         assert hydra.job.id == f"train_{r['job_num']}" and hydra.job.num == r["job_num"]
         assert "hydra.mode=MULTIRUN" in hydra.overrides.hydra and set(f.split("/")) <= set(hydra.overrides.task)
         assert OmegaConf.load(sweep / f / ".hydra" / "config.yaml").norm == f.split("/")[0].split("=")[1]
-    assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
+    assert "[4/4 done]" in proc.stdout and "vectorized: 4 jobs in 2 stacked groups (2 of 2) and 0 alone" in proc.stdout, proc.stdout[-2000:]
     assert "leaked semaphore" not in proc.stderr and "could not start the workers" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
 
 

@@ -115,6 +115,36 @@ def check_flags(cmd) -> None:
         )
 
 
+class CheckProgress:
+    """``checked 4,000 of 10,000 jobs`` every ``every`` seconds while the preflight checks a sweep's jobs, and the
+    time it took once done; nothing for a sweep checked sooner (its plan follows at once)."""
+
+    def __init__(self, every: float = 3.0, clock=time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.start = self.last = clock()
+        self.printed = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if done == 0:
+            self.start = self.last = now
+        elif done < total and now - self.last >= self.every:
+            print(f"checked {done:,} of {total:,} jobs", flush=True)
+            self.last, self.printed = now, True
+        elif done == total and self.printed:
+            print(f"checked {total:,} jobs in {duration(now - self.start)}", flush=True)
+
+
+def groups_line(jobs: int, sizes: list[int], alone: int) -> str:
+    """``vectorized: 10,000 jobs in 834 stacked groups (833 of 12, 1 of 4) and 0 jobs alone``."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    of = ", ".join(f"{n:,} of {size}" for size, n in sorted(counts.items(), key=lambda kv: -kv[0]))
+    return (f"vectorized: {jobs:,} job{'s' * (jobs != 1)} in {len(sizes):,} stacked group{'s' * (len(sizes) != 1)}"
+            + (f" ({of})" if of else "") + f" and {alone:,} alone")
+
+
 def job_started(label: str, job_num: int) -> None:
     total = os.environ.get(TOTAL_ENV)
     of = f" (job {job_num + 1} of {total})" if total else f" (job {job_num + 1})"

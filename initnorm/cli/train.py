@@ -93,7 +93,7 @@ def main(cmd: CommandLine | None = None) -> None:
     cmd = cmd or parse(sys.argv[1:])
     try:
         console.check_flags(cmd)
-        jobs = check_command_line(cmd)
+        jobs = check_command_line(cmd, console.CheckProgress())
     except ConfigError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -291,8 +291,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
     units = units_of(jobs, max_group, max_params, params_of)
     grouped = [u for u in units if len(u) > 1]
-    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s",
-             len(jobs), len(grouped), ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
+    print(console.groups_line(len(jobs), [len(u) for u in grouped], len(units) - len(grouped)), flush=True)
     for u in units:
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),
