@@ -383,6 +383,19 @@ def _value(text: str) -> Any:
     return text
 
 
+def recorded(record: Mapping[str, Any], key: str) -> Any:
+    """A job's value of ``key`` as its run used it: from the config it recorded (metrics.json's ``config``; ``a.b`` reads
+    a nested key), else parsed from its override (a record read back from runs.csv has none); None where neither has it.
+    Not the override's text: ``lr=2e-3`` and ``lr=0.002`` are one rate, and a swept key may be set through another."""
+    node: Any = record.get("config")
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if node is not None:
+        return node
+    text = (record.get("overrides") or {}).get(key)
+    return None if text is None else _value(str(text))
+
+
 def _dir_overrides(folder_name: str) -> dict[str, str]:
     """``param=sp,width=64,lr=0.01/seed=0`` -> {"param": "sp", "width": "64", "lr": "0.01", "seed": "0"}
     (a runs.csv written before it had a column per swept key: the job folder names them)."""
