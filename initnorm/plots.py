@@ -19,7 +19,7 @@ from typing import Any
 from initnorm import transfer
 from initnorm.nn.param import PARAMS
 from initnorm.registry import GROUPS, Registry, is_dotted
-from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, settings
+from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, recorded, settings
 
 Record = dict[str, Any]
 
@@ -306,12 +306,12 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     if found is None or not cells:  # one size (or none swept): every setting's curve at that size
         cells = {}
         for r in records:
-            ov = r.get("overrides", {})
-            if r.get("status") == "finished" and "lr" in ov:
+            if r.get("status") == "finished" and "lr" in (r.get("swept") or r.get("overrides", {})):  # an lr sweep's job
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
                 setting = (("param", transfer.swept_value(r, "param")),)
-                curve = cells.setdefault(setting, {}).setdefault(int(ov.get(axis, r.get(axis, 0)) or 0), {}).setdefault(r.get("seed"), {})
-                curve[math.log2(float(ov["lr"]))] = loss if _finite(loss) else math.nan
+                size = int(recorded(r, axis) or r.get(axis, 0) or 0)  # the values the job ran with, not its override's text
+                curve = cells.setdefault(setting, {}).setdefault(size, {}).setdefault(r.get("seed"), {})
+                curve[math.log2(float(recorded(r, "lr")))] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from initnorm import transfer
+from initnorm import tb, transfer
 from initnorm.plots import PLOTS
 from initnorm.results import (
     METRICS_FILE,
@@ -47,6 +47,11 @@ def summarize(folder: Path | str) -> str:
         for file, png in plot.files.items() if not from_csv else ():
             write_atomic(folder / file, png)
         table += f"\n{plot.markdown}"
+    if not from_csv:  # one TensorBoard run per setting: a sweep of thousands of seeds stays readable there (tb.py)
+        try:
+            tb.write_setting_runs(folder, records)
+        except Exception as exc:  # as a plot: the table stands without it
+            log.warning("no per-setting TensorBoard runs for %s (%s: %s)", folder, type(exc).__name__, exc)
     moved = transfer.transfer_table(records)
     if moved:
         table += transfer.render_markdown(moved, transfer.metric_of(records))

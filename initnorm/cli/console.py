@@ -17,11 +17,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from initnorm import envvars
 from initnorm.results import PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
-TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
-START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
+TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
+START_ENV = envvars.SWEEP_START  # time.time() when the sweep started
 # Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
 QUIET_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
 QUIET_WARNINGS = (
@@ -102,19 +103,46 @@ def in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def check_flags(argv: list[str]) -> None:
-    """Flag combinations Hydra refuses with a traceback, as one line that says what to do."""
-    from hydra._internal.utils import get_args_parser
-
+def check_flags(cmd) -> None:
+    """Flag combinations Hydra refuses with a traceback, as one line that says what to do (``cmd``: ``argv.CommandLine``)."""
     from initnorm.errors import ConfigError
 
-    args = get_args_parser().parse_args(argv)
-    if args.multirun and args.cfg:
-        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in args.overrides]
+    if cmd.multirun and cmd.cfg:
+        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in cmd.overrides]
         raise ConfigError(
-            f"--cfg {args.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
-            f"e.g. `initnorm-train {' '.join(first)} --cfg {args.cfg}`".replace("  ", " ")
+            f"--cfg {cmd.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
+            f"e.g. `initnorm-train {' '.join(first)} --cfg {cmd.cfg}`".replace("  ", " ")
         )
+
+
+class CheckProgress:
+    """``checked 4,000 of 10,000 jobs`` every ``every`` seconds while the preflight checks a sweep's jobs, and the
+    time it took once done; nothing for a sweep checked sooner (its plan follows at once)."""
+
+    def __init__(self, every: float = 3.0, clock=time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.start = self.last = clock()
+        self.printed = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if done == 0:
+            self.start = self.last = now
+        elif done < total and now - self.last >= self.every:
+            print(f"checked {done:,} of {total:,} jobs", flush=True)
+            self.last, self.printed = now, True
+        elif done == total and self.printed:
+            print(f"checked {total:,} jobs in {duration(now - self.start)}", flush=True)
+
+
+def groups_line(jobs: int, sizes: list[int], alone: int) -> str:
+    """``vectorized: 10,000 jobs in 834 stacked groups (833 of 12, 1 of 4) and 0 jobs alone``."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    of = ", ".join(f"{n:,} of {size}" for size, n in sorted(counts.items(), key=lambda kv: -kv[0]))
+    return (f"vectorized: {jobs:,} job{'s' * (jobs != 1)} in {len(sizes):,} stacked group{'s' * (len(sizes) != 1)}"
+            + (f" ({of})" if of else "") + f" and {alone:,} alone")
 
 
 def job_started(label: str, job_num: int) -> None:

@@ -19,6 +19,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from initnorm import envvars
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
 
@@ -92,7 +93,7 @@ def check_writable(folder: str | Path, fix: str) -> None:
 # training.compiling.CACHE_ENV, read here before torch is imported (tests/test_hardening_surfaces.py checks they agree).
 COMPILER_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # Where set_aside_compiler_cache keeps a value it took out of the environment, for the preflight's line.
-UNUSABLE_CACHE_ENV = "INITNORM_UNUSABLE_COMPILER_CACHE"
+UNUSABLE_CACHE_ENV = envvars.UNUSABLE_CACHE
 
 
 def set_aside_compiler_cache() -> None:

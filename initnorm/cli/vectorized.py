@@ -1,9 +1,10 @@
 """The work of ``hydra/launcher=vectorized``: group a sweep's jobs, train each group as one stacked model.
 
-1. Take every job's config as the preflight composed it before Hydra started (checked equal to
-   Hydra's own composition on the first job; composed here otherwise) and look into its folder
-   (``resume``): a finished job, and a folder the resume refuses, run alone through the ordinary
-   task function, exactly as under the basic launcher.
+1. Take every job's checked config from the preflight (``sweeper.plan()``; a job it did not check,
+   a search's trial, is composed here) and what its folder holds (``resume``): a finished job, and a
+   folder the resume refuses, run alone through the ordinary task function, exactly as under the basic
+   launcher. A job's full sweep config is made when its unit runs (``cli/composer.py``), not held for
+   every job of the sweep.
 2. The others are grouped by ``group.group_key`` (everything that changes shapes or the graph)
    and by the step their checkpoint resumes from; a group larger than ``hydra.launcher.max_group``
    is split; a group of one runs alone.
@@ -19,7 +20,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
@@ -34,10 +34,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from initnorm import schema
 from initnorm.cli import console, devices, disk, sweeper, workers
+from initnorm.cli.composer import Composer
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -59,35 +60,12 @@ class Job:
     overrides: list[str]
     alone: str | None  # why it runs alone (None: it can be a member)
     key: tuple = ()
-    config: DictConfig | None = None  # its composed sweep config: composed once, here, not again in the worker
+    composer: Composer | None = None  # makes its sweep config when it runs: no sweep holds every job's config
 
 
-# What Hydra's composition of a job takes from the running sweep and the preflight's (composed before
-# Hydra started) cannot know; everything else is the same composition of the same overrides.
-LAUNCH_KEYS = ("hydra.mode", "hydra.overrides.hydra", "hydra.job.name")
-
-
-def _preflight_config(config: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
-    """The job's config as the preflight composed it, completed with what the sweep knows (None: not composed)."""
-    composed = sweeper.COMPOSED.get(tuple(overrides))
-    if composed is None:
-        return None
-    sweep_config = copy.deepcopy(composed)
-    OmegaConf.set_readonly(sweep_config.hydra, None)  # the preflight's HydraConfig.set_config marked it read-only
-    with open_dict(sweep_config):
-        for key in LAUNCH_KEYS:
-            OmegaConf.update(sweep_config, key, copy.deepcopy(OmegaConf.select(config, key)), merge=False)
-    # The sweep's resolved values (its folder: initnorm.unique_dir draws a new one per resolution; the
-    # timestamp), as Hydra's load_sweep_config hands them to every job it composes.
-    OmegaConf.copy_cache(from_config=config, to_config=sweep_config)
-    return sweep_config
-
-
-def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int, reuse: bool = False) -> DictConfig:
-    """The job's sweep config, as Hydra's launchers compose it; ``reuse``: from the preflight's composition where there is one."""
-    sweep_config = _preflight_config(config, overrides) if reuse else None
-    if sweep_config is None:
-        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictConfig:
+    """The job's sweep config, as Hydra's launchers compose it (cli/composer.py: from its group choices' composition)."""
+    sweep_config = composer.job_config(overrides)
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
         sweep_config.hydra.job.num = num
@@ -96,11 +74,8 @@ def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num
 
 
 def _config_of(job: Job, hydra_context, config: DictConfig) -> DictConfig:
-    """The job's sweep config, set as Hydra's current one (composing takes a quarter of a second a job)."""
-    if job.config is None:
-        return _job_config(hydra_context, config, job.overrides, job.num)
-    HydraConfig.instance().set_config(job.config)
-    return job.config
+    """The job's sweep config, set as Hydra's current one."""
+    return _job_config(job.composer or Composer(hydra_context.config_loader, config), job.overrides, job.num)
 
 
 def _abandoned_check(config: DictConfig):
@@ -114,40 +89,35 @@ def _abandoned_check(config: DictConfig):
     return lambda: not workers.alive(pid)
 
 
-def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
-    task = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
-    return to_plain(task)
-
-
-def _same(a: DictConfig, b: DictConfig) -> bool:
-    return OmegaConf.to_container(a, resolve=False) == OmegaConf.to_container(b, resolve=False)
-
-
-def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> list[Job]:
-    jobs = []
-    # The preflight composed every job already (1 s for 12 jobs): its configs are used once the first
-    # one is found equal to Hydra's own composition (another Hydra, or a sweep without the preflight: composed here).
-    first = list(job_overrides[0]) if job_overrides else []
-    reuse = bool(first) and tuple(first) in sweeper.COMPOSED and _same(
-        _job_config(hydra_context, config, first, initial_job_idx, reuse=True), _job_config(hydra_context, config, first, initial_job_idx))
-    if first and not reuse:
-        log.debug("the preflight's job configs differ from Hydra's: composing every job again")
+def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> tuple[list[Job], dict[tuple, dict[str, Any]]]:
+    """Each job's group key, or why it runs alone; and one resolved config per group key (its parameter count).
+    A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held; any other
+    (a search's trial) is composed here, from its group choices' composition."""
+    composer = Composer(hydra_context.config_loader, config)
+    checked = sweeper.plan()
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    jobs, examples = [], {}
     for idx, overrides in enumerate(job_overrides):
         num = initial_job_idx + idx
-        sc = _job_config(hydra_context, config, overrides, num, reuse)
-        c = _plain_task(sc)
-        folder = Path(str(sc.hydra.sweep.dir)) / str(sc.hydra.sweep.subdir)
+        known = checked.get(tuple(overrides))
+        if known is not None and known.folder is None:  # a folder the sweep made just now: it holds nothing
+            c, folder = known.config, None
+        else:
+            c = known.config if known is not None else composer.task(overrides)[0]
+            folder = sweep_dir / composer.subdir(overrides, c)
         alone = None
         step = 0
-        if (folder / METRICS_FILE).is_file():
+        if folder is not None and (folder / METRICS_FILE).is_file():
             alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
-        if alone is None:
+        if alone is None and folder is not None:
             try:  # a member's checkpoint or a job alone's: it resumes inside a group at its step (training/group.py)
-                step = inspect_folder(folder, c).step
+                step = known.prior.step if known is not None else inspect_folder(folder, c).step
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
-        jobs.append(Job(num, list(overrides), alone, (group_key(c), step), sc))
-    return jobs
+        key = (group_key(c), step)
+        examples.setdefault(key, c)
+        jobs.append(Job(num, list(overrides), alone, key, composer))
+    return jobs, examples
 
 
 def units_of(jobs: list[Job], max_group: int, max_params: int | None = None, params_of=None) -> list[list[Job]]:
@@ -300,7 +270,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         warming = workers.started_early() or workers.warm(params["n_jobs"])
     else:
         workers.stop()
-    jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
+    jobs, examples = classify(hydra_context, config, job_overrides, initial_job_idx)
     if warming is not None:
         warming.join()
     sizes: dict[tuple, int] = {}
@@ -308,7 +278,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     def params_of(job: Job) -> int:  # one member's parameter count, once per group key
         if job.key not in sizes:
             try:
-                sizes[job.key] = parameter_count(_plain_task(job.config))
+                sizes[job.key] = parameter_count(examples[job.key])
             except Exception as exc:  # a family that cannot be built on the meta device: stack it as before
                 log.warning("could not count the parameters of %s (%s: %s); its group is not capped by hydra.launcher.max_params",
                             " ".join(job.overrides), type(exc).__name__, exc)
@@ -317,8 +287,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
     units = units_of(jobs, max_group, max_params, params_of)
     grouped = [u for u in units if len(u) > 1]
-    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s",
-             len(jobs), len(grouped), ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
+    print(console.groups_line(len(jobs), [len(u) for u in grouped], len(units) - len(grouped)), flush=True)
     for u in units:
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),

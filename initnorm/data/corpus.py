@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from initnorm import envvars
 from initnorm.errors import ConfigError
 from initnorm.results import file_kind
 
@@ -72,7 +73,7 @@ SOURCES = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("INITNORM_CACHE", Path.home() / ".cache" / "initnorm"))
+    return Path(os.environ.get(envvars.CACHE, Path.home() / ".cache" / "initnorm"))
 
 
 def sha256(path: Path) -> str:
@@ -137,7 +138,7 @@ def locate(name: str, path: str | None = None) -> Path:
                           f"`data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or "
                           "`data.path=/path/to/text.txt`")
     source = SOURCES[name]
-    env = os.environ.get("INITNORM_DATA_DIR")
+    env = os.environ.get(envvars.DATA_DIR)
     if env and (Path(env) / source.file).is_file():
         return _verified(Path(env) / source.file, source)
     cached = cache_dir() / source.file

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from initnorm import transfer
-from initnorm.results import read_metrics
+from initnorm.results import read_metrics, recorded
 
 STATS = ("eff_lr", "eps_frac", "sigma_w", "sigma_dw", "update_ratio", "act_rms", "grad_rms")
 FACTOR = 2.0
@@ -65,13 +65,13 @@ def job_table(folder: Path, stats: tuple[str, ...] = STATS) -> tuple[str | None,
     settings = {s for s in cells}
     per: dict[tuple, dict[str, list[float]]] = {}
     for r in records:
-        ov = r.get("overrides", {})
-        if "lr" not in ov or axis not in ov:
+        swept = r.get("swept") or r.get("overrides", {})
+        if "lr" not in swept or axis not in swept:
             continue
         setting = next((s for s in settings if all(transfer.swept_value(r, k) == v for k, v in s)), None)
         if setting is None:
             continue
-        key = (setting, int(ov[axis]), math.log2(float(ov["lr"])))
+        key = (setting, int(recorded(r, axis)), math.log2(float(recorded(r, "lr"))))  # as the job ran, not its override's text
         for tag, points in read_events(Path(folder) / r["_dir"]).items():
             if tag.split("/")[0] in stats:
                 per.setdefault(key, {}).setdefault(tag, []).append(summary_value(points))
