@@ -91,9 +91,8 @@ def test_the_scale_part_counts_each_groups_training_once_and_reports_the_rest_as
     for i, (member, ms) in enumerate([(0, 1000.0), (1, 1000.0), (0, 400.0), (None, 50.0)]):
         job = tmp_path / f"seed={i}"
         job.mkdir()
-        rec = {"status": "finished", "seed": i, "job_num": i, "ms_per_step": 9.0 if member is not None else ms}
-        if member is not None:
-            rec["vectorized"] = {"member": member, "group_ms_per_step": ms, "group_size": 2}
+        rec = {"status": "finished", "seed": i, "job_num": i, "ms_per_step": 9.0 if member is not None else ms,
+               "group": {"member": member or 0, "ms_per_step": ms, "size": 2 if member is not None else 1}}
         (job / "metrics.json").write_text(json.dumps(rec))
     assert bench_scale.training_seconds(tmp_path, steps=10) == (1000.0 + 400.0 + 50.0) * 10 / 1000
     row = {"n": 1000, "steps": 1, "wall_s": 120.0, "train_s": 20.0, "parent_mb": 480.0, "load": (1.0, 1.5),

@@ -39,7 +39,6 @@ from omegaconf import DictConfig, open_dict
 from initnorm import schema
 from initnorm.cli import console, devices, disk, sweeper, workers
 from initnorm.cli.composer import Composer
-from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE

@@ -72,11 +72,10 @@ def training_seconds(folder: Path, steps: int) -> float:
 
     total = 0.0
     for r in read_metrics(folder):
-        group = r.get("vectorized") or {}
-        if group and group.get("member") != 0:
+        group = r.get("group") or {}  # every fit's record (a job alone: a group of one)
+        if group.get("member", 0) != 0:
             continue
-        ms = group.get("group_ms_per_step") if group else r.get("ms_per_step")
-        total += (ms or 0.0) * steps / 1000
+        total += (group.get("ms_per_step") or 0.0) * steps / 1000
     return total
 
 
