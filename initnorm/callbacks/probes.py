@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import bad_value
+from initnorm.models.own import logits_of
 
 Points = dict[str, tuple[nn.Module, str]]
 
@@ -57,12 +58,13 @@ def probe_points(model: nn.Module) -> Points:
 @contextlib.contextmanager
 def capture(points: Points, reduce: Callable[[torch.Tensor], torch.Tensor] = rms) -> Iterator[dict[str, torch.Tensor]]:
     """Forward hooks on ``points`` for the duration of the block: ``{"layer/role": reduce(tensor)}``
-    of the latest forward pass. The hooks are removed on exit, so the model is left untouched."""
+    of the latest forward pass (an output that is not a tensor: its logits, ``models.own.logits_of``, as a model
+    of one's own returns them to its own loop). The hooks are removed on exit, so the model is left untouched."""
     seen: dict[str, torch.Tensor] = {}
 
     def hook_for(name: str, side: str):
         def hook(module, args, output):
-            seen[name] = reduce(args[0] if side == "in" else output)
+            seen[name] = reduce(args[0] if side == "in" else output if isinstance(output, torch.Tensor) else logits_of(output))
 
         return hook
 
