@@ -80,6 +80,21 @@ def capture(points: Points, reduce: Callable[[torch.Tensor], torch.Tensor] = rms
             h.remove()
 
 
+@torch.no_grad()
+def eval_forward(model: nn.Module, inputs: torch.Tensor, points: Points, reduce: Callable[[torch.Tensor], torch.Tensor]
+                 ) -> dict[str, torch.Tensor]:
+    """``reduce`` of every probe point in one forward of ``inputs`` in eval mode (the model's mode put back after):
+    what an instrument measures on fixed inputs, apart from training (a job's member view, ``initnorm.coord_check``)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with capture(points, reduce) as seen:
+            model(inputs)
+    finally:
+        model.train(was_training)
+    return dict(seen)
+
+
 def parameter_layer(name: str) -> str:
     """``blocks.2.attn.q.weight`` -> ``block_03``; ``head.weight`` -> ``head`` (counted from 1, like probe points)."""
     parts = name.split(".")
