@@ -129,3 +129,12 @@ def write_members(records: list[list[Record]], sinks: list[list], active: list[b
     for recs, member_sinks, alive in zip(records, sinks, active):
         if alive:
             write(recs, member_sinks)
+
+
+def flush(sinks: list[list]) -> None:
+    """Every member's writers flushed at the end of a fit: a logger that is not TensorBoard gets a step's scalars in one
+    call when the next step starts (``training/trackers.Buffered``), so the last measured step's would wait for
+    initnorm's own end of a job, which a Lightning project of one's own does not have."""
+    for writers in sinks:
+        for w in writers:
+            w.flush()

@@ -23,7 +23,7 @@ import lightning as L
 import torch
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Record, write_members
+from initnorm.callbacks.probes import Record, flush, write_members
 from initnorm.errors import bad_value
 from initnorm.instruments.coord.analysis import COORD_FILE
 from initnorm.instruments.coord.record import clone, fixed_windows, member_records, resumed_error, to_csv, watched_points
@@ -31,7 +31,12 @@ from initnorm.results import write_atomic
 
 
 class CoordCheck(L.Callback):
-    """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps."""
+    """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps.
+
+    steps: the optimiser steps recorded (1 to ``steps``); windows: how many of the data module's first validation
+    inputs are run at every step (the same ones each time). width, depth, param, seed: written beside each row of
+    ``coord.csv`` (in the trainer's ``default_root_dir``), so ``initnorm-coord-check --from`` can set runs side by side;
+    initnorm's own jobs take them from their config. Records: ``coord_delta_rms/<layer>/<role>``."""
 
     def __init__(self, steps: int = 10, windows: int = 16, width: int | None = None, depth: int | None = None,
                  param: str | None = None, seed: int | None = None):
@@ -43,6 +48,7 @@ class CoordCheck(L.Callback):
         self.meta = {"width": width, "depth": depth, "param": param, "seed": seed}
         self.records: list[list[Record]] = []  # per member
         self._last = 0
+        self._sinks: list[list] = []
 
     def _metas(self, view) -> list[dict]:
         """Each member's (width, depth, param, seed) for coord.csv: its own config's ``callbacks.coord``, else this callback's."""
@@ -76,6 +82,7 @@ class CoordCheck(L.Callback):
         write_members(records, self._sinks, active)
 
     def on_fit_end(self, trainer, pl_module):
+        flush(self._sinks)
         view = self._view
         for folder, records, meta in zip(view.folders, self.records, self._metas(view)):
             write_atomic(Path(folder) / COORD_FILE, to_csv(records, meta))
