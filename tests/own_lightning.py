@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import initnorm
 from examples.nanogpt import GPT
-from initnorm.models.parameterize import parameterize
 
 VOCAB, CONTEXT = 28, 16
 
@@ -40,8 +40,8 @@ class LitGPT(L.LightningModule):
 
     def __init__(self, width: int = 64, lr: float = 3e-3, param: str = "mup"):
         super().__init__()
-        self.p = parameterize(GPT, width=width, base_width=16, param=param, width_arg="n_embd", depth=2, depth_arg="n_layer",
-                              blocks="h", attn_mult_attr="attn_mult", vocab_size=VOCAB, n_head=2, block_size=CONTEXT)
+        self.p = initnorm.parameterize(GPT, width=width, base_width=16, param=param, width_arg="n_embd", depth=2, depth_arg="n_layer",
+                                       blocks="h", attn_mult_attr="attn_mult", vocab_size=VOCAB, n_head=2, block_size=CONTEXT)
         self.model, self.lr = self.p.model, lr
 
     def training_step(self, batch, batch_idx):

@@ -161,7 +161,7 @@ def parameterize(
 
     Raises ``initnorm.errors.ConfigError`` with initnorm-train's one line for whatever it refuses: a value no
     rule allows, a parameter no rule places, a width argument that changes nothing, a table the model cannot
-    take."""
+    take. docs/library.md."""
     if isinstance(model, Mapping):  # initnorm-train's composed nodes, checked by its schema already
         also = [k for k, v in locals().items() if k in _DEFAULTS and k not in ("init", "param", "n_out") and v != _DEFAULTS[k]]
         if also or kwargs:
