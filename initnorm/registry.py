@@ -84,9 +84,12 @@ class Registry(Generic[T]):
     def get(self, name: Any, key: str | None = None) -> T:
         """The entry called ``name``, or the object a dotted path names (``key``: the config key
         that held the path, default ``path_key``); anything else raises one line listing the known
-        names and the dotted-path form."""
+        names and the dotted-path form. An entry itself (a function, a ``Family``: the library's way to hand one
+        over without a module to name it by, ``initnorm.parameterize``) is returned as it is."""
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
+        if not isinstance(name, str) and name is not None and self.expects[0](name):
+            return name
         if is_dotted(name):
             key = key or self.path_key
             ok, what, example = self.expects
@@ -113,8 +116,9 @@ class Registry(Generic[T]):
         return about if isinstance(about, About) else About(str(name))
 
     def display(self, name: Any) -> str:
-        """The name reports print: the entry's ``About.display``, else ``name`` as written."""
-        return self.about(name, strict=False).display or str(name)
+        """The name reports print: the entry's ``About.display``, else ``name`` as written (an entry handed over
+        itself: its ``__name__``)."""
+        return self.about(name, strict=False).display or getattr(name, "__name__", None) or str(name)
 
 
 def split_dotted(path: str) -> tuple[str, str]:
@@ -160,7 +164,7 @@ class Names:
 # The config groups whose entry a registry names: group -> (the key that names it, the registry).
 # The schema reads each entry's own keys from it; reports and plots its display name.
 GROUPS = {
-    "model": ("family", Names("initnorm.models.build", "MODELS")),
+    "model": ("family", Names("initnorm.models.families", "MODELS")),
     "param": ("name", Names("initnorm.nn.param", "PARAMS")),
     "init": ("name", Names("initnorm.nn.init", "INITS")),
     "norm_type": ("name", Names("initnorm.nn.norms", "NORMS")),

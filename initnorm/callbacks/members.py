@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from initnorm.callbacks.probes import Points, capture
+from initnorm.callbacks.probes import Points, capture, eval_forward
 from initnorm.training import trackers
 
 
@@ -106,18 +106,8 @@ class OneMember:
         with capture(points, lambda t: reduce(t).unsqueeze(0)) as seen:  # filled by the hooks as the forward runs
             yield seen
 
-    @torch.no_grad()
     def forward(self, inputs: torch.Tensor, points: Points, reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with capture(points, lambda t: reduce(t).unsqueeze(0)) as seen:
-                model(inputs[0])
-        finally:
-            model.train(was_training)
-        return dict(seen)
-
+        return eval_forward(self.model, inputs[0], points, lambda t: reduce(t).unsqueeze(0))
 
     def member_loss(self, e: int, batch, points: Points | None = None,
                     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

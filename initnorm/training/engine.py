@@ -63,7 +63,7 @@ class History:
 
 
 @dataclass
-class Built:
+class BuiltMember:
     """One member as its job builds it: its resolved config, data module, model (roles applied), roles and table."""
 
     config: Mapping[str, Any]
@@ -96,7 +96,7 @@ class Engine(L.LightningModule):
     """E >= 1 members trained as one; see the module docstring. Families subclass it with ``loss`` (and may add
     ``evaluate``, ``extra_metrics``)."""
 
-    def __init__(self, built: Sequence[Built], device: str | torch.device = "cpu", compiled: bool = False):
+    def __init__(self, built: Sequence[BuiltMember], device: str | torch.device = "cpu", compiled: bool = False):
         super().__init__()
         self.automatic_optimization = False  # the step is taken in training_step: Lightning's closure and hooks cost several %
         device = torch.device(device)

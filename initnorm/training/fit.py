@@ -35,7 +35,7 @@ from initnorm.training import signals, trackers
 from initnorm.training.batches import StackedData
 from initnorm.training.checkpoints import CheckpointOnSignal, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
-from initnorm.training.engine import Built, Engine
+from initnorm.training.engine import BuiltMember, Engine
 from initnorm.training.record import hp_metrics, job_metrics, status_line
 from initnorm.training.resume import check_state, inspect_folder, read_member, record_failure
 from initnorm.training.tasks import TASKS
@@ -105,7 +105,7 @@ def _close(log: logging.Logger) -> None:
         h.close()
 
 
-def build_member(m: Member, log: logging.Logger) -> tuple[Built, torch.Tensor]:
+def build_member(m: Member, log: logging.Logger) -> tuple[BuiltMember, torch.Tensor]:
     """Member ``m`` built as its job builds it (seed, data, model, roles, the check of its init), and its random
     stream: the RNG state its job trains from."""
     c = m.cfg
@@ -116,7 +116,7 @@ def build_member(m: Member, log: logging.Logger) -> tuple[Built, torch.Tensor]:
     if hasattr(built.model, "role_table"):  # model=custom: the inferred roles and their multipliers, beside the run
         write_atomic(Path(m.out_dir) / "roles.txt", describe_roles(built.model, built.table))
     check_built(built, c, data)  # model=custom: an init that ignores the table is one line, before training
-    return Built(c, data, built.model, built.roles, built.table, Path(m.out_dir), log), torch.get_rng_state()
+    return BuiltMember(c, data, built.model, built.roles, built.table, Path(m.out_dir), log), torch.get_rng_state()
 
 
 def _trainer_kwargs(c: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
@@ -133,7 +133,7 @@ class Prepared:
 
     member: Member
     log: logging.Logger
-    built: Built
+    built: BuiltMember
     stream: torch.Tensor
     state: dict[str, Any] | None = None
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from initnorm.errors import bad_value
 from initnorm.nn.param import Table, fan_in, in_block
 from initnorm.nn.roles import Role
 from initnorm.registry import Registry
@@ -88,13 +89,28 @@ def param_groups(
     return list(groups.values())
 
 
+def check_decay_mode(optimizer: str, mode: str, weight_decay: float) -> None:
+    """Independent decay (wd / the group's peak rate) only where the decay is not a gradient term (AdamW)."""
+    if weight_decay and mode == "independent" and optimizer not in DECOUPLED:
+        raise bad_value("optim.weight_decay_mode", "independent",
+                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); "
+                        f"optim={optimizer} decays through its gradient",
+                        "optim.weight_decay_mode=scaled")
+
+
+def model_groups(model: torch.nn.Module, roles: Mapping[str, Role], table: Table, lr: float, *, weight_decay: float, mode: str,
+                 eps: float | None) -> list[dict]:
+    """``param_groups`` of a built model (its residual blocks from its ``BLOCKS``): what ``make_optimizer`` gives the
+    configured optimiser and ``initnorm.parameterize``'s ``param_groups`` gives any torch optimiser, one call for both."""
+    return param_groups(model.named_parameters(), roles, table, lr, weight_decay, mode, eps, lambda n: in_block(model, n))
+
+
 def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> list[dict]:
-    """The groups a job's optimiser steps: ``param_groups`` under the optimiser's own rules (plain Adam has no
+    """The groups a job's optimiser steps: ``model_groups`` under the optimiser's own rules (plain Adam has no
     decay at all; SGD has no ε), each with its rate, weight decay and (Adam) ε."""
-    name = optim_cfg["name"]
-    groups = param_groups(model.named_parameters(), roles, table, lr, optim_cfg.get("weight_decay", 0.0), weight_decay_mode(optim_cfg),
-                          optim_cfg.get("eps"), lambda n: in_block(model, n))
-    if name not in DECAYS:
+    groups = model_groups(model, roles, table, lr, weight_decay=optim_cfg.get("weight_decay", 0.0), mode=weight_decay_mode(optim_cfg),
+                          eps=optim_cfg.get("eps"))
+    if optim_cfg["name"] not in DECAYS:
         for g in groups:
             g["weight_decay"] = 0.0
     return groups

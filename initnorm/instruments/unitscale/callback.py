@@ -32,7 +32,7 @@ from initnorm.callbacks.members import members_of
 from initnorm.callbacks.probes import Record, parameter_layer, parameter_role, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.analysis import UNIT_FILE
-from initnorm.instruments.coord.callback import fixed_windows, member_rms, resumed_error
+from initnorm.instruments.coord.record import fixed_windows, member_rms, resumed_error
 from initnorm.results import write_atomic
 
 ACT, OUT_GRAD, GRAD = "unit_act_rms", "unit_out_grad_rms", "unit_grad_rms"
