@@ -48,11 +48,11 @@ def test_a_plain_loop_on_its_groups_is_initnorm_train_bit_for_bit(tmp_path, monk
     LambdaLR, 20 steps: every step's loss and every final parameter equal the same job under initnorm-train's train()."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from initnorm.cli import job
     from initnorm.cli.train import train
+    from initnorm.training import fit
 
-    built, real = [], job.build_model
-    monkeypatch.setattr(job, "build_model", lambda *a: built.append(real(*a)) or built[-1])
+    built, real = [], fit.build_model
+    monkeypatch.setattr(fit, "build_model", lambda *a: built.append(real(*a)) or built[-1])  # the job's own module, trained
     cfg = compose_cfg(*JOB)
     train(cfg, tmp_path)
     events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0}).Reload()
