@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from initnorm.errors import ConfigError
-from initnorm.results import read_metrics, read_sweep
+from initnorm.results import MAX_RECORD_BYTES, read_metrics, read_sweep
+from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.search_report import SUMMARY_FILE
 from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
 
@@ -40,10 +41,15 @@ def key_of(override: str) -> str:
 
 def load(folder: Path) -> dict:
     path = folder / SUMMARY_FILE
-    if not path.is_file():
+    try:
+        summary = json.loads(read_bounded(path, MAX_RECORD_BYTES).decode("utf-8"))
+    except FileNotFoundError:
         raise ConfigError(f"{path} is missing: SEARCH_FOLDER must be the sweep folder of an `initnorm-train -m hparams_search=...` "
-                          "run (it writes search.json at its end); fix it with the folder that search printed")
-    summary = json.loads(path.read_text())
+                          "run (it writes search.json at its end); fix it with the folder that search printed") from None
+    except (NotAFile, OSError, ValueError) as exc:
+        what = exc if isinstance(exc, NotAFile) else f"not readable JSON ({type(exc).__name__})"
+        raise ConfigError(f"{path} is {what}, not a search.json initnorm wrote; delete it (or move it away) and rerun the search "
+                          "with its folder pinned (`hydra.sweep.dir=...`) to write it again") from None
     if summary.get("best") is None:
         raise ConfigError(f"{folder}: no trial of the search completed (search.md lists them); rerun the search with a narrower "
                           "lr range, e.g. 'hydra.sweeper.params.lr=\"tag(log, interval(1e-4, 1e-2))\"'")

@@ -1,0 +1,124 @@
+"""Issue 34: files a hostile user plants in run and sweep folders (STYLE.md 19). Nothing read from a folder names
+code, no reader hangs on a FIFO or follows a link, and no write lands in a link's target. One test per class."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+
+from initnorm import results
+from initnorm.cli import console
+from initnorm.errors import ConfigError
+
+
+def record(seed: int) -> dict:
+    return {"status": "finished", "seed": seed, "overrides": {"seed": str(seed)}, "swept": ["seed"], "diverged": False,
+            "final_val_loss": 2.0, "job_num": seed - 1}
+
+
+@pytest.fixture
+def sweep_env(monkeypatch):
+    monkeypatch.setenv(console.TOTAL_ENV, "4")
+    monkeypatch.setenv(console.START_ENV, "1")
+
+
+# ---- readers: no FIFO opened, no link followed, a bound on what is read
+
+
+def test_a_fifo_named_progress_never_hangs_the_sweep(tmp_path, alarm, sweep_env):
+    """A FIFO named .progress hung the sweep's progress line after its jobs finished (and SIGTERM with it: the
+    handler only sets a flag while open() blocks)."""
+    results.write_metrics(tmp_path / "seed=1", record(1))
+    for seed in (2, 3):
+        (tmp_path / f"seed={seed}").mkdir()
+    os.mkfifo(tmp_path / "seed=2" / results.PROGRESS_FILE)
+    (tmp_path / "seed=3" / results.PROGRESS_FILE).write_text("5 10\n")
+    assert console.sweep_progress(tmp_path, now=3.0).startswith("1/4 done, about ")  # seed 3's half counts, the FIFO none
+
+
+def test_a_link_to_dev_zero_named_progress_reads_a_bounded_amount(tmp_path, sweep_env, monkeypatch):
+    """/dev/zero behind a link named .progress ate the memory of the job whose end line read it (recorded as failed)."""
+    results.write_metrics(tmp_path / "seed=1", record(1))
+    (tmp_path / "seed=2").mkdir()
+    os.symlink("/dev/zero", tmp_path / "seed=2" / results.PROGRESS_FILE)
+    read, real = [], os.read
+
+    def counted(fd, n):
+        data = real(fd, min(n, 1 << 20))
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "read", counted)
+    assert console.sweep_progress(tmp_path).startswith("1/4 done")
+    assert sum(read) == len(json.dumps(record(1), indent=2, sort_keys=True)) + 1  # the record; not a byte of /dev/zero
+
+
+@pytest.mark.parametrize("how", ["fifo", "link"])
+def test_no_reader_of_a_run_folder_opens_a_fifo_or_follows_a_link(tmp_path, alarm, caplog, how):
+    """Every reader of a file in a run or sweep folder, planted with a FIFO or a link to another folder's (genuine)
+    file: ignored or refused in one line naming what it is, never a hang, never the link's target read."""
+    from initnorm.cli import transfer
+    from initnorm.instruments.coord.analysis import read_rows, unit_lines
+    from initnorm.instruments.diagnostics.analysis import read_events
+    from initnorm.training.resume import load_checkpoint
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = {  # name in the folder -> what a genuine file of that name holds
+        "metrics.json": json.dumps(record(1)),
+        "coord.csv": "width,depth,param,seed,step,layer,role,value\n16,2,sp,1,0,logits/output,readout,1.0\n",
+        "unit_scale.txt": "planted verdict\n",
+        "search.json": json.dumps({"best": {"params": {"lr": 0.1}, "loss": 1.0}, "overrides": [], "seeds": [1]}),
+        "runs.csv": results.render_runs_csv([record(1) | {"_dir": "seed=1"}]),
+        "events.out.tfevents.1.host.1.0": "",
+    }
+    job = tmp_path / "sweep" / "seed=1"
+    (job / "checkpoints").mkdir(parents=True)
+    for name, text in victim.items():
+        (elsewhere / name).write_text(text)
+        os.mkfifo(job / name) if how == "fifo" else os.symlink(elsewhere / name, job / name)
+    torch.save({"global_step": 5}, elsewhere / "last.ckpt")
+    ckpt = job / "checkpoints" / "last.ckpt"
+    os.mkfifo(ckpt) if how == "fifo" else os.symlink(elsewhere / "last.ckpt", ckpt)
+    kind = "a FIFO" if how == "fifo" else "a symbolic link to "
+
+    with caplog.at_level(logging.WARNING):
+        assert results.read_metrics(job) == []
+        with pytest.raises(ConfigError, match="no coord.csv below"):
+            read_rows(job.parent)  # (a coord.csv in the folder read is the combined one it writes)
+        assert unit_lines(job.parent) == f"unit scale, seed=1: not read ({kind}{elsewhere / 'unit_scale.txt' if how == 'link' else ''})\n"
+        assert read_events(job) == {}
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert f"metrics.json: {kind}" in warned and f"coord.csv: {kind}" in warned and f"is {kind}" in warned
+    for read, name in [(transfer.load, "search.json"), (results.read_runs_csv, "runs.csv")]:
+        with pytest.raises(ConfigError, match=f"{name} is {kind}"):
+            read(job)
+    with pytest.raises(ConfigError, match=f"last.ckpt is {kind}.*not a checkpoint initnorm wrote"):
+        load_checkpoint(ckpt)
+
+
+def test_read_bounded_refuses_a_big_file_and_names_the_bound(tmp_path):
+    from initnorm import safe_files
+
+    path = tmp_path / "big"
+    with open(path, "wb") as f:
+        f.truncate(2 * safe_files.KiB + 1)
+    with pytest.raises(safe_files.NotAFile, match="larger than 2 KiB"):
+        safe_files.read_bounded(path, 2 * safe_files.KiB)
+    assert len(safe_files.read_bounded(path, 4 * safe_files.KiB)) == 2 * safe_files.KiB + 1
+
+
+def test_open_no_follow_never_opens_a_device(tmp_path, monkeypatch):
+    """lstat first: a link to a device (or a FIFO) is refused before any open(), which for some devices does something."""
+    from initnorm import safe_files
+
+    os.symlink("/dev/null", tmp_path / "dev")
+    opened = []
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a))
+    with pytest.raises(safe_files.NotAFile, match="a symbolic link to /dev/null"):
+        safe_files.open_no_follow(tmp_path / "dev")
+    assert opened == []
