@@ -122,3 +122,28 @@ def test_open_no_follow_never_opens_a_device(tmp_path, monkeypatch):
     with pytest.raises(safe_files.NotAFile, match="a symbolic link to /dev/null"):
         safe_files.open_no_follow(tmp_path / "dev")
     assert opened == []
+
+
+# ---- the lock: never opened through a link, never a FIFO
+
+
+@pytest.mark.parametrize("what", ["link", "dangling", "fifo"])
+def test_a_planted_lock_file_is_refused_and_its_target_untouched(tmp_path, alarm, what):
+    """A link named .initnorm.lock to another sweep's finished metrics.json: the rerun opened it O_RDWR|O_CREAT and truncated
+    the victim to its pid. A link to nowhere would have been created; a FIFO opened. Each is now one line, nothing written."""
+    from initnorm.cli import lock
+
+    victim = tmp_path / "other" / "metrics.json"
+    results.write_metrics(victim.parent, record(1))
+    before = victim.read_bytes()
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    planted = folder / lock.LOCK_FILE
+    {"link": lambda: os.symlink(victim, planted), "dangling": lambda: os.symlink(tmp_path / "new", planted),
+     "fifo": lambda: os.mkfifo(planted)}[what]()
+    with pytest.raises(ConfigError) as err:
+        lock.claim(folder, "hydra.sweep.dir")
+    line = str(err.value)
+    assert "\n" not in line and f"{planted} is a " in line and "not initnorm's lock file" in line and "`hydra.sweep.dir=...`" in line
+    assert victim.read_bytes() == before and not (tmp_path / "new").exists()
+    assert str(folder.absolute()) not in lock._held
