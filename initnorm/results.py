@@ -108,7 +108,7 @@ NUMBER = (int, float, type(None))  # NaN is a float; null where nothing was meas
 # The fields summaries read, and the type each must have where present (an older record may lack some).
 SHAPE = {
     "status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list,
-    "choices": dict, "val_history": list,
+    "choices": dict, "val_history": list, "config": dict,
     "final_val_loss": NUMBER, "best_val_loss": NUMBER, "diverged": bool, "diverged_step": (int, type(None)),
     "steps": (int, type(None)), "job_num": int,
     "seed": (int, type(None)), "ms_per_step": NUMBER, "wall_s": NUMBER,

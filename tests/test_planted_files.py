@@ -147,3 +147,71 @@ def test_a_planted_lock_file_is_refused_and_its_target_untouched(tmp_path, alarm
     assert "\n" not in line and f"{planted} is a " in line and "not initnorm's lock file" in line and "`hydra.sweep.dir=...`" in line
     assert victim.read_bytes() == before and not (tmp_path / "new").exists()
     assert str(folder.absolute()) not in lock._held
+
+
+# ---- overrides read from a file are data: search.json -> initnorm-transfer
+
+CODE = [  # what a copied search.json may hold, each naming code one way
+    "data._target_=os.system", "+data.command='touch X'", "model.family=os:system", "param.name=mypkg.tables.mine",
+    "init.fn=os.system", "norm_type.name=os:system", "data.kind=os:system", "init.per_role.readout=os:system",
+    "+callbacks.evil._target_=os.system", "callbacks.stats._target_=os.system", "trainer.plugins=x", "logger.mlflow.x=1",
+    "+logger.evil._target_=os.system", "hydra/launcher=slurm", "hydra.job.env_set.X=1", "+hydra.callbacks.x._target_=os.system",
+    "logger@callbacks.x=mlflow", "data.name=${oc.env:HOME}", "model.foo={_target_: os.system}", "model.foo=[{_target_: os.system}]",
+    "param=../../tmp/evil", "logger=[tensorboard,evil]", "lr=0.1,0.2", "lr=abc", 7,
+]
+
+
+@pytest.mark.parametrize("planted", CODE)
+def test_an_override_from_a_file_that_could_name_code_is_refused(planted):
+    from initnorm.cli.file_overrides import data_overrides
+
+    with pytest.raises(ConfigError) as err:
+        data_overrides(["param=mup", "steps=20", planted], "/s/search.json")
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"/s/search.json: {planted!r} ") and "data only" in line
+
+
+def test_an_override_from_a_file_that_sets_a_value_is_kept():
+    from initnorm.cli.file_overrides import data_overrides
+
+    data = ["param=mup", "width=64", "steps=20", "lr=0.01", "logger=[csv]", "data=alice", "norm_type.eps=1e-5", "+summary.tail_steps=3",
+            "model=custom", "init=xavier", "param.name=mup", "callbacks.stats.every_n_steps=5", "~logger", "experiment=null"]
+    assert data_overrides(data, "search.json") == data
+
+
+def search_folder(folder, overrides, params=None) -> None:
+    folder.mkdir()
+    (folder / "search.json").write_text(json.dumps({
+        "best": {"number": 0, "state": "COMPLETE", "params": params or {"lr": 0.01}, "loss": 2.0}, "trials": [],
+        "overrides": overrides, "seeds": [1], "metric": "final_val_loss", "objective": "mean final_val_loss over seeds [1]"}))
+
+
+@pytest.mark.parametrize("overrides,params", [
+    (["hparams_search=lr_base", "model=custom", "model._target_=torch.nn.Linear", "model.width_arg=in_features",
+      "model.vocab_arg=out_features", "data=custom", "data._target_=os.system",
+      "+data.command='touch {marker}'"], None),
+    (["steps=2"], {"lr": 0.01, "data._target_": "os.system"}),  # the best trial's values are read from the file too
+])
+def test_a_copied_search_folder_cannot_run_a_command_through_transfer(tmp_path, capsys, monkeypatch, overrides, params):
+    """initnorm-transfer FOLDER width=32 handed search.json's overrides to the train command: `touch X` ran."""
+    from initnorm.cli import transfer
+
+    marker = tmp_path / "X"
+    search_folder(tmp_path / "search", [o.format(marker=marker) for o in overrides], params)
+    monkeypatch.chdir(tmp_path)
+    assert transfer.main([str(tmp_path / "search"), "width=32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'search' / 'search.json'}: " in err[0] and "._target_=" in err[0], err
+    assert not marker.exists() and not (tmp_path / "search_transfer").exists()
+
+
+@pytest.mark.parametrize("field,value", [("overrides", "data._target_=os.system"), ("seeds", ["1; touch X"]), ("best", {"params": []}),
+                                         ("metric", "a b")])
+def test_a_search_json_of_the_wrong_shape_is_one_line(tmp_path, field, value):
+    from initnorm.cli import transfer
+
+    search_folder(tmp_path / "s", [])
+    summary = json.loads((tmp_path / "s" / "search.json").read_text()) | {field: value}
+    (tmp_path / "s" / "search.json").write_text(json.dumps(summary))
+    with pytest.raises(ConfigError, match=f"its {field} is not of a search's types"):
+        transfer.load(tmp_path / "s")
