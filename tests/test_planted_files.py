@@ -215,3 +215,40 @@ def test_a_search_json_of_the_wrong_shape_is_one_line(tmp_path, field, value):
     (tmp_path / "s" / "search.json").write_text(json.dumps(summary))
     with pytest.raises(ConfigError, match=f"its {field} is not of a search's types"):
         transfer.load(tmp_path / "s")
+
+
+# ---- a search's study is data: a trial left running is launched again only with the space's keys and values
+
+ATTACK = {"model": "custom", "model._target_": "torch.nn.Linear", "model.width_arg": "in_features", "model.vocab_arg": "out_features",
+          "data": "custom", "data._target_": "os.system", "+data.command": "touch {marker}"}
+
+
+@pytest.mark.parametrize("planted,says", [
+    (ATTACK | {"lr": 0.01}, "holds the keys +data.command, data, data._target_, lr, model, model._target_"),
+    ({"lr": 0.01, "data._target_": "os.system"}, "holds the keys data._target_, lr, not the search space's (lr)"),
+    ({"lr": 5.0}, "holds lr=5.0, which the search space (lr: FloatDistribution(high=0.1, log=True, low=0.0001, step=None)) cannot ask"),
+    ({"lr": "0.01"}, "holds lr='0.01', which the search space"),
+    ({}, "holds the keys (none), not the search space's (lr)"),
+])
+def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, monkeypatch, capsys, planted, says):
+    """A RUNNING trial in search.db is launched again with its own values when the search is rerun (its documented resume);
+    its params became `k=v` overrides unchecked. Now: exactly the space's keys, each value one the space could ask."""
+    import optuna
+
+    from initnorm.cli.search import STUDY_FILE, STUDY_NAME
+    from tests.test_search import search
+
+    marker = tmp_path / "X"
+    folder = tmp_path / "search"
+    folder.mkdir()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
+    values = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in planted.items()}
+    study.ask({k: optuna.distributions.CategoricalDistribution([v]) for k, v in values.items()})  # asked, never told
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        search(monkeypatch, folder, 1)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {folder / STUDY_FILE}: its trial 0, left running, ")
+    assert says in err[0], err[0]
+    assert not marker.exists() and sorted(p.name for p in folder.iterdir()) == [STUDY_FILE]  # no job folder, no multirun.yaml

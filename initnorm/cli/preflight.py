@@ -221,6 +221,12 @@ def output_base(node: DictConfig) -> Path:
     return Path(fixed or ".")
 
 
+def named_folder(node: DictConfig) -> Path | None:
+    """The folder ``node`` (``hydra.sweep``, ``hydra.run``) names on the command line; None for a generated one (new, empty)."""
+    raw = str(OmegaConf.to_container(node, resolve=False).get("dir"))
+    return None if "${" in raw else Path(raw)
+
+
 def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     """The launcher's values and whether the output folder can be written, once per command line."""
     try:
@@ -229,7 +235,8 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
-        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary)
+        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary,
+                     named_folder(primary.hydra.sweep))
     vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
