@@ -252,3 +252,62 @@ def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, mo
     assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {folder / STUDY_FILE}: its trial 0, left running, ")
     assert says in err[0], err[0]
     assert not marker.exists() and sorted(p.name for p in folder.iterdir()) == [STUDY_FILE]  # no job folder, no multirun.yaml
+
+
+# ---- a tracker's run id is trusted only where the job's own record vouches for it
+
+
+def mlflow_job(tmp_path, monkeypatch):
+    """A logger node on an MLflow file store, and a finished run of another job there (the victim)."""
+    pytest.importorskip("mlflow")
+    from initnorm.config import to_plain
+    from initnorm.training import trackers
+    from tests.conftest import compose_cfg
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    node = to_plain(compose_cfg("logger=mlflow", f"logger.mlflow.tracking_uri={uri}"))["logger"]
+    victim = trackers.make(node, tmp_path / "other", "seed=1")
+    for writer in trackers.writers(victim):
+        writer.add_scalar("Loss/train", 1.0, 1)
+    trackers.finish(victim)
+    return node, uri, victim[0].run_id
+
+
+def history(uri: str, run_id: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, "Loss/train")]
+
+
+@pytest.mark.parametrize("case,checkpoint,written_for,says", [
+    ("fresh, as main wrote it", False, None, "holds no checkpoint of this job"),
+    ("fresh", False, "job", "holds no checkpoint of this job"),
+    ("beside its checkpoint, as main wrote it", True, None, "not this job's run ids"),
+    ("beside its checkpoint, copied from another folder", True, "other", "not this job's run ids"),
+    ("beside its checkpoint, forged to name this folder", True, "job", "was not made in"),
+])
+def test_a_planted_trackers_json_never_sends_a_job_into_another_jobs_run(tmp_path, monkeypatch, caplog, case, checkpoint, written_for,
+                                                                         says):
+    """trackers.json planted in a job folder, naming another job's finished MLflow run: the job logged into it, whose
+    curves then held both. A fresh job (no checkpoint of its own) ignores the file; beside its checkpoint, a file not written
+    for this folder is not its own, and a run whose own tag names another folder is not this job's either."""
+    from initnorm.training import trackers
+
+    node, uri, victim = mlflow_job(tmp_path, monkeypatch)
+    job = tmp_path / "job"
+    job.mkdir()
+    if checkpoint:
+        (job / "checkpoints").mkdir()
+        torch.save({"global_step": 5}, job / "checkpoints" / "last.ckpt")
+    planted = ({"mlflow": victim} if written_for is None  # the layout main wrote (and read)
+               else {"folder": str((tmp_path / written_for).resolve()), "runs": {"mlflow": victim}})
+    (job / trackers.RUN_IDS).write_text(json.dumps(planted))
+    with caplog.at_level(logging.WARNING):
+        loggers = trackers.make(node, job, "seed=2")
+        for writer in trackers.writers(loggers):
+            writer.add_scalar("Loss/train", 2.0, 2)
+        trackers.finish(loggers)
+    assert loggers[0].run_id != victim and history(uri, victim) == [(1, 1.0)]
+    assert sum(says in r.getMessage() for r in caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    assert json.loads((job / trackers.RUN_IDS).read_text())["runs"] == {"mlflow": loggers[0].run_id}  # its own, for its resume

@@ -24,6 +24,7 @@ restores model, optimiser, schedule and loop counters, this callback restores
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import traceback
 from collections.abc import Mapping
@@ -141,6 +142,11 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
 
 def vec_checkpoint(folder: Path | str) -> Path:
     return Path(folder) / CKPT_DIR / VEC_CKPT
+
+
+def has_checkpoint(folder: Path | str) -> bool:
+    """Whether ``folder`` holds a checkpoint of a job, alone or a group member's, as a regular file (a link is not one)."""
+    return any(os.path.lexists(p) and planted(p) is None for p in (Path(folder) / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)))
 
 
 # What a member's checkpoint holds (``MemberCheckpoints.save``); a file without them was not written by initnorm.
