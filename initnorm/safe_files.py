@@ -7,17 +7,26 @@ named ``.progress`` would hang the reader (and, open() blocking, a stop signal w
 ``/dev/zero`` would fill its memory. Every reader of such a file goes through ``read_bounded`` (or
 ``open_no_follow``): the last component is opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``, only after
 ``lstat`` says it is a regular file, and checked again on the open file (``fstat``: the same file, still
-regular), so nothing else is opened at all.
+regular), so nothing else is opened at all. What a writer may meet there is ``planted``: any entry that
+is not a regular file or a real folder. The preflight refuses every one below a named output folder
+before a job runs (``planted_below``), and the writes that would follow a link (Hydra's
+``multirun.yaml``, ``.hydra/`` and ``train.log``, a checkpoint's folder) take away whatever stands at
+their path first (``remove_planted``, ``real_folder``, ``AppendHandler``): the entry, never its target.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
+import sys
 from pathlib import Path
 
 KiB, MiB = 2**10, 2**20
+# Folders whose tools keep links of their own: W&B's ``latest-run`` in <job>/wandb/ (its runs are new folders each start),
+# submitit's submission scripts in <sweep>/.submitit/ (a folder whose pickles are trusted by submitit's design: docs/troubleshooting.md).
+OWN_LINKS = ("wandb", ".submitit")
 
 
 class NotAFile(Exception):
@@ -87,3 +96,51 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
     if size > limit:
         raise NotAFile(f"larger than {size_text(limit)}")
     return b"".join(chunks)
+
+
+def remove_planted(path: Path | str) -> str | None:
+    """Take away a link, FIFO, socket or device at ``path`` (the entry itself, never what a link points at), so that
+    a writer that opens ``path`` makes a new file; returns what was there (None: nothing was). A folder is left."""
+    what = planted(path)
+    if what is None or what == "a folder":
+        return None
+    os.unlink(path)
+    return what
+
+
+def real_folder(path: Path | str) -> Path:
+    """``path`` made a real folder (with its parents): a link (to a folder elsewhere) or a FIFO planted in its place is taken
+    away first, so what is written below it stays below it."""
+    remove_planted(path)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+def planted_below(folder: Path | str) -> tuple[Path, str] | None:
+    """The first entry below ``folder`` (not following links) that is neither a regular file nor a real folder, with
+    what it is; None for none. initnorm, Hydra and Lightning make only files and folders in a sweep folder, so such an
+    entry was put there, and a job would write through it (``train.log``, ``multirun.yaml``, a job folder, its
+    ``checkpoints/``). W&B's and submitit's own folders (``OWN_LINKS``), where they keep links, are not looked into."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in OWN_LINKS]
+        for name in sorted(dirs + files):
+            path = Path(root) / name
+            what = planted(path)
+            if what is not None and what != "a folder":
+                return path, what
+    return None
+
+
+class AppendHandler(logging.FileHandler):
+    """``logging.FileHandler`` for a job's ``train.log`` (Hydra's job logging and a group member's): a link, FIFO or
+    device standing at the path is taken away first (the link, not its target) and the file opened without following
+    one, so the job's lines never land in another file."""
+
+    def _open(self):
+        if (what := remove_planted(self.baseFilename)) is not None:  # not through logging: its handlers are being set up
+            print(f"warning: removed {what} standing at {self.baseFilename}: the job's log is a new file there", file=sys.stderr)
+        fd = open_no_follow(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)

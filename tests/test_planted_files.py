@@ -311,3 +311,114 @@ def test_a_planted_trackers_json_never_sends_a_job_into_another_jobs_run(tmp_pat
     assert loggers[0].run_id != victim and history(uri, victim) == [(1, 1.0)]
     assert sum(says in r.getMessage() for r in caplog.records) == 1, [r.getMessage() for r in caplog.records]
     assert json.loads((job / trackers.RUN_IDS).read_text())["runs"] == {"mlflow": loggers[0].run_id}  # its own, for its resume
+
+
+# ---- writes: nothing planted in an output folder is written through
+
+
+@pytest.mark.parametrize("where,make", [
+    ("multirun.yaml", "file"), ("default/seed=1/train.log", "file"), ("default/seed=1/.hydra", "folder"), ("default/seed=1", "folder"),
+    ("default/seed=1/checkpoints", "folder"), ("default/seed=1/csv/metrics.csv", "file"), ("default/seed=2/.progress", "fifo"),
+    ("search.db", "file"), ("summary.md", "file"), ("default/seed=1/events.out.tfevents.1.host.1.0", "file"),
+])
+def test_a_link_or_fifo_in_a_named_sweep_folder_is_refused_before_anything_runs(tmp_path, where, make):
+    """A link planted as multirun.yaml made Hydra overwrite its target, one as train.log got the job's lines appended to its
+    target; a job folder, its .hydra/ or checkpoints/ as a link carried every write there into another folder."""
+    from initnorm.cli.preflight import check_command_line
+
+    victim = tmp_path / "victim"
+    (victim / "inside").mkdir(parents=True)
+    (victim / "file").write_text("the victim's\n")
+    sweep = tmp_path / "sweep"
+    planted = sweep / where
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    {"file": lambda: os.symlink(victim / "file", planted), "folder": lambda: os.symlink(victim / "inside", planted),
+     "fifo": lambda: os.mkfifo(planted)}[make]()
+    with pytest.raises(ConfigError) as err:
+        check_command_line(["-m", "seed=1,2", "steps=2", f"hydra.sweep.dir={sweep}"])
+    line = str(err.value)
+    what = "a FIFO" if make == "fifo" else f"a symbolic link to {victim / ('file' if make == 'file' else 'inside')}"
+    assert "\n" not in line and line.startswith(f"{planted} is {what}, ") and "`hydra.sweep.dir=...`" in line, line
+    assert (victim / "file").read_text() == "the victim's\n" and os.listdir(victim / "inside") == []
+
+
+def test_a_link_in_a_named_run_folder_is_refused(tmp_path):
+    from initnorm.cli.preflight import check_command_line
+
+    (tmp_path / "run").mkdir()
+    os.symlink(tmp_path / "victim", tmp_path / "run" / "train.log")
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'run' / 'train.log'} is a symbolic link to .*`hydra.run.dir=...`"):
+        check_command_line(["steps=2", f"hydra.run.dir={tmp_path / 'run'}"])
+
+
+def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leaves_the_target(tmp_path, monkeypatch, capsys):
+    from initnorm.cli import console, sweep
+    from initnorm.cli.train import main
+    from tests.conftest import TINY
+
+    victim = tmp_path / "other" / "metrics.json"
+    results.write_metrics(victim.parent, record(1))
+    before = victim.read_bytes()
+    (tmp_path / "sweep").mkdir()
+    os.symlink(victim, tmp_path / "sweep" / "multirun.yaml")
+    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1,2", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "multirun.yaml is a symbolic link to" in err[0], err
+    assert victim.read_bytes() == before and os.listdir(tmp_path / "sweep") == ["multirun.yaml"]
+
+
+def test_hydras_writes_never_go_through_a_link_planted_after_the_preflight(tmp_path, monkeypatch):
+    """Planted after the command was checked (or in a folder it could not name): multirun.yaml, the job's train.log and its
+    .hydra/ are taken away (the entry, not its target) before Hydra writes there; the job trains as usual."""
+    from initnorm.cli import console, sweep
+    from initnorm.cli.train import hydra_main
+    from tests.conftest import TINY
+
+    victim = tmp_path / "victim"
+    (victim / "inside").mkdir(parents=True)
+    (victim / "file").write_text("the victim's\n")
+    job = tmp_path / "sweep" / "default" / "seed=1"
+    job.mkdir(parents=True)
+    os.symlink(victim / "file", tmp_path / "sweep" / "multirun.yaml")
+    os.symlink(victim / "file", job / "train.log")
+    os.symlink(victim / "inside", job / ".hydra")
+    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    hydra_main()  # Hydra itself, without the preflight
+    assert (victim / "file").read_text() == "the victim's\n" and os.listdir(victim / "inside") == []
+    for path in (tmp_path / "sweep" / "multirun.yaml", job / "train.log", job / ".hydra" / "config.yaml", job / "metrics.json"):
+        assert not path.is_symlink() and path.is_file(), path  # (train.log holds only warnings: none here)
+    assert (job / ".hydra").is_dir() and not (job / ".hydra").is_symlink() and "seed: 1" in (job / ".hydra" / "config.yaml").read_text()
+    assert json.loads((job / "metrics.json").read_text())["status"] == "finished"
+
+
+def test_the_log_handler_takes_a_planted_fifo_or_link_away(tmp_path, alarm, capsys):
+    from initnorm.safe_files import AppendHandler
+
+    (tmp_path / "victim").write_text("the victim's\n")
+    os.symlink(tmp_path / "victim", tmp_path / "a.log")
+    os.mkfifo(tmp_path / "b.log")
+    for name, what in (("a.log", "a symbolic link to"), ("b.log", "a FIFO")):
+        handler = AppendHandler(tmp_path / name)
+        handler.emit(logging.makeLogRecord({"msg": "a line"}))
+        handler.close()
+        assert (tmp_path / name).read_text() == "a line\n" and f"removed {what}" in capsys.readouterr().err
+    assert (tmp_path / "victim").read_text() == "the victim's\n"
+
+
+@pytest.mark.parametrize("name", ["search.db", "search.db-journal"])
+def test_a_link_in_place_of_the_study_is_refused(tmp_path, name):
+    pytest.importorskip("optuna")
+    from initnorm.cli.search import SearchSweeper
+
+    os.symlink(tmp_path / "victim.db", tmp_path / name)
+    with pytest.raises(ConfigError, match=f"{name} is a symbolic link to .*SQLite would write through it"):
+        SearchSweeper().study(tmp_path)
+    assert not (tmp_path / "victim.db").exists()

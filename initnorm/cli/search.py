@@ -36,11 +36,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from initnorm.cli.launchers import installed
 from initnorm.errors import ConfigError
-from initnorm.results import read_record
+from initnorm.results import read_record, write_atomic
+from initnorm.safe_files import planted
 
 EXTRA = "pip install 'initnorm[search]'"
 STUDY_FILE = "search.db"
 STUDY_NAME = "search"
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite keeps beside search.db while it writes
 
 
 def missing_extra() -> str | None:
@@ -219,6 +221,10 @@ class SearchSweeper(Sweeper):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sweep prints one line per job (initnorm/cli/console.py)
+        for name in (STUDY_FILE, *(STUDY_FILE + end for end in SQLITE_SIDE_FILES)):  # SQLite writes through a link
+            if what := planted(folder / name):
+                raise ConfigError(f"{folder / name} is {what}, not a study initnorm wrote, and SQLite would write through it; delete "
+                                  "it (or move it away), or pick another folder with `hydra.sweep.dir=...`")
         study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{(folder / STUDY_FILE).absolute()}",
                                     direction=self.direction, load_if_exists=True)
         # The sampler's random draws restart with its seed: a resumed study seeded as a new one would ask
@@ -231,7 +237,7 @@ class SearchSweeper(Sweeper):
 
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, folder / "multirun.yaml")
+        write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(self.config))  # a rename: never through a planted link
         fixed, space = fixed_overrides(arguments, self.params), distributions(space_of(arguments, self.params))
         metric = str(self.config.summary.metrics[0])  # what the experiment's summary and transfer report score
         study = self.study(folder)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from initnorm.cli.file_overrides import data_overrides
 from initnorm.errors import ConfigError
-from initnorm.results import MAX_RECORD_BYTES, read_metrics, read_sweep
+from initnorm.results import MAX_RECORD_BYTES, read_metrics, read_sweep, write_atomic
 from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.search_report import SUMMARY_FILE
 from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     text = report(summary, out, axis, base, curves, where)
-    (out / "transfer_report.md").write_text(text)
+    write_atomic(out / "transfer_report.md", text)
     print(f"\n{text}(also in {out / 'transfer_report.md'})")
     return 0
 
