@@ -325,7 +325,11 @@ def declared(c: Mapping[str, Any]) -> dict[str, KeyRule]:
         for name in names:
             if name is None or not isinstance(name, str):
                 continue  # a missing or mistyped name: its own rule says so
-            out |= {f"{group}.{k}": rule for k, rule in registry.about(name, strict=False).rules.items()}
+            try:  # the config's own names (the command line's): a dotted path is imported here, as building it will
+                rules = registry.about(name).rules
+            except ConfigError:  # a name that does not resolve: its own rule says so
+                continue
+            out |= {f"{group}.{k}": rule for k, rule in rules.items()}
     return out
 
 

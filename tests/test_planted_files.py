@@ -422,3 +422,30 @@ def test_a_link_in_place_of_the_study_is_refused(tmp_path, name):
     with pytest.raises(ConfigError, match=f"{name} is a symbolic link to .*SQLite would write through it"):
         SearchSweeper().study(tmp_path)
     assert not (tmp_path / "victim.db").exists()
+
+
+# ---- reports over records: a name read from a file never imports (or calls) the code it names
+
+
+def test_summarising_planted_records_imports_and_calls_nothing_they_name(tmp_path, monkeypatch, caplog):
+    """A record's param, its config's family, its summary_plots were looked up in the registries, which import a dotted
+    path: a metrics.json naming `planted_code:X` imported planted_code (a module beside the sweep), and a plot named
+    `sys:exit` was called with the records. Reports now resolve registered names, and paths of modules already imported."""
+    from initnorm.summary import summarize
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "planted_code.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nX = F = plot = print\n")
+    monkeypatch.syspath_prepend(str(code))
+    for i, (lr, width) in enumerate((lr, w) for lr in (0.01, 0.02, 0.04) for w in (16, 32)):
+        rec = record(1) | {"job_num": i, "overrides": {"param": "planted_code:X", "lr": str(lr), "width": str(width), "seed": "1"},
+                           "swept": ["param", "lr", "width", "seed"], "summary_plots": ["planted_code:plot", "sys:exit", "lr_transfer"],
+                           "config": {"model": {"family": "planted_code:F"}, "param": {"name": "planted_code:X"}, "lr": lr,
+                                      "width": width}}
+        results.write_metrics(tmp_path / "sweep" / f"lr={lr},width={width}" / "seed=1", rec)
+    with caplog.at_level(logging.WARNING):
+        table = summarize(tmp_path / "sweep")
+    assert not (tmp_path / "imported").exists() and "planted_code" not in __import__("sys").modules
+    assert "planted_code:X" in table  # shown by its name, as a record of an entry that does not resolve
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "no planted_code:plot plot" in warned and "no sys:exit plot" in warned
