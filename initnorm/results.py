@@ -289,16 +289,37 @@ def render_markdown(keys, metrics, rows) -> str:
     return out.getvalue()
 
 
+# What a spreadsheet takes for the start of a formula in a CSV cell (CSV injection): such a text cell is written with a leading '.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet shows as text: a text that starts like a formula (``=cmd|...``, ``@SUM(...)``,
+    from a swept value or an error line a record holds) gets a leading ``'``; a number (``-0.5``) is left as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def csv_text(text: str) -> str:
+    """A cell ``csv_cell`` wrote, back as it was."""
+    return text[1:] if text.startswith("'") and csv_cell(text[1:]) != text[1:] else text
+
+
 def render_csv(keys, metrics, rows) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(list(keys) + [f"{m}_{s}" for m in metrics for s in ("mean", "sd", "n", "per_seed")] + ["seeds", "diverged", "failed"])
+    head = list(keys) + [f"{m}_{s}" for m in metrics for s in ("mean", "sd", "n", "per_seed")] + ["seeds", "diverged", "failed"]
+    w.writerow([csv_cell(h) for h in head])
     for r in rows:
         cells = [r[k] for k in keys]
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             cells += [mu, sd, n, ";".join("diverged" if v is None else repr(v) for v in r["values"][m])]
-        w.writerow(cells + [";".join(str(s) for s in r["seeds"]), r["diverged"], " | ".join(r["failed"])])
+        w.writerow([csv_cell(c) for c in cells + [";".join(str(s) for s in r["seeds"]), r["diverged"], " | ".join(r["failed"])]])
     return out.getvalue()
 
 
@@ -333,10 +354,11 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
+    fields = RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writer.writerow([csv_cell(f) for f in fields])
     for r in records:
-        w.writerow(_run_row(r, keys))
+        w.writerow({k: csv_cell(v) for k, v in _run_row(r, keys).items()})
     return out.getvalue()
 
 
@@ -385,8 +407,8 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
         what = exc if isinstance(exc, NotAFile) else "not UTF-8 text"
         raise ConfigError(f"{path} is {what}, not a runs.csv initnorm wrote; delete it or move it away") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    fields = list(reader.fieldnames or [])
-    rows = list(reader)
+    fields = [csv_text(f) for f in reader.fieldnames or []]
+    rows = [{csv_text(k) if isinstance(k, str) else k: csv_text(v) if isinstance(v, str) else v for k, v in row.items()} for row in reader]
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
         extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS]

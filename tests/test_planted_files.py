@@ -449,3 +449,30 @@ def test_summarising_planted_records_imports_and_calls_nothing_they_name(tmp_pat
     assert "planted_code:X" in table  # shown by its name, as a record of an entry that does not resolve
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "no planted_code:plot plot" in warned and "no sys:exit plot" in warned
+
+
+# ---- CSV injection: a text cell that a spreadsheet would run is written as text
+
+
+def test_a_text_cell_that_starts_like_a_formula_is_written_as_text_and_read_back(tmp_path):
+    """A swept value or an error line a record holds (`=cmd|' /C calc'!A0`, `@SUM(1+1)`) went into runs.csv and summary.csv
+    as it was, where a spreadsheet runs it as a formula; a leading ' keeps it text, and runs.csv reads it back as it was."""
+    from initnorm.summary import summarize
+
+    evil, failed = "=cmd|' /C calc'!A0", "@SUM(1+1)"
+    for seed, name in ((1, evil), (2, "-0.5"), (3, "+x")):
+        rec = record(seed) | {"overrides": {"data.name": name, "seed": str(seed)}, "swept": ["data.name", "seed"]}
+        results.write_metrics(tmp_path / f"data.name={seed}" / f"seed={seed}", rec)
+    results.write_metrics(tmp_path / "data.name=4" / "seed=4", record(4) | {"status": "failed", "error": failed,
+                                                                              "overrides": {"data.name": evil, "seed": "4"}})
+    summarize(tmp_path)
+    import csv
+    import io
+
+    for name in ("runs.csv", "summary.csv"):
+        cells = [c for row in csv.reader(io.StringIO((tmp_path / name).read_text(), newline="")) for c in row]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@")) and c != "-0.5"], (name, cells)
+        assert f"'{evil}" in cells and "'+x" in cells and "-0.5" in cells
+    assert "'@SUM(1+1)" in (tmp_path / "runs.csv").read_text()
+    back = {r["seed"]: r for r in results.read_runs_csv(tmp_path)}
+    assert back[1]["overrides"]["data.name"] == evil and back[3]["overrides"]["data.name"] == "+x" and back[4]["error"] == failed
