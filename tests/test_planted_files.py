@@ -20,6 +20,15 @@ def record(seed: int) -> dict:
             "final_val_loss": 2.0, "job_num": seed - 1}
 
 
+def no_sweep_env(monkeypatch):
+    """The sweep's variables unset for a command run in this process, and as they were after it (the sweep sets them itself)."""
+    from initnorm.cli import sweep
+
+    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so that the test's end restores it (delenv alone forgets an unset one)
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def sweep_env(monkeypatch):
     monkeypatch.setenv(console.TOTAL_ENV, "4")
@@ -352,7 +361,6 @@ def test_a_link_in_a_named_run_folder_is_refused(tmp_path):
 
 
 def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leaves_the_target(tmp_path, monkeypatch, capsys):
-    from initnorm.cli import console, sweep
     from initnorm.cli.train import main
     from tests.conftest import TINY
 
@@ -361,8 +369,7 @@ def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leav
     before = victim.read_bytes()
     (tmp_path / "sweep").mkdir()
     os.symlink(victim, tmp_path / "sweep" / "multirun.yaml")
-    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
-        monkeypatch.delenv(name, raising=False)
+    no_sweep_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1,2", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     with pytest.raises(SystemExit) as stop:
@@ -375,7 +382,6 @@ def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leav
 def test_hydras_writes_never_go_through_a_link_planted_after_the_preflight(tmp_path, monkeypatch):
     """Planted after the command was checked (or in a folder it could not name): multirun.yaml, the job's train.log and its
     .hydra/ are taken away (the entry, not its target) before Hydra writes there; the job trains as usual."""
-    from initnorm.cli import console, sweep
     from initnorm.cli.train import hydra_main
     from tests.conftest import TINY
 
@@ -387,8 +393,7 @@ def test_hydras_writes_never_go_through_a_link_planted_after_the_preflight(tmp_p
     os.symlink(victim / "file", tmp_path / "sweep" / "multirun.yaml")
     os.symlink(victim / "file", job / "train.log")
     os.symlink(victim / "inside", job / ".hydra")
-    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
-        monkeypatch.delenv(name, raising=False)
+    no_sweep_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     hydra_main()  # Hydra itself, without the preflight
