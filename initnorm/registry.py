@@ -47,14 +47,14 @@ def is_dotted(name: Any) -> bool:
 class Registry(Generic[T]):
     """Name (or dotted path) -> entry, with duplicate checks and errors that list what is known.
 
-    ``kind`` names the thing in messages (``init scheme``), ``key`` is the config group override
+    ``noun`` names the thing in messages (``init scheme``), ``key`` is the config group override
     that picks a shipped entry (``init=xavier``) and ``path_key`` the key that takes a dotted path
     (``init.name``), so an error can say how to fix itself.
     """
 
-    def __init__(self, kind: str, key: str, hint: str = "", path_key: str | None = None,
+    def __init__(self, noun: str, key: str, hint: str = "", path_key: str | None = None,
                  expects: tuple[Callable[[Any], bool], str, str] = (callable, "callable", "module.function")):
-        self.kind, self.key, self.hint, self.expects = kind, key, hint, expects
+        self.noun, self.key, self.hint, self.expects = noun, key, hint, expects
         self.path_key = path_key or f"{key}.name"
         self._entries: dict[str, T] = {}
         self._about: dict[str, About] = {}
@@ -64,7 +64,7 @@ class Registry(Generic[T]):
 
         def add(entry: T) -> T:
             if name in self._entries and self._entries[name] is not entry:
-                raise ConfigError(f"{self.kind} {name!r} is already registered; pick another name")
+                raise ConfigError(f"{self.noun} {name!r} is already registered; pick another name")
             self._entries[name] = entry
             if about is not None:
                 self._about[name] = about
@@ -100,7 +100,7 @@ class Registry(Generic[T]):
                 raise ConfigError(f"{key}={name!r}: {module_name} has no {what} {attr!r} (it is a {type(entry).__name__}); "
                                   f"{self._known()}; fix it with `{key}={example}`")
             return entry
-        raise ConfigError(f"unknown {self.kind} {self.key}={name!r}; {self._known()}; {self._fix(name)}")
+        raise ConfigError(f"unknown {self.noun} {self.key}={name!r}; {self._known()}; {self._fix(name)}")
 
     def known(self, name: Any) -> T | None:
         """The entry ``name`` names, found without importing anything: a registered name, or a dotted path into a module

@@ -170,12 +170,12 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
 
 
 def test_big_models_are_not_stacked_past_the_parameter_budget():
-    from initnorm.cli.vectorized import Job, units_of
+    from initnorm.cli.vectorized import PlannedJob, units_of
 
     assert parameter_count(to_plain(compose_cfg())) == 5_376  # the deck's count, from a model built on the meta device
     wide = parameter_count(to_plain(compose_cfg("experiment=mup_mlp_sweep", "width=1024")))
     assert wide == 2_298_896
-    jobs = [Job(i, [], None, ("small",)) for i in range(5)] + [Job(5 + i, [], None, ("big",)) for i in range(3)]
+    jobs = [PlannedJob(i, [], None, ("small",)) for i in range(5)] + [PlannedJob(5 + i, [], None, ("big",)) for i in range(3)]
     size = {"small": 5_376, "big": wide}
     units = units_of(jobs, max_group=12, max_params=2_000_000, params_of=lambda j: size[j.key[0]])
     assert [len(u) for u in units] == [5, 1, 1, 1]  # the big ones each alone, the small ones one group

@@ -217,9 +217,9 @@ def test_every_registration_describes_itself():
     for registry in (MODELS, PARAMS, INITS, NORMS):
         for name in registry.names():
             about = registry.about(name)
-            assert about.display and about.display != name or name in ("normal", "orthogonal"), (registry.kind, name)
+            assert about.display and about.display != name or name in ("normal", "orthogonal"), (registry.noun, name)
             # model=custom (a user's own module) trains on any task's data: an empty kind, Family.data_kind's "any"
-            assert about.kind or (registry is MODELS and name == "custom"), (registry.kind, name)
+            assert about.kind or (registry is MODELS and name == "custom"), (registry.noun, name)
     assert {PARAMS.about(n).kind for n in PARAMS.names()} <= set(KINDS)
     assert all((INITS.about(n).kind == "fan") == hasattr(INITS.get(n), "fan_std") for n in INITS.names())
     assert all(MODELS.about(n).kind in TASKS.names() for n in MODELS.names() if n != "custom")

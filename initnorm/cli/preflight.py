@@ -51,7 +51,7 @@ BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hy
 
 
 @dataclass(frozen=True)
-class Job:
+class CheckedJob:
     """One job of a command line: its overrides, resolved config, folder and what the folder holds."""
 
     overrides: list[str]
@@ -214,7 +214,7 @@ def unexpected(exc: BaseException) -> ConfigError:
     return ConfigError(f"{error_line(exc)} (raised while checking the config: a bug in initnorm's checks, please report it with this line)")
 
 
-def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any, Any]) -> Job:
+def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any, Any]) -> CheckedJob:
     """Validate one composed job config (with its ``hydra`` node); errors start with ``label``."""
     multirun, where = bool(label), f"{label}: " if label else ""
     previous = HydraConfig.instance().cfg
@@ -234,7 +234,7 @@ def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any,
             raise ConfigError(where + str(unexpected(exc))) from exc
     finally:
         HydraConfig.instance().cfg = previous
-    return Job(overrides, c, folder, prior)
+    return CheckedJob(overrides, c, folder, prior)
 
 
 def output_base(node: DictConfig) -> Path:
@@ -299,7 +299,7 @@ def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> lis
     return out
 
 
-def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, int], None] | None = None) -> list[Job] | None:
+def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, int], None] | None = None) -> list[CheckedJob] | None:
     """Compose and check every job ``argv`` would run; ``ConfigError`` (one line) for the first bad one.
 
     Returns the jobs, or None for a command line that runs nothing (``--help``, ``--cfg``) or that
@@ -316,7 +316,7 @@ def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, i
         raise unexpected(exc) from exc
 
 
-def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) -> list[Job] | None:
+def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) -> list[CheckedJob] | None:
     if not cmd.runs_jobs:
         return None
     multirun = cmd.multirun
@@ -356,7 +356,8 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             os.environ[SWEPT_ENV] = saved_env
 
 
-def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: str, sweep_dir: Path | None, seen: dict[Any, Any]) -> Job:
+def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: str, sweep_dir: Path | None,
+                    seen: dict[Any, Any]) -> CheckedJob:
     """One job of a sweep, from the composition of its group choices (cli/composer.py): its task config made
     without a copy of the whole config where it can be (milliseconds), else composed as Hydra composes it."""
     try:
@@ -377,10 +378,10 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
         raise ConfigError(f"{label}: {exc}") from exc
     except Exception as exc:
         raise ConfigError(f"{label}: {unexpected(exc)}") from exc
-    return Job(overrides, c, folder, prior)
+    return CheckedJob(overrides, c, folder, prior)
 
 
-def describe_plan(jobs: list[Job]) -> str | None:
+def describe_plan(jobs: list[CheckedJob]) -> str | None:
     """``12 jobs: 4 finished (skipped), 1 resumes (from step 500), 7 to run`` when a rerun finds work done."""
     done = sum(j.prior.finished is not None for j in jobs)
     resumed = [j.prior.step for j in jobs if j.prior.checkpoint is not None]

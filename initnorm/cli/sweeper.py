@@ -27,7 +27,7 @@ _PLAN: contextvars.ContextVar[Mapping[tuple[str, ...], Any] | None] = contextvar
 
 @contextlib.contextmanager
 def planned(jobs: Sequence[Any] | None) -> Iterator[None]:
-    """Hydra's run of this command line, with the preflight's checked ``jobs`` (``preflight.Job``) at hand."""
+    """Hydra's run of this command line, with the preflight's checked ``jobs`` (``preflight.CheckedJob``) at hand."""
     token = _PLAN.set({tuple(j.overrides): j for j in jobs or ()})
     try:
         yield

@@ -54,7 +54,7 @@ SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_nod
 
 
 @dataclass
-class Job:
+class PlannedJob:
     num: int
     overrides: list[str]
     alone: str | None  # why it runs alone (None: it can be a member)
@@ -72,7 +72,7 @@ def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictC
     return sweep_config
 
 
-def _config_of(job: Job, hydra_context, config: DictConfig) -> DictConfig:
+def _config_of(job: PlannedJob, hydra_context, config: DictConfig) -> DictConfig:
     """The job's sweep config, set as Hydra's current one."""
     return _job_config(job.composer or Composer(hydra_context.config_loader, config), job.overrides, job.num)
 
@@ -88,7 +88,8 @@ def _abandoned_check(config: DictConfig):
     return lambda: not workers.alive(pid)
 
 
-def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> tuple[list[Job], dict[tuple, dict[str, Any]]]:
+def classify(hydra_context, config: DictConfig, job_overrides,
+             initial_job_idx: int) -> tuple[list[PlannedJob], dict[tuple, dict[str, Any]]]:
     """Each job's group key, or why it runs alone; and one resolved config per group key (its parameter count).
     A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held; any other
     (a search's trial) is composed here, from its group choices' composition."""
@@ -115,14 +116,14 @@ def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: 
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
         key = (group_key(c), step)
         examples.setdefault(key, c)
-        jobs.append(Job(num, list(overrides), alone, key, composer))
+        jobs.append(PlannedJob(num, list(overrides), alone, key, composer))
     return jobs, examples
 
 
-def units_of(jobs: list[Job], max_group: int, max_params: int | None = None, params_of=None) -> list[list[Job]]:
+def units_of(jobs: list[PlannedJob], max_group: int, max_params: int | None = None, params_of=None) -> list[list[PlannedJob]]:
     """Groups of at most ``max_group`` jobs with one key, and at most ``max_params`` parameters in all
     (``params_of(job)``: one member's count); everything else one job at a time, in job order."""
-    groups: dict[tuple, list[Job]] = {}
+    groups: dict[tuple, list[PlannedJob]] = {}
     for j in jobs:
         if j.alone is None:
             groups.setdefault(j.key, []).append(j)
@@ -152,7 +153,7 @@ def _device(config: DictConfig, unit_index: int) -> str:
 Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``signals.Interrupted``'s fields)
 
 
-def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state,
+def run_unit(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state,
              env: dict[str, str] | None = None) -> tuple[list[JobReturn], Stop | None]:
     """One unit of work, in this process or a worker: a job alone, or a group as one stacked model; and
     whether a stop signal ended it (its checkpoints taken: ``checkpoints.CheckpointOnSignal``) or kept it from starting.
@@ -177,7 +178,8 @@ def run_unit(unit: list[Job], unit_index: int, hydra_context, config: DictConfig
         return [], (stop.signum, stop.folder, stop.step, stop.hard)
 
 
-def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state, env) -> list[JobReturn]:
+def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictConfig, task_function, singleton_state,
+         env) -> list[JobReturn]:
     if len(unit) == 1:
         sc = _config_of(unit[0], hydra_context, config)
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir",
@@ -274,7 +276,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         warming.join()
     sizes: dict[tuple, int] = {}
 
-    def params_of(job: Job) -> int:  # one member's parameter count, once per group key
+    def params_of(job: PlannedJob) -> int:  # one member's parameter count, once per group key
         if job.key not in sizes:
             try:
                 sizes[job.key] = parameter_count(examples[job.key])

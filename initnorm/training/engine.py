@@ -268,7 +268,7 @@ class Engine(L.LightningModule):
         vec = self.vec
         moments = {k: {n: v[e].detach().cpu().clone() for n, v in self.stack.views(t).items()}
                    for k, t in (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq)) if t is not None}
-        return {"state_dict": self.stack.state_dict(e), "optimizer": {"kind": vec.kind, "step": float(vec.steps[e]), **moments},
+        return {"state_dict": self.stack.state_dict(e), "optimizer": {"name": vec.name, "step": float(vec.steps[e]), **moments},
                 "history": self.history[e].state(),
                 "stream": self.stack.streams[e].clone() if self.stack.streams is not None else None}
 

@@ -168,8 +168,8 @@ def check_state(model, optim: str, state: dict[str, Any], path: Path) -> None:
     got = state["state_dict"]
     bad = [k for k in own if not isinstance(got.get(k), torch.Tensor) or got[k].shape != own[k].shape] + [k for k in got if k not in own]
     opt = state["optimizer"]
-    if not bad and (opt.get("kind") != optim or type(opt.get("step")) not in (int, float)):
-        bad = [f"optimizer {str(opt.get('kind'))[:20]!r}"]
+    if not bad and (opt.get("name") != optim or type(opt.get("step")) not in (int, float)):
+        bad = [f"optimizer {str(opt.get('name'))[:20]!r}"]
     params = dict(model.named_parameters())
     for k in ("exp_avg", "exp_avg_sq") if optim != "sgd" else ("exp_avg",):
         moments = opt.get(k)

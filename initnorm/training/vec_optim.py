@@ -29,7 +29,7 @@ OPTIMISERS = ("adamw", "adam", "sgd")  # the optimisers a step is written for he
 
 
 class VecOptimizer:
-    """``kind`` in adamw | adam | sgd over ``flat`` (float32, any layout), every number per element.
+    """``name`` in adamw | adam | sgd over ``flat`` (float32, any layout), every number per element.
 
     The elements fall into segments: ``seg`` (``flat``'s shape) says each element's segment, and a
     segment is one member's elements that share every optimiser number (one parameter group of one
@@ -45,14 +45,14 @@ class VecOptimizer:
     and fresh allocations per operation, not the arithmetic, were most of its step.
     """
 
-    def __init__(self, kind: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor,
+    def __init__(self, name: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor,
                  wd: torch.Tensor, eps: torch.Tensor,
                  betas: torch.Tensor, momentum: torch.Tensor):
-        if kind not in OPTIMISERS:
-            raise ValueError(f"optim.name={kind!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
+        if name not in OPTIMISERS:
+            raise ValueError(f"optim.name={name!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
         dev = flat.device
         self.E = int(betas.shape[0])
-        self.kind, self.flat = kind, flat
+        self.name, self.flat = name, flat
         # int32 where it fits: the index is read once per spread coefficient per step
         self.seg = seg.reshape(-1).to(device=dev, dtype=torch.int32 if len(member) < 2**31 else torch.long)
         self.member = member.to(device=dev, dtype=torch.long)  # [S]
@@ -62,10 +62,10 @@ class VecOptimizer:
         self.beta1 = betas[:, 0].to(device=dev, dtype=torch.float64)  # [E]
         self.beta2 = betas[:, 1].to(device=dev, dtype=torch.float64)
         decayed = bool(self.seg_wd.any())
-        self._coupled, self._decays = decayed and kind != "adamw", decayed and kind == "adamw"
+        self._coupled, self._decays = decayed and name != "adamw", decayed and name == "adamw"
         self.steps = torch.zeros(self.E, dtype=torch.float64, device=dev)  # optimiser steps taken per member
         self.exp_avg = torch.zeros_like(flat)  # Adam's m, or SGD's momentum buffer
-        self.exp_avg_sq = torch.zeros_like(flat) if kind != "sgd" else None
+        self.exp_avg_sq = torch.zeros_like(flat) if name != "sgd" else None
         m = self.member
         # Numbers fixed for the whole run, as a Python float where every segment agrees (the common case)
         self._wd_f32 = self._spread(self.seg_wd.float())
@@ -119,15 +119,15 @@ class VecOptimizer:
         return self._per_element(members.to(self.member.device)[self.member])
 
     @classmethod
-    def from_groups(cls, kind: str, flat: torch.Tensor, groups: Sequence[Sequence[Mapping[str, Any]]],
+    def from_groups(cls, name: str, flat: torch.Tensor, groups: Sequence[Sequence[Mapping[str, Any]]],
                     where: Sequence[Mapping[int, tuple[int, int]]], betas: Sequence[Sequence[float]],
                     momentum: Sequence[float]) -> VecOptimizer:
         """Every member's parameter groups (``optim.param_groups``: per-role lr, weight decay and ε of any
         parameterisation), element by element: ``groups[e]`` member ``e``'s groups, ``where[e]``: id(parameter) ->
         (start, size) of its elements in ``flat.view(-1)``; ``betas[e]`` (Adam) and ``momentum[e]`` (SGD). A parameter
         that does not train (``requires_grad`` false) gets a segment of its own that no step moves."""
-        if kind not in OPTIMISERS:
-            raise ValueError(f"optim.name={kind!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
+        if name not in OPTIMISERS:
+            raise ValueError(f"optim.name={name!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
         seg = torch.full((flat.numel(),), -1, dtype=torch.long)
         member, rates, wd, eps = [], [], [], []  # per segment: one parameter group of one member
         for e, (member_groups, pos) in enumerate(zip(groups, where)):
@@ -147,7 +147,7 @@ class VecOptimizer:
         if bool((seg < 0).any()):
             raise ValueError("the members' parameter groups do not hold every stacked parameter")
         f64 = lambda v: torch.tensor(v, dtype=torch.float64)
-        return cls(kind, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps),
+        return cls(name, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps),
                    f64([list(b) for b in betas]).view(-1, 2), torch.tensor(list(momentum), dtype=torch.float32))
 
     @torch.no_grad()
@@ -160,7 +160,7 @@ class VecOptimizer:
             old = (p.clone(), self.exp_avg.clone(), None if self.exp_avg_sq is None else self.exp_avg_sq.clone(), self.steps.clone())
         else:
             keep = None
-        if self.kind == "sgd":
+        if self.name == "sgd":
             self._sgd(p, grad, lr)
         else:
             self._adam(p, grad, lr)
