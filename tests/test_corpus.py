@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from initnorm.data.corpus import load_corpus, locate
 from initnorm.data.modules import WindowStream, fixed_windows
@@ -55,3 +56,18 @@ def test_offline_without_copy_says_where_to_put_it(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(ConfigError, match=str(tmp_path)):
         locate("shakespeare")
+
+
+def test_a_corpus_is_read_once_per_process_and_again_when_its_file_changes(tmp_path, monkeypatch):
+    # Kept per process (a sweep's jobs read it again and again), keyed by the file's identity: an edit is read anew.
+    from initnorm.data import corpus
+
+    text = tmp_path / "own.txt"
+    text.write_text("abab" * 100)
+    first = corpus.load_corpus("own", str(text))
+    monkeypatch.setattr(corpus, "keep_all", lambda raw: pytest.fail("normalised again"))
+    again = corpus.load_corpus("own", str(text))
+    assert again.symbols == "ab" and torch.equal(again.train, first.train) and again.train is not first.train
+    text.write_text("xyz" * 100)
+    monkeypatch.undo()
+    assert corpus.load_corpus("own", str(text)).symbols == "xyz"

@@ -80,9 +80,24 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _file_key(path: Path) -> tuple:
+    """What tells one version of a file from another without reading it: a changed file has another key."""
+    st = path.stat()
+    return str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns
+
+
+# Per process: a sweep's jobs (and the preflight, the probe, a group's members) read the same corpus again and
+# again; hashing, normalising and encoding Alice costs about as much as a short job's training steps.
+_DIGESTS: dict[tuple, str] = {}
+_ENCODED: dict[tuple, tuple[str, torch.Tensor]] = {}
+
+
 def _verified(path: Path, source: Source) -> Path:
-    digest = sha256(path)
-    if digest != source.sha256:
+    key = _file_key(path)
+    digest = _DIGESTS.get(key) or sha256(path)
+    if digest == source.sha256:
+        _DIGESTS[key] = digest
+    else:
         raise ConfigError(
             f"{path} has sha256 {digest[:12]}..., expected {source.sha256[:12]}...: a damaged or different copy; "
             f"delete it (it is downloaded again) or train on your own text with `data.path=/path/to/text.txt`"
@@ -171,11 +186,19 @@ TRAIN_FRACTION = 0.9  # contiguous split: the first 90% trains, the rest validat
 
 
 def load_corpus(name: str, path: str | None = None) -> Corpus:
-    """Read, normalise with the corpus's own rule, encode, split contiguously."""
+    """Read, normalise with the corpus's own rule, encode, split contiguously (once per process and version of the file)."""
     rule = SOURCES[name].normalise if name in SOURCES else keep_all
-    text = rule(locate(name, path).read_text(encoding="utf-8"))
-    symbols = "".join(sorted(set(text)))
-    index = {c: i for i, c in enumerate(symbols)}
-    ids = torch.tensor([index[c] for c in text], dtype=torch.long)
+    where = locate(name, path)
+    key = (name, *_file_key(where))
+    if key not in _ENCODED:
+        text = rule(where.read_text(encoding="utf-8"))
+        symbols = "".join(sorted(set(text)))
+        index = {c: i for i, c in enumerate(symbols)}
+        ids = torch.tensor([index[c] for c in text], dtype=torch.long)
+        if len(_ENCODED) >= 8:  # a few corpora per process at most; never a growing store
+            _ENCODED.clear()
+        _ENCODED[key] = symbols, ids
+    symbols, ids = _ENCODED[key]
+    ids = ids.clone()  # the caller's own: nothing it does reaches the next job's corpus
     n = int(len(ids) * TRAIN_FRACTION)
     return Corpus(symbols, ids[:n], ids[n:])
