@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -15,14 +17,22 @@ from hydra.core.global_hydra import GlobalHydra
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
 
-TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "callbacks=none", "trainer.enable_progress_bar=false"]
+# Short enough that a test pays for what it checks, not for steps: validations at 0, 4, 8 and 12, a loss point every 2.
+TINY = ["steps=12", "trainer.val_check_interval=4", "log_every=2", "callbacks=none", "trainer.enable_progress_bar=false"]
+
+
+_COMPOSED: dict[tuple[str, ...], Any] = {}
 
 
 def compose_cfg(*overrides: str):
-    """The composed training config with ``overrides`` (the real conf/ tree, no Hydra run)."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
+    """The composed training config with ``overrides`` (the real conf/ tree, no Hydra run). Hydra's composition costs
+    a few hundred ms, and many tests compose the same overrides: each distinct list is composed once per test process
+    and every caller gets its own deep copy."""
+    if overrides not in _COMPOSED:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            _COMPOSED[overrides] = compose(config_name="train", overrides=list(overrides))
+    return copy.deepcopy(_COMPOSED[overrides])
 
 
 def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600,

@@ -130,7 +130,7 @@ def test_a_folder_of_another_config_is_refused(tmp_path):
 
 def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY,
+    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY, "steps=30",
             "checkpoint.every_n_steps=10", f"hydra.sweep.dir={sweep}"]
     first = run_cli(*args, cwd=tmp_path)
     assert first.returncode == 1, first.stderr[-2000:]  # the sweep went on, then says something failed

@@ -31,7 +31,7 @@ def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tm
     sweep = tmp_path / "sweep"
     kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=12", f"+callbacks.kill.signum={int(signum)}",
             f"+callbacks.kill.marker={tmp_path / 'fired'}"]
-    args = ["-m", "seed=1,2", *TINY, "checkpoint.every_n_steps=0", f"hydra.sweep.dir={sweep}", *kill]
+    args = ["-m", "seed=1,2", *TINY, "steps=30", "checkpoint.every_n_steps=0", f"hydra.sweep.dir={sweep}", *kill]
     first = run_cli(*args, cwd=tmp_path)
     assert first.returncode == status, first.stderr[-2000:]
     assert f"stopped by {signum.name}" in first.stderr and "saved a checkpoint at step 12" in first.stderr
