@@ -7,9 +7,12 @@ For a sweep over lr x (width or depth) x setting (the parameterisation, ...) x s
   and its neighbours (``HALF_WIDTH`` each side), its vertex; the grid argmin itself where the fit
   is ill-posed (the minimum on the grid's edge, too few finite points, no upward curvature), said
   in the note;
-- its interval: a percentile bootstrap over seeds (``LEVEL``), with a fixed RNG seed so the
-  report is the same on every run. Seeds are resampled once per replicate for every width
-  (the same seed numbers everywhere), so the shift and the penalty get paired intervals;
+- its interval: a percentile bootstrap over seeds (``LEVEL``). Few seeds have few distinct
+  resamples (3 seeds: 10), so those are enumerated exactly, each weighted by its multiplicity
+  (how many of the n^n ordered draws give it); more than ``N_BOOT`` of them are drawn at random,
+  with a fixed RNG seed so the report is the same on every run. Seeds are resampled once per
+  replicate for every width (the same seed numbers everywhere), so the shift and the penalty get
+  paired intervals;
 - the transfer error: the optimum's shift from the base (smallest) width's, in log2 units
   (octaves); negative = the optimum falls as the model grows;
 - the transfer penalty: the loss at this width when trained at the base width's optimal lr,
@@ -26,9 +29,11 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +44,7 @@ PARAM_KEYS = ("param", "param.name")  # a swept parameterisation: a conf/param o
 
 HALF_WIDTH = 1  # grid points each side of the argmin in the fit (3 points: the parabola through them)
 LEVEL = 0.95  # bootstrap interval
-N_BOOT = 1000
+N_BOOT = 1000  # the most resamples: fewer distinct ones than this are enumerated exactly, more are drawn at random
 BOOT_SEED = 0
 # The verdict's two thresholds (docs/transfer.md, "The verdict"). A shift within ±0.5 octave is within
 # half the grid step of every sweep here (one octave; deck §7e 1.6): the rate tuned at the base size is
@@ -166,23 +171,13 @@ def seed_mean(seeds: Seeds, draw: Iterable[Any] | None = None) -> tuple[tuple[fl
     return xs, tuple(ys)
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile of the non-nan values; an infinite neighbour wins."""
-    v = sorted(x for x in values if not math.isnan(x))
-    if not v:
-        return math.nan
-    pos = q * (len(v) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    if lo == hi or not (math.isfinite(v[lo]) and math.isfinite(v[hi])):
-        return v[lo] if pos - lo < 0.5 or not math.isfinite(v[lo]) else v[hi]
-    return v[lo] + (pos - lo) * (v[hi] - v[lo])
-
-
 @dataclass(frozen=True)
 class Estimate:
     value: float
     lo: float
     hi: float
+    resamples: int = 0  # the distinct resamples of seeds the interval rests on (0: none, one seed)
+    exact: bool = False  # every distinct resample, weighted by its multiplicity (else random draws)
 
 
 @dataclass(frozen=True)
@@ -216,37 +211,83 @@ def transfer_rows(
         base = sizes[0]
         fits = {n: fit_optimum(*seed_mean(by_size[n])) for n in sizes}
         all_seeds = sorted({s for n in sizes for s in by_size[n]}, key=str)
-        boot: dict[int, dict[str, list[float]]] = {n: {"opt": [], "shift": [], "pen": []} for n in sizes}
-        memo: dict[tuple, dict[int, Fit]] = {}  # few seeds have few distinct resamples (3 seeds: 10)
-        for draw in resamples(all_seeds, n_boot, rng_seed):
-            bf = memo.get(tuple(draw))
+        boot: dict[int, dict[str, list[tuple[float, float]]]] = {n: {"opt": [], "shift": [], "pen": []} for n in sizes}
+        memo: dict[tuple, dict[int, Fit]] = {}  # random draws repeat: equal draws share a fit
+        for draw, w in resamples(all_seeds, n_boot, rng_seed):
+            bf = memo.get(draw)
             if bf is None:
-                bf = memo[tuple(draw)] = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
+                bf = memo[draw] = {n: fit_optimum(*seed_mean(by_size[n], draw)) for n in sizes}
             for n in sizes:
-                boot[n]["opt"].append(bf[n].log2_lr)
-                boot[n]["shift"].append(bf[n].log2_lr - bf[base].log2_lr)
-                boot[n]["pen"].append(_penalty(bf[n], bf[base].log2_lr))
+                boot[n]["opt"].append((bf[n].log2_lr, w))
+                boot[n]["shift"].append((bf[n].log2_lr - bf[base].log2_lr, w))
+                boot[n]["pen"].append((_penalty(bf[n], bf[base].log2_lr), w))
+        exact = is_exact(all_seeds, n_boot)
         for n in sizes:
             f = fits[n]
             point = {"opt": f.log2_lr, "shift": f.log2_lr - fits[base].log2_lr, "pen": _penalty(f, fits[base].log2_lr)}
-            est = {k: estimate(v, boot[n][k], level) for k, v in point.items()}
+            est = {k: estimate(v, boot[n][k], level, len(memo), exact) for k, v in point.items()}
             n_seeds = len(by_size[n])
             rows.append(Row(setting, axis, n, n_seeds, f, est["opt"], est["shift"], est["pen"], n == base,
                             "" if n == base else shift_bound(fits[base], f)))
     return rows
 
 
-def resamples(seeds: list[Any], n_boot: int, rng_seed: int) -> Iterable[list[Any]]:
-    """The bootstrap's draws of ``seeds`` with replacement (sorted, so equal draws share a fit); none for one seed."""
+def is_exact(seeds: list[Any], n_boot: int) -> bool:
+    """Whether the bootstrap enumerates every distinct resample of ``seeds``: there are C(2n-1, n) of them
+    (n seeds: 3 for 2, 10 for 3, 35 for 4, 462 for 6), and no more than ``n_boot``."""
+    n = len(seeds)
+    return 1 < n and 0 < n_boot and math.comb(2 * n - 1, n) <= n_boot
+
+
+def resamples(seeds: list[Any], n_boot: int, rng_seed: int) -> list[tuple[tuple[Any, ...], float]]:
+    """The bootstrap's draws of ``seeds`` with replacement, each (sorted, so equal draws share a fit) with its
+    probability. Every distinct draw, weighted by its multiplicity (n! / prod(count!) of the n^n ordered draws),
+    when ``is_exact``: random draws miss the rare ones (of 3 seeds, the draw of one seed thrice has probability
+    1/27, 3.7%, more than a 95% interval's 2.5% tail, but 1,000 draws with RNG seed 0 give it 22 times).
+    Otherwise ``n_boot`` random draws of weight 1/n_boot. None for one seed or ``n_boot`` 0."""
+    n = len(seeds)
+    if n < 2 or n_boot <= 0:
+        return []
+    ordered = sorted(seeds, key=str)
+    if is_exact(seeds, n_boot):
+        out = []
+        for draw in itertools.combinations_with_replacement(ordered, n):
+            ways = math.factorial(n)
+            for count in Counter(draw).values():
+                ways //= math.factorial(count)
+            out.append((draw, ways / n**n))
+        return out
     rng = random.Random(rng_seed)
-    for _ in range(n_boot if len(seeds) > 1 else 0):
-        yield sorted((rng.choice(seeds) for _ in seeds), key=str)
+    return [(tuple(sorted((rng.choice(ordered) for _ in ordered), key=str)), 1 / n_boot) for _ in range(n_boot)]
 
 
-def estimate(value: float, samples: list[float], level: float) -> Estimate:
-    """``value`` with the percentile interval of its bootstrap ``samples`` (nan ends without samples)."""
-    a = (1 - level) / 2
-    return Estimate(value, quantile(samples, a), quantile(samples, 1 - a)) if samples else Estimate(value, math.nan, math.nan)
+def interval(samples: list[tuple[float, float]], level: float) -> tuple[float, float]:
+    """The percentile interval of weighted samples (value, probability; nan dropped): the lowest value with at
+    least (1 - level) / 2 of the weight at or below it, and the highest with at least as much at or above it,
+    so that each tail outside holds less than (1 - level) / 2. Nothing is interpolated between resamples."""
+    v = sorted((x, w) for x, w in samples if not math.isnan(x))
+    total = sum(w for _, w in v)
+    if not v or total <= 0:
+        return math.nan, math.nan
+    tail = (1 - level) / 2 * total * (1 - 1e-9)  # a tail of exactly (1 - level) / 2 counts in
+
+    def first(items: list[tuple[float, float]]) -> float:
+        acc = 0.0
+        for x, w in items:
+            acc += w
+            if acc >= tail:
+                return x
+        return items[-1][0]
+
+    return first(v), first(v[::-1])
+
+
+def estimate(value: float, samples: list[tuple[float, float]], level: float, distinct: int = 0, exact: bool = False) -> Estimate:
+    """``value`` with the percentile interval of its weighted bootstrap ``samples`` (nan ends without samples),
+    resting on ``distinct`` resamples (``exact``: every one there is)."""
+    if not samples:
+        return Estimate(value, math.nan, math.nan)
+    return Estimate(value, *interval(samples, level), distinct, exact)
 
 
 def transferred(seeds: Seeds, log2_lr: float, n_boot: int = N_BOOT, level: float = LEVEL,
@@ -255,15 +296,16 @@ def transferred(seeds: Seeds, log2_lr: float, n_boot: int = N_BOOT, level: float
     best at the base size), each with the bootstrap interval over this size's seeds. The rate is held fixed:
     the interval is the grid's uncertainty, not the search's. What ``initnorm-transfer --grid`` prints."""
     fit = fit_optimum(*seed_mean(seeds))
-    boot: dict[str, list[float]] = {"opt": [], "shift": [], "pen": []}
+    boot: dict[str, list[tuple[float, float]]] = {"opt": [], "shift": [], "pen": []}
     memo: dict[tuple, Fit] = {}
-    for draw in resamples(sorted(seeds, key=str), n_boot, rng_seed):
-        bf = memo.get(tuple(draw)) or memo.setdefault(tuple(draw), fit_optimum(*seed_mean(seeds, draw)))
-        boot["opt"].append(bf.log2_lr)
-        boot["shift"].append(bf.log2_lr - log2_lr)
-        boot["pen"].append(_penalty(bf, log2_lr))
+    ordered = sorted(seeds, key=str)
+    for draw, w in resamples(ordered, n_boot, rng_seed):
+        bf = memo.get(draw) or memo.setdefault(draw, fit_optimum(*seed_mean(seeds, draw)))
+        boot["opt"].append((bf.log2_lr, w))
+        boot["shift"].append((bf.log2_lr - log2_lr, w))
+        boot["pen"].append((_penalty(bf, log2_lr), w))
     point = {"opt": fit.log2_lr, "shift": fit.log2_lr - log2_lr, "pen": _penalty(fit, log2_lr)}
-    return fit, *(estimate(v, boot[k], level) for k, v in point.items())
+    return fit, *(estimate(v, boot[k], level, len(memo), is_exact(ordered, n_boot)) for k, v in point.items())
 
 
 def shift_bound(base: Fit, fit: Fit) -> str:
@@ -482,7 +524,7 @@ def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
 
 
 def _shift_words(base: Row, r: Row) -> str:
-    """``optimum rises 0.52 octaves from width 64 to 1024 (95% interval [+0.47, +0.58])``."""
+    """``optimum rises 0.52 octaves from width 64 to 1024 (95% interval [+0.44, +0.58])``."""
     v = r.shift.value
     verb = "moves" if abs(v) < 0.005 else "falls" if v < 0 else "rises"
     at_least = "at least " if r.bound and r.bound == ("-" if v < 0 else "+") else "at most " if r.bound in ("+", "-") else ""
@@ -556,8 +598,8 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
     notes = (
         f"Optimal log2 lr: the vertex of a parabola through the seed-mean loss at the grid's best lr and its {HALF_WIDTH} neighbour(s) "
         "each side (the grid argmin where that is ill-posed, as the fit column says). Best: the lowest seed-mean measured (not the "
-        f"vertex's loss). Intervals: {pct} percentile bootstrap over seeds ({N_BOOT} resamples, RNG seed {BOOT_SEED}; the same seeds drawn "
-        f"for every {axis}). Shift: the optimum minus the {axis}-{rows[0].size} optimum (negative: the optimum falls). Penalty: this "
+        f"vertex's loss). Intervals: {boot_words(rows, axis)}. Shift: the optimum minus the {axis}-{rows[0].size} optimum "
+        "(negative: the optimum falls). Penalty: this "
         f"{axis}'s fitted loss at the {axis}-{rows[0].size} optimal lr minus its best fitted loss. Verdict: the largest shift against "
         f"±{SHIFT_TOL:g} octave and the largest penalty against {PENALTY_TOL:g} {unit}: both within, transfers; both past, does not "
         "transfer; one of each, borderline; undetermined where an optimum on the lr grid's edge leaves one open (≤/≥: a bound)."
@@ -565,18 +607,34 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
     return f"\n{HEADING}\n\n" + "\n".join(f"- {v}" for v in verdicts(rows, unit)) + "\n\n" + text + "\n\n" + notes + "\n"
 
 
+def boot_words(rows: list[Row], axis: str) -> str:
+    """What the intervals rest on: ``95% percentile bootstrap over seeds (every one of the 10 distinct resamples of 3
+    seeds, weighted by its multiplicity; ...)``, or ``1000 random resamples of 7 seeds (RNG seed 0)``; one phrase per
+    number of seeds the settings have."""
+    found = {}
+    for r in rows:
+        if r.optimum.resamples:
+            found[max(q.seeds for q in rows if q.setting == r.setting)] = (r.optimum.resamples, r.optimum.exact)
+    if not found:
+        return "none (one seed: nothing to resample)"
+    words = [f"every one of the {k} distinct resamples of {n} seeds, weighted by its multiplicity" if exact
+             else f"{N_BOOT} random resamples of {n} seeds (RNG seed {BOOT_SEED}; {k} distinct)" for n, (k, exact) in sorted(found.items())]
+    return f"{LEVEL:.0%} percentile bootstrap over seeds ({'; '.join(words)}; the same seeds drawn for every {axis})"
+
+
 def render_csv(rows: list[Row]) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     setting_keys = list(dict.fromkeys(k for r in rows for k, _ in r.setting))
     w.writerow(setting_keys + ["axis", "size", "seeds", "log2_lr", "log2_lr_lo", "log2_lr_hi", "lr", "method", "note", "best_loss",
-                               "fitted_loss", "shift", "shift_lo", "shift_hi", "penalty", "penalty_lo", "penalty_hi"])
+                               "fitted_loss", "shift", "shift_lo", "shift_hi", "penalty", "penalty_lo", "penalty_hi", "resamples",
+                               "exact"])
     for r in rows:
         s = dict(r.setting)
         w.writerow([s.get(k, "") for k in setting_keys] + [
             r.axis, r.size, r.seeds, r.optimum.value, r.optimum.lo, r.optimum.hi,
             2**r.optimum.value if _finite(r.optimum.value) else math.nan,
             r.fit.method, r.fit.note, r.fit.measured, r.fit.loss, r.shift.value, r.shift.lo, r.shift.hi,
-            r.penalty.value, r.penalty.lo, r.penalty.hi,
+            r.penalty.value, r.penalty.lo, r.penalty.hi, r.optimum.resamples, r.optimum.exact,
         ])
     return out.getvalue()
