@@ -42,7 +42,7 @@ RULES: dict[str, KeyRule] = {
     "steps": Int(1, fix=1500),
     "lr": Num(0, lo_open=True, fix=0.01),
     "warmup": Int(0, "steps", fix=0),
-    "schedule": Choice(("cosine", "constant"), fix="cosine"),
+    "schedule": KeyRule("schedule", fix="cosine"),
     "batch_size": Int(1, fix=32),
     "norm": Choice(Names("initnorm.models.decoder", "PLACEMENTS"), fix="pre"),
     "width": Int(1, fix=16),
@@ -248,6 +248,11 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
         if not (isinstance(value, list) and len(value) == 2 and all(_is_number(b) and math.isfinite(b) and 0 <= b < 1 for b in value)):
             raise bad_value(key, value, "two numbers in [0, 1)", f"{key}={rule.fix}")
         return value
+    if kind == "schedule":  # a name, or wsd:F with its decay fraction (training/optim.py says what is wrong)
+        from initnorm.training.optim import parse_schedule
+
+        parse_schedule(value, key)
+        return value
     if kind == "auto_bool":
         if value == "auto" or isinstance(value, bool):
             return value
@@ -271,7 +276,7 @@ def _allowed(rule: KeyRule, values: Mapping[str, Any]) -> str:
         what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number",
                 "bool": "true or false", "text": "a non-empty name",
                 "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function",
-                "auto_bool": "auto, true or false"}.get(rule.kind, rule.kind)
+                "auto_bool": "auto, true or false", "schedule": "a schedule"}.get(rule.kind, rule.kind)
         text = f"{what} {_range_text(rule, values)}".strip()
     if rule.note:
         text += f" ({rule.note})"
