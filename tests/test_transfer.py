@@ -144,7 +144,7 @@ def test_table_from_records_fills_every_column(axis):
     assert [(dict(r.setting)["param"], r.size) for r in rows] == [("sp", 64), ("sp", 256), ("mup", 64), ("mup", 256)]
     assert all(r.axis == axis for r in rows)
     table = list(csv.DictReader(io.StringIO(tr.render_csv(rows))))
-    assert len(table) == 4 and all(v not in ("", "nan") for row in table for k, v in row.items() if k != "note")
+    assert len(table) == 4 and all(v not in ("", "nan") for row in table for k, v in row.items() if k not in ("note", "tokens"))
     md = tr.render_markdown(rows)
     body = [line for line in md.split("| setting")[1].splitlines() if line.startswith("| ") and "(base)" not in line]
     assert "| SP | 256 | 2 |" in md and body and not any("—" in line for line in body)  # every row but the base's: every cell measured
@@ -210,15 +210,15 @@ def test_an_optimum_on_the_grid_edge_is_a_bound_not_a_zero_width_interval():
 
 
 def test_intervals_are_printed_to_the_precision_that_shows_their_ends():
-    assert tr._interval(tr.Estimate(0.52, 0.47, 0.58)) == "[+0.47, +0.58]"
-    assert tr._interval(tr.Estimate(0.502, 0.501, 0.504)) == "[+0.501, +0.504]"
-    assert tr._interval(tr.Estimate(0.007, 0.0066, 0.0068), 3, signed=False) == "[0.0066, 0.0068]"
-    assert tr._interval(tr.Estimate(-2.0, -2.0, -2.0)) == "[-2.00, -2.00]"  # a measured zero width stays (every seed agrees)
+    assert tr.interval_text(tr.Estimate(0.52, 0.47, 0.58)) == "[+0.47, +0.58]"
+    assert tr.interval_text(tr.Estimate(0.502, 0.501, 0.504)) == "[+0.501, +0.504]"
+    assert tr.interval_text(tr.Estimate(0.007, 0.0066, 0.0068), 3, signed=False) == "[0.0066, 0.0068]"
+    assert tr.interval_text(tr.Estimate(-2.0, -2.0, -2.0)) == "[-2.00, -2.00]"  # a measured zero width stays (every seed agrees)
     # A penalty is printed to its interval's decimals: 0.0002 [0.0001, 0.0004], not 0.000 [0.0001, 0.0004].
     fit = tr.fit_optimum([-8.0, -7.0, -6.0], [2.1, 2.0, 2.1])
     row = tr.Row((), "width", 256, 2, fit, tr.Estimate(-7.0, -7.1, -6.9), tr.Estimate(0.1, 0.0, 0.2),
                  tr.Estimate(0.00023, 0.00011, 0.00041))
-    assert tr._cells(row)[4:] == ["0.0002", "[0.0001, 0.0004]"]
+    assert tr.row_cells(row)[4:] == ["0.0002", "[0.0001, 0.0004]"]
 
 
 def test_records_without_an_lr_axis_give_no_table():
@@ -325,8 +325,8 @@ def test_the_sweep_prints_its_transfer_verdicts_at_its_end(small_sweep):
 def test_transfer_table_of_a_small_real_sweep_has_every_column(small_sweep):
     table = list(csv.DictReader((small_sweep / "transfer.csv").open()))
     assert [(r["param"], r["axis"], r["size"]) for r in table] == [("sp", "width", "16"), ("sp", "width", "32")]
-    for row in table:
-        assert all(row[k] not in ("", "nan") for k in row if k != "note"), row
+    for row in table:  # (tokens: a batch or steps axis's; the exponent: nan where an optimum sits on the 3-rate grid's edge)
+        assert all(row[k] not in ("", "nan") for k in row if k not in ("note", "tokens", "exponent", "exponent_lo", "exponent_hi")), row
         assert row["note"] or row["method"] == "parabola"  # a grid argmin always says why
     md = (small_sweep / "summary.md").read_text()
     assert "## Learning-rate transfer" in md and "- SP " in md

@@ -1,12 +1,13 @@
-"""Take a search's best configuration to larger models: ``initnorm-transfer SEARCH width=256,1024 [seed=1,2,3] [--grid DIR | --check]``.
+"""Take a search's best configuration elsewhere: ``initnorm-transfer SEARCH width=256,1024 [seed=1,2,3] [--grid DIR | --check]``.
 
-Trains the best trial of ``hparams_search=...`` (its ``search.json``) at the target widths (or depths), in
+Trains the best trial of ``hparams_search=...`` (its ``search.json``) at the target widths (or depths, batch sizes,
+numbers of steps: ``batch_size=128``, ``steps=6000``), in
 ``SEARCH_FOLDER_transfer`` (beside the search, so a resumed search's summary does not count these jobs), and
 prints each target's loss beside what the search measured at its own width.
 ``--grid FOLDER`` reads a target-width grid that already exists (a sweep folder, or a results folder that keeps
 its ``runs.csv``, such as results/chapter_mup): the target's own per-lr losses for the search's param, in the
 search's metric; ``--check`` trains instead a small lr grid around the transferred value at each target
-(``SEARCH_FOLDER_check``: the rate x 2^-2 ... 2^2). Either way the transfer report's fit (initnorm/transfer.py)
+(``SEARCH_FOLDER_check``: the rate x 2^-2 ... 2^2). Either way the transfer report's fit (initnorm/transfer/)
 gives the target's own optimum, the shift of the transferred rate from it and its penalty, each with the
 report's bootstrap interval over the grid's seeds: what µP promises is small, and SP's is not.
 Every number is the experiment's own summary metric (``summary.metrics[0]``, which the search scored:
@@ -30,6 +31,7 @@ from initnorm.results import read_metrics, read_sweep
 from initnorm.search_report import SUMMARY_FILE
 from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
 
+AXES = ("width", "depth", "batch_size", "steps")  # what a target names (the first given is the report's axis)
 CHECK_OCTAVES = (-2, -1, 0, 1, 2)  # the --check grid: the transferred rate x 2^k (one octave apart, as results/ grids are)
 SEARCH_ONLY = ("hparams_search",)  # the search's own overrides, which a transfer run does not take
 
@@ -53,8 +55,8 @@ def load(folder: Path) -> dict:
 def overrides_for(summary: dict, given: list[str], check: bool) -> list[str]:
     """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets."""
     keys = {key_of(o) for o in given}
-    if not keys & {"width", "depth"}:
-        raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8)")
+    if not keys & set(AXES):
+        raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8, batch_size=128, steps=6000)")
     best = summary["best"]["params"]
     out = [o for o in summary["overrides"] if key_of(o) not in keys and key_of(o) not in SEARCH_ONLY and key_of(o) not in best]
     for k, v in best.items():
@@ -172,7 +174,7 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
         lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
     if curves:
-        lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer.py); "
+        lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer/); "
                   f"shift: that optimum minus the transferred lr, in octaves; penalty: the grid's fitted {metric} at the transferred "
                   f"lr minus its best fitted; intervals: {pct} bootstrap over the grid's seeds, the transferred lr held fixed; "
                   "trained − grid's best: the transfer runs' mean minus the same best.")]
@@ -182,7 +184,8 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m initnorm.cli.transfer", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", metavar="SEARCH_FOLDER", type=Path, help="the sweep folder of an hparams_search run")
-    p.add_argument("overrides", nargs="+", metavar="KEY=VALUE", help="width=256,1024 (or depth=...), seed=1,2,3, any other override")
+    p.add_argument("overrides", nargs="+", metavar="KEY=VALUE",
+                   help="width=256,1024 (or depth=..., batch_size=..., steps=...), seed=1,2,3, any other override")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--check", action="store_true",
                      help="an lr grid around the transferred value at each target: its own optimum, the penalty")
@@ -190,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="an existing lr x width grid (a sweep folder or a folder with its runs.csv): the targets' own "
                           "optimum and the penalty, read from it")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    axis = "width" if any(key_of(o) == "width" for o in a.overrides) else "depth"
+    axis = next((k for k in AXES if any(key_of(o) == k for o in a.overrides)), "width")
     try:
         summary = load(a.folder)
         overrides = overrides_for(summary, a.overrides, a.check)

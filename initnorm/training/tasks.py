@@ -24,10 +24,17 @@ if TYPE_CHECKING:
     from initnorm.training.module import Trainable
 
 
+def one_target(c: dict[str, Any]) -> int:
+    return 1
+
+
 @dataclass(frozen=True)
 class Task:
     make_data: Callable[[dict[str, Any]], L.LightningDataModule]
     module: type[Trainable] | str  # the LightningModule class, or its ``package.module:Class`` path
+    # the targets one training sample has (a character model's context: each position predicts the next), so that a
+    # report reads steps x batch as tokens (initnorm/transfer/axes.py)
+    targets: Callable[[dict[str, Any]], int] = one_target
 
     def make_module(self, *args: Any, **kwargs: Any) -> Trainable:
         """The LightningModule that trains a built model on this task's data (its class imported here if named by path)."""
@@ -50,7 +57,11 @@ def _char_lm(c: dict[str, Any]):
     return CharLM(d["name"], d["context"], c["batch_size"], c["seed"], d["path"], d["val_batch_size"])
 
 
-TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL))
+def _context(c: dict[str, Any]) -> int:
+    return c["data"]["context"]
+
+
+TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL, _context))
 
 
 def _clusters(c: dict[str, Any]):
