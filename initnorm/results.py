@@ -343,13 +343,17 @@ RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
 RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
                  "group_ms_per_step", "group_wall_s", "error"]
 LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summary needs to be rebuilt from runs.csv alone
+# The rate and decay a job trained with after the transfer rules (its record's ``resolved``): the transfer report reads
+# what a rule applied from them. Columns only where a record has them (sweeps before the rules have none).
+RESOLVED = {"resolved_lr": "lr", "resolved_weight_decay": "weight_decay"}
 
 
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
     row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
-           **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
+           **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)},
+           **{col: (r.get("resolved") or {}).get(key, "") for col, key in RESOLVED.items()}}
     vec = r.get("vectorized")
     if isinstance(vec, dict):
         row.update(group_size=vec.get("group_size"), group_ms_per_step=vec.get("group_ms_per_step"),
@@ -363,8 +367,10 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     keys = [k for k in setting_keys(records) if k not in RUN_FIELDS + RESULT_FIELDS + LISTS]
     keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
+    resolved = list(RESOLVED) if any("resolved" in r for r in records) else []
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + resolved + extra + LISTS, extrasaction="ignore",
+                       lineterminator="\n")
     w.writeheader()
     for r in records:
         w.writerow(_run_row(r, keys))
@@ -408,12 +414,14 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
         rows = list(reader)
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
-        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS]
+        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS and k not in RESOLVED]
     else:  # the older layout: its metrics after "error", the swept keys in the folder names only
         extra = fields[fields.index("error") + 1 :] if "error" in fields else []
     records = []
     for row in rows:
-        rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS}
+        rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS and k not in RESOLVED}
+        if any(row.get(col) for col in RESOLVED):
+            rec["resolved"] = {key: _value(row[col]) for col, key in RESOLVED.items() if row.get(col)}
         rec["status"] = row.get("status") or "finished"
         if "swept" in fields:
             swept = [k for k in row["swept"].split(";") if k]

@@ -52,8 +52,11 @@ def load(folder: Path) -> dict:
     return summary
 
 
-def overrides_for(summary: dict, given: list[str], check: bool) -> list[str]:
-    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets."""
+def overrides_for(summary: dict, given: list[str], check: bool, tuned_at: dict | None = None) -> list[str]:
+    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets, and
+    ``transfer.base`` at the search's own width, depth, batch and steps (``tuned_at``), so that the rules the command
+    names (``transfer.batch_rule=sqrt``, ``transfer.horizon_rule=power``, ``optim.weight_decay_rule=fraction``)
+    carry the best trial's numbers to each target (initnorm/transfer/rules.py); without a rule nothing moves."""
     keys = {key_of(o) for o in given}
     if not keys & set(AXES):
         raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8, batch_size=128, steps=6000)")
@@ -66,7 +69,16 @@ def overrides_for(summary: dict, given: list[str], check: bool) -> list[str]:
             out.append(f"{k}={v!r}")
     if "seed" not in keys:
         out.append("seed=" + ",".join(str(s) for s in summary["seeds"]))
+    out += [f"transfer.base.{k}={v}" for k, v in (tuned_at or {}).items() if f"transfer.base.{k}" not in keys]
     return out + given
+
+
+def tuned_at(folder: Path) -> dict[str, int]:
+    """The width, depth, batch size and steps the search's jobs trained at (from their records)."""
+    from initnorm.transfer.rules import POINT
+
+    config = next((r["config"] for r in read_metrics(folder) if isinstance(r.get("config"), dict)), {})
+    return {k: config[k] for k in POINT if isinstance(config.get(k), int)}
 
 
 def train_sweep(overrides: list[str], folder: Path) -> None:
@@ -128,12 +140,14 @@ def grid_curves(records: list[dict], where: str, axis: str, param: str, metric: 
 
 
 def means(folder: Path, axis: str, metric: str) -> dict[tuple[float, float], float]:
-    """(target, lr) -> mean ``metric`` over seeds (nan where a seed diverged)."""
+    """(target, lr given) -> mean ``metric`` over seeds (nan where a seed diverged). The lr is the one the job was given
+    (its override: the search's, which a rule may have carried to another number, ``resolved`` in its record)."""
     cells: dict[tuple[float, float], list[float]] = {}
     for r in read_metrics(folder):
         c = r.get("config") or {}
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
-        cells.setdefault((c.get(axis), c.get("lr")), []).append(loss)
+        given = float(r["overrides"]["lr"]) if "lr" in (r.get("overrides") or {}) else c.get("lr")
+        cells.setdefault((c.get(axis), given), []).append(loss)
     return {k: (statistics.fmean(v) if all(math.isfinite(x) for x in v) else math.nan) for k, v in cells.items()}
 
 
@@ -173,6 +187,11 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
     for target in sorted({t for t, _ in cells}):
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
         lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
+    moved = {(r.get("config") or {}).get(axis): (r.get("resolved") or {}).get("lr") for r in read_metrics(folder)
+             if (r.get("resolved") or {}).get("applied")}
+    if moved:  # a rule carried the search's rate: what each target trained at
+        lines += ["", "The rules carried the lr to " + ", ".join(f"{lr:.4g} at {axis} {t:g}" for t, lr in sorted(moved.items()))
+                  + " (each job's resolved numbers are in its metrics.json)."]
     if curves:
         lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer/); "
                   f"shift: that optimum minus the transferred lr, in octaves; penalty: the grid's fitted {metric} at the transferred "
@@ -196,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     axis = next((k for k in AXES if any(key_of(o) == k for o in a.overrides)), "width")
     try:
         summary = load(a.folder)
-        overrides = overrides_for(summary, a.overrides, a.check)
+        overrides = overrides_for(summary, a.overrides, a.check, tuned_at(a.folder))
         param, metric, targets = search_param(a.folder), metric_of_search(summary), targets_of(a.overrides, axis)
         curves = grid_curves(read_sweep(a.grid)[0], str(a.grid), axis, param, metric, targets) if a.grid else None
     except ConfigError as exc:

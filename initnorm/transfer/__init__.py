@@ -13,6 +13,8 @@ pure function of the job records (their metrics.json), as the plots are.
 - ``rows``: the table's rows (optimum, shift, penalty, exponent);
 - ``records``: from job records to the rows (which rate, which axis, which setting);
 - ``render``: verdicts, the exponent against the rules, markdown, transfer.csv, the two-axis table;
+- ``rules``: what carries a config tuned at a base to a job's batch, steps and model (the same rules, applied once
+  where the config is checked).
 """
 
 from initnorm.transfer.axes import RULES, SHORT, SWEPT_AXES, Rule, axis_value, rules_for, word
