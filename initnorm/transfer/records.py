@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
-from initnorm.transfer.axes import RATES, SWEPT_AXES, axis_value, config_value, number, slope, tokens
+from initnorm.transfer.axes import RATES, SWEPT_AXES, axis_value, config_value, number, slope
 from initnorm.transfer.fit import finite
 from initnorm.transfer.rows import Row, transfer_rows
 
@@ -177,7 +177,7 @@ def token_counts(records: list[dict], axis: str, rate: str) -> dict[tuple, float
         return out
     for setting, rs in _by_setting(records, axis, rate).items():
         for r in rs:
-            n = tokens(r)
+            n = axis_value(r, "tokens")  # as cells_from_records reads a tokens axis: a count the sweep set, else its config's
             if n is not None:
                 out[(setting, axis_value(r, axis))] = n
     return out
