@@ -19,7 +19,7 @@ from typing import Any
 from initnorm import transfer
 from initnorm.nn.param import PARAMS
 from initnorm.registry import GROUPS, Registry, is_dotted
-from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, settings
+from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, recorded, settings
 
 Record = dict[str, Any]
 
@@ -320,12 +320,13 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         cells = {}
         for r in records:
             ov = r.get("overrides", {})
-            if r.get("status") == "finished" and rate in ov and float(ov[rate]) > 0:
+            x = transfer.number(ov[rate] if rate in ov else recorded(r, rate))  # the rate the sweep gave, as a number ("1e-2" is 0.01)
+            if r.get("status") == "finished" and rate in (r.get("swept") or ov) and x and x > 0:  # a rate sweep's job
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
                 setting = (("param", transfer.swept_value(r, "param")),)
-                size = transfer.axis_value(r, axis) if axis in ov else r.get(axis, 0)
-                curve = cells.setdefault(setting, {}).setdefault(size or 0, {}).setdefault(r.get("seed"), {})
-                curve[math.log2(float(ov[rate]))] = loss if _finite(loss) else math.nan
+                size = transfer.axis_value(r, axis) or r.get(axis, 0) or 0  # the value the job ran with: its config's where not swept
+                curve = cells.setdefault(setting, {}).setdefault(size, {}).setdefault(r.get("seed"), {})
+                curve[math.log2(x)] = loss if _finite(loss) else math.nan
     rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis, rate=rate, base=transfer.base_values(records, axis, rate))}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -84,9 +85,12 @@ class Registry(Generic[T]):
     def get(self, name: Any, key: str | None = None) -> T:
         """The entry called ``name``, or the object a dotted path names (``key``: the config key
         that held the path, default ``path_key``); anything else raises one line listing the known
-        names and the dotted-path form."""
+        names and the dotted-path form. An entry itself (a function, a ``Family``: the library's way to hand one
+        over without a module to name it by, ``initnorm.parameterize``) is returned as it is."""
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
+        if not isinstance(name, str) and name is not None and self.expects[0](name):
+            return name
         if is_dotted(name):
             key = key or self.path_key
             ok, what, example = self.expects
@@ -98,14 +102,26 @@ class Registry(Generic[T]):
             return entry
         raise ConfigError(f"unknown {self.kind} {self.key}={name!r}; {self._known()}; {self._fix(name)}")
 
+    def known(self, name: Any) -> T | None:
+        """The entry ``name`` names, found without importing anything: a registered name, or a dotted path into a module
+        this process imported already (the command line named it, and the schema's check imported it); else None. What is
+        read back from files (a record's param, a family in its config) is looked up so: a name in a file never imports
+        the code it names (STYLE.md 19)."""
+        if isinstance(name, str) and name in self._entries:
+            return self._entries[name]
+        if not is_dotted(name):
+            return None
+        module_name, attr = split_dotted(name)
+        module = sys.modules.get(module_name)
+        return getattr(module, attr, None) if module is not None and attr else None
+
     def about(self, name: Any, strict: bool = True) -> About:
         """What the entry says of itself (``About``); one without a description is shown by its name.
-        ``strict=False`` (reports over old records): an entry that no longer resolves is shown by its name."""
-        try:
+        ``strict=False`` (reports over records, and the schema after its names are checked): the entry is looked up
+        without importing (``known``), and one that does not resolve is shown by its name."""
+        if strict:
             entry = self.get(name)
-        except ConfigError:
-            if strict:
-                raise
+        elif (entry := self.known(name)) is None:
             return About(str(name))
         registered = next((n for n, e in self._entries.items() if e is entry), None)  # a shipped entry named by its path
         about = self._about.get(registered) if registered else None
@@ -113,8 +129,9 @@ class Registry(Generic[T]):
         return about if isinstance(about, About) else About(str(name))
 
     def display(self, name: Any) -> str:
-        """The name reports print: the entry's ``About.display``, else ``name`` as written."""
-        return self.about(name, strict=False).display or str(name)
+        """The name reports print: the entry's ``About.display``, else ``name`` as written (an entry handed over
+        itself: its ``__name__``)."""
+        return self.about(name, strict=False).display or getattr(name, "__name__", None) or str(name)
 
 
 def split_dotted(path: str) -> tuple[str, str]:
@@ -160,7 +177,7 @@ class Names:
 # The config groups whose entry a registry names: group -> (the key that names it, the registry).
 # The schema reads each entry's own keys from it; reports and plots its display name.
 GROUPS = {
-    "model": ("family", Names("initnorm.models.build", "MODELS")),
+    "model": ("family", Names("initnorm.models.families", "MODELS")),
     "param": ("name", Names("initnorm.nn.param", "PARAMS")),
     "init": ("name", Names("initnorm.nn.init", "INITS")),
     "norm_type": ("name", Names("initnorm.nn.norms", "NORMS")),

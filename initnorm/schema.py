@@ -72,7 +72,7 @@ RULES: dict[str, KeyRule] = {
     "data.n_train": Int(1, fix=4096),
     "data.n_val": Int(1, fix=2048),
     # model: the keys every family has (the others are the family's own, ``Family.about.rules``)
-    "model.family": Entry("initnorm.models.build", "MODELS", fix="decoder"),
+    "model.family": Entry("initnorm.models.families", "MODELS", fix="decoder"),
     "model.width": Int(1, fix=16),
     "model.depth": Int(1, fix=2),
     "model.activation": Choice(Names("initnorm.nn.layers", "ACTIVATIONS"), fix="relu"),
@@ -309,19 +309,7 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     """
     if not isinstance(c, Mapping):
         raise ConfigError(f"the config is a {type(c).__name__}, not a mapping of keys")
-    values = flat(c)
-    for group, name_key in REGISTERED.items():  # the names first: what else a group may hold depends on them
-        key = f"{group}.{name_key}"
-        if key in values:
-            check_value(key, values[key], RULES[key], values)
-    rules = RULES | declared(c)
-    for key, value in values.items():
-        rule = rule_for(key, rules)
-        if rule is None:
-            if key.startswith(PASSED_ON):
-                continue
-            raise unknown_key(key, rules, c)
-        check_value(key, value, rule, values)
+    check_keys(c)
     out = copy.deepcopy(dict(c))
     check_relations(out, data_options or {})
     data = out.get("data")
@@ -330,6 +318,26 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     from initnorm.transfer.rules import resolve
 
     return resolve(out)  # lr, wd, betas and eps carried from transfer.base: every launcher and the engine read these
+
+
+def check_keys(c: Mapping[str, Any], skip: Callable[[Any], bool] = lambda value: False) -> None:
+    """Every key of ``c`` against its rule, the registered names first (what else a group may hold depends on
+    them): ``check`` before the relations, and ``initnorm.parameterize`` on the nodes it makes of its keywords
+    (``skip``: a value handed over as an object, which has no rule to meet: a constructor, a table function)."""
+    values = flat(c)
+    for group, name_key in REGISTERED.items():
+        key = f"{group}.{name_key}"
+        if key in values and not skip(values[key]):
+            check_value(key, values[key], RULES[key], values)
+    rules = RULES | declared(c)
+    for key, value in values.items():
+        rule = rule_for(key, rules)
+        if rule is None:
+            if key.startswith(PASSED_ON):
+                continue
+            raise unknown_key(key, rules, c)
+        if not skip(value):
+            check_value(key, value, rule, values)
 
 
 def declared(c: Mapping[str, Any]) -> dict[str, KeyRule]:
@@ -346,8 +354,8 @@ def declared(c: Mapping[str, Any]) -> dict[str, KeyRule]:
             names = [node.get("fn") if names[0] == "custom" else names[0], *(node.get("per_role") or {}).values()]
         registry = GROUPS[group][1].registry()
         for name in names:
-            if name is None or not isinstance(name, str):
-                continue  # a missing or mistyped name: its own rule says so
+            if name is None:
+                continue  # a missing or mistyped name: its own rule says so (an entry handed over itself declares its keys too)
             out |= {f"{group}.{k}": rule for k, rule in registry.about(name, strict=False).rules.items()}
     return out
 
@@ -402,7 +410,7 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
         if key not in c:
             raise ConfigError(f"the config has no {key}; compose it from initnorm's conf/ (python -m initnorm.train), not by hand")
     family, kind = c["model"].get("family"), c["data"].get("kind")
-    from initnorm.models.build import MODELS
+    from initnorm.models.families import MODELS
 
     want = MODELS.get(family).data_kind
     if want is not None and kind != want:
@@ -422,14 +430,10 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
             raise bad_value(f"init.per_role.{role}", c["init"]["per_role"][role],
                             f"a key of init.per_role is a parameter role: one of {', '.join(roles)}", "init.per_role.readout=xavier")
 
-    from initnorm.training.optim import DECOUPLED
+    from initnorm.training.optim import check_decay_mode
 
     optim = c["optim"]
-    if optim.get("weight_decay") and optim.get("weight_decay_mode") == "independent" and optim["name"] not in DECOUPLED:
-        raise bad_value("optim.weight_decay_mode", "independent",
-                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); "
-                        f"optim={optim['name']} decays through its gradient",
-                        "optim.weight_decay_mode=scaled")
+    check_decay_mode(optim["name"], optim.get("weight_decay_mode"), optim.get("weight_decay"))
     resolve(c["init"])
     # width below µP's base width, an optimiser without a µP table
     make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])
@@ -437,7 +441,7 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
 
 def family_hook(family: str) -> Callable[[Mapping[str, Any]], None]:
     """The model family's own check of the whole config (``Family.check``, next to its registry entry)."""
-    from initnorm.models.build import MODELS
+    from initnorm.models.families import MODELS
 
     return MODELS.get(family).check
 

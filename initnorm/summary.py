@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from initnorm import transfer
+from initnorm import tb, transfer
 from initnorm.plots import PLOTS
 from initnorm.results import (
     METRICS_FILE,
@@ -45,6 +45,9 @@ def summarize(folder: Path | str) -> str:
     if moved and (len(axes) > 1 or moved[0].axis not in ("width", "depth")):
         names.append("lr_optimum")  # the optimum against a new axis, or two, as a figure beside the table
     for name in dict.fromkeys(names):
+        if name not in PLOTS.names():  # a name read from a record is data: never a path to import and call
+            log.warning("no %s plot for %s: not a plot initnorm has (%s)", name, folder, ", ".join(PLOTS.names()))
+            continue
         try:
             plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
         except Exception as exc:  # a record from another version must not cost the table
@@ -53,6 +56,11 @@ def summarize(folder: Path | str) -> str:
         for file, png in plot.files.items() if not from_csv else ():
             write_atomic(folder / file, png)
         table += f"\n{plot.markdown}"
+    if not from_csv:  # one TensorBoard run per setting: a sweep of thousands of seeds stays readable there (tb.py)
+        try:
+            tb.write_setting_runs(folder, records)
+        except Exception as exc:  # as a plot: the table stands without it
+            log.warning("no per-setting TensorBoard runs for %s (%s: %s)", folder, type(exc).__name__, exc)
     if moved:
         table += transfer.render_markdown(moved, transfer.metric_of(records))
         if len(axes) > 1:  # width x batch, width x horizon: the optimum at every pair, and the exponent along the second

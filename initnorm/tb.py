@@ -31,6 +31,8 @@ from initnorm.results import setting_value
 TRAIN_LOSS = "Loss/train"
 VAL_LOSS = "Loss/validation"
 LEARNING_RATE = "Schedule/learning_rate"
+# Evaluation sets as their tags name them: <Metric>/<label> (Loss/validation beside the trainer's Loss/train)
+EVAL_LABELS = {"val": "validation", "train": "train sample"}
 NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
 
 
@@ -116,3 +118,61 @@ def write_layout(writer) -> None:
     """A custom-scalars page: train and validation loss on one chart, and the learning rate."""
     writer.add_custom_scalars({"Loss and learning rate": {"loss (train, validation)": ["Multiline", [TRAIN_LOSS, VAL_LOSS]],
                                                           "learning rate": ["Multiline", [LEARNING_RATE]]}})
+
+
+SETTINGS_DIR = "tensorboard_settings"  # `tensorboard --logdir <sweep>/tensorboard_settings`: one run per setting
+
+
+def write_setting_runs(folder, records: list[dict[str, Any]]):
+    """One TensorBoard run per setting of a sweep that ran more than a handful of seeds of a setting (``results.HANDFUL``;
+    a sweep of 3 seeds is read run by run, and its folder holds no more runs than before), in ``folder/tensorboard_settings``:
+    its validation loss at each step as the mean, the lowest and the highest over the seeds (``Loss/validation``,
+    ``Loss/validation_lowest``, ``Loss/validation_highest``) and one HPARAMS row (its values, its seed count, the mean of
+    each summary metric). TensorBoard handed a sweep of 10,000 runs lists 10,000 runs and an HPARAMS table of 10,000
+    rows (docs/tensorboard.md); this folder holds one per setting. Written again by each summary (its old events
+    removed: a run folder holds this summary's only). Returns the folder, or None where no setting has that many seeds."""
+    from pathlib import Path
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from initnorm.results import HANDFUL, setting_keys, settings
+
+    groups = settings(records)
+    if all(len(runs) <= HANDFUL for runs in groups.values()):
+        return None
+    root = Path(folder) / SETTINGS_DIR
+    keys = setting_keys(records)
+    for key, runs in groups.items():
+        name = ",".join(key) or "all"
+        run_dir = root / "".join(ch if ch.isalnum() or ch in "=,._+-" else "_" for ch in name)
+        for old in run_dir.glob("events.out.tfevents.*") if run_dir.is_dir() else ():
+            old.unlink()
+        by_step: dict[int, list[float]] = {}
+        for r in runs:
+            for step, loss, *_ in r.get("val_history") or []:
+                if isinstance(loss, (int, float)) and math.isfinite(loss):
+                    by_step.setdefault(int(step), []).append(float(loss))
+        writer = EventFileWriter(str(run_dir))
+
+        def scalar(tag: str, value: float, step: int, writer=writer) -> None:
+            writer.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=[Summary.Value(tag=tag, simple_value=value)])))
+
+        for step in sorted(by_step):
+            values = by_step[step]
+            for tag, value in ((VAL_LOSS, sum(values) / len(values)), (f"{VAL_LOSS}_lowest", min(values)),
+                               (f"{VAL_LOSS}_highest", max(values))):
+                scalar(tag, value, step)
+        last = max(by_step, default=0)
+        metrics: dict[str, float] = {}
+        for m in dict.fromkeys(m for r in runs for m in r.get("summary_metrics", ["final_val_loss"])):
+            finite = [r[m] for r in runs if isinstance(r.get(m), (int, float)) and math.isfinite(r[m]) and not r.get("diverged")]
+            if finite:
+                metrics[m] = sum(finite) / len(finite)
+                scalar(m, metrics[m], last)
+        hparams = {part.partition("=")[0]: part.partition("=")[2] for part in key} | {"seeds": len(runs)}
+        for s in hparams_summaries(hparams, list(metrics), [*keys, "seeds"], name):
+            writer.add_event(Event(wall_time=time.time(), step=last, summary=s))
+        writer.close()
+    return root

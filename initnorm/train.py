@@ -8,7 +8,7 @@ import gc
 import logging
 import sys
 
-from initnorm.cli import disk, workers
+from initnorm.cli import argv, disk, workers
 
 
 def main() -> None:
@@ -16,11 +16,14 @@ def main() -> None:
     # A read-only HOME: matplotlib (imported with the summary) printed two lines about its cache folder
     # before the one line that says what is wrong; it uses a temporary folder all the same.
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
-    workers.start_early(sys.argv[1:])
+    cmd = argv.parse(sys.argv[1:])  # the command line, read once (cli/argv.py)
+    if cmd.multirun and cmd.runs_jobs:  # at once: the imports, then checking thousands of jobs, take seconds before the plan
+        print("sweep: composing and checking every job before any trains", flush=True)
+    workers.start_early(cmd)
     from initnorm.cli.train import main as run
 
     try:
-        run()
+        run(cmd)
     finally:
         workers.stop()  # a command line that failed its checks leaves the early workers idle
         # Everything is written by now. The interpreter's last garbage collections would walk every

@@ -92,6 +92,32 @@ def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch
     assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
 
 
+def test_a_sweep_says_so_before_it_checks_its_jobs(tmp_path):
+    """The first line comes from the command's first module, before torch's import and the checks (seconds for a
+    sweep of thousands); here a bad value in the sweep's last job still finds it printed."""
+    proc = run_cli("-m", "seed=1,2", "steps=2,oops", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout.splitlines()[0] == "sweep: composing and checking every job before any trains"
+    assert "steps" in proc.stderr and not (tmp_path / "outputs").exists()
+
+
+def test_checking_a_sweep_shows_its_progress_every_few_seconds(capsys):
+    clock = iter([0.0, 0.0, 1.0, 3.5, 4.0, 7.0, 8.0]).__next__
+    progress = console.CheckProgress(every=3.0, clock=clock)
+    for done in range(6):
+        progress(done, 5)
+    assert capsys.readouterr().out.splitlines() == ["checked 2 of 5 jobs", "checked 4 of 5 jobs", "checked 5 jobs in 8s"]
+    quick = console.CheckProgress(every=3.0, clock=iter([0.0, 0.0, 0.1, 0.2]).__next__)
+    for done in range(3):
+        quick(done, 2)
+    assert capsys.readouterr().out == ""  # checked within the interval: the plan follows at once
+
+
+def test_the_vectorised_plan_counts_groups_by_size():
+    line = console.groups_line(10_000, [12] * 833 + [4], 0)
+    assert line == "vectorized: 10,000 jobs in 834 stacked groups (833 of 12, 1 of 4) and 0 alone"
+    assert console.groups_line(1, [], 1) == "vectorized: 1 job in 0 stacked groups and 1 alone"
+
+
 def test_single_runs_are_named_by_what_sets_them_apart():
     from initnorm.cli.sweep import run_name, what_sets_apart
 

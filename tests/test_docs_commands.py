@@ -42,6 +42,7 @@ NOT_HERE = {  # the start of a command -> why this test does not run it
     "python scripts/tb_screenshot.py": "needs Chromium and a TensorBoard server",
     "python -m initnorm.diagnose": "needs the events of an lr x width sweep: tests/test_transfer.py runs it on a small real one",
     "initnorm-transfer": "needs a finished search's folder: tests/test_search.py runs it on a tiny one",
+    "python examples/": "a worked example of docs/library.md: tests/test_library.py runs each as the page shows it",
 }
 NEEDS_CLUSTER = "hydra/launcher=slurm"  # tests/test_launchers.py runs it on a stand-in SLURM
 

@@ -57,6 +57,17 @@ def test_lr_transfer_labels_rates_that_are_not_powers_of_two_as_they_are():
     assert "| sp | 16 | 0.01 | -6.64 | 2.025 ± 0.007 |" in plot.markdown  # one mean ± sd format; log2 as it is
 
 
+def test_an_lr_sweep_at_one_width_is_drawn_at_the_width_its_jobs_recorded():
+    """The sizes and rates come from each job's recorded config, not from its override strings: a sweep of lr alone
+    at width 64 (no width override) was drawn as width 0."""
+    recs = [{"status": "finished", "seed": seed, "swept": ["lr", "seed"], "summary_metrics": ["final_val_loss"],
+             "overrides": {"lr": text, "seed": str(seed)}, "config": {"lr": lr, "width": 64, "param": {"name": "sp"}},
+             "final_val_loss": 2 + (lr - 0.03) ** 2 + seed / 100}
+            for text, lr in (("1e-2", 0.01), ("0.03", 0.03), ("1e-1", 0.1)) for seed in (1, 2)]
+    markdown = PLOTS.get("lr_transfer")(recs).markdown
+    assert "| sp | 64 | 0.03 |" in markdown and "| sp | 0 |" not in markdown, markdown
+
+
 def test_the_lr_axis_names_the_reference_of_a_table_without_a_base_size(monkeypatch):
     recs = [{"status": "finished", "seed": seed, "swept": ["param", "width", "lr", "seed"], "summary_metrics": ["final_val_loss"],
              "overrides": {"param": param, "width": str(width), "lr": str(2.0**x), "seed": str(seed)},

@@ -58,7 +58,7 @@ def test_a_stop_signal_checkpoints_every_member_and_the_rerun_resumes_bit_for_bi
     lines = first.stderr.strip().splitlines()
     assert f"stopped by {signum.name}" in first.stderr and "Traceback" not in first.stderr, first.stderr[-3000:]
     assert lines[-1].startswith("resume with: python -m initnorm.train") and f"hydra.sweep.dir={sweep.resolve()}" in lines[-1]
-    ckpts = sorted(sweep.rglob("vectorized.ckpt"))
+    ckpts = sorted(sweep.rglob("initnorm.ckpt"))
     assert ckpts and not list(sweep.rglob("metrics.json"))  # nothing finished, every started member checkpointed
     if engine == "sequential":
         assert len(ckpts) == 2  # the second group never started
@@ -141,7 +141,7 @@ def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk)
 
 
 def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
-    """Two jobs left by a job-alone launcher with Lightning's last.ckpt at one step (their metrics.json gone, as if
+    """Two jobs left by a job-alone launcher with their checkpoint at one step (their metrics.json gone, as if
     killed after it), rerun vectorised: they go on as one stacked group from that step, not from 0."""
     from initnorm.cli.train import train
     from tests.conftest import compose_cfg
@@ -158,6 +158,6 @@ def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("metrics.json")}
-    assert all(r["resumed_from_step"] == 30 and r["vectorized"]["group_size"] == 2 for r in records.values()), records
+    assert all(r["resumed_from_step"] == 30 and r["group"]["size"] == 2 for r in records.values()), records
     for k, v in alone.items():  # 10 stacked steps after 30 alone: float32 rounding from the job alone, not a restart
         assert abs(records[k]["final_val_loss"] - v) <= 1e-5 * v, (k, records[k]["final_val_loss"], v)

@@ -20,7 +20,7 @@ from initnorm.cli import disk, preflight
 from initnorm.cli.preflight import check_command_line
 from initnorm.errors import ConfigError
 from initnorm.summary import summarize
-from initnorm.training.checkpoints import Checkpoint
+from initnorm.training.checkpoints import save_atomically
 from initnorm.training.resume import inspect_folder
 from tests.conftest import TINY, run_cli
 
@@ -114,7 +114,7 @@ def test_foreign_metrics_files_cost_one_line_and_nothing_else(tmp_path, caplog):
 
 
 class Planted:
-    """A pickle that makes a folder when it is loaded: what a hostile ``last.ckpt`` would do."""
+    """A pickle that makes a folder when it is loaded: what a hostile checkpoint would do."""
 
     def __init__(self, marker: Path):
         self.marker = marker
@@ -123,73 +123,58 @@ class Planted:
         return (os.mkdir, (str(self.marker),))
 
 
-def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path):
-    job = tmp_path / "job"
-    (job / "checkpoints").mkdir(parents=True)
-    marker = tmp_path / "pwned"
-    torch.save({"state_dict": {}, "global_step": 5, "x": Planted(marker)}, job / "checkpoints" / "last.ckpt")
-    line = refused(["steps=5", f"hydra.run.dir={job}"])
-    assert "last.ckpt is not a checkpoint initnorm wrote" in line and "delete it" in line
-    assert not marker.exists()
-    (job / "checkpoints" / "last.ckpt").write_bytes(pickle.dumps(Planted(marker)))  # a bare pickle, not torch's zip format
-    assert "last.ckpt" in refused(["steps=5", f"hydra.run.dir={job}"]) and not marker.exists()
-
-
 @pytest.mark.parametrize("content", ["planted", "bare pickle", "foreign"])
-def test_a_planted_vectorised_checkpoint_is_refused_and_runs_nothing(tmp_path, content):
-    """A stacked group member's ``vectorized.ckpt`` is read as tensors and plain values too (issue 23,
-    item 1): in the preflight, in the launcher's grouping and in the group's own load."""
-    from initnorm.training.resume import checkpoint_step, read_vec_checkpoint, vec_checkpoint
+def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path, content):
+    """A job's checkpoint is read as tensors and plain values only, and must be what initnorm writes: in the preflight of
+    a job alone and of a vectorised sweep (the launcher's grouping reads it too), and where it is loaded."""
+    from initnorm.training.resume import checkpoint_path, read_member
 
-    job = tmp_path / "sweep" / "default" / "seed=1"
-    (job / "checkpoints").mkdir(parents=True)
     marker = tmp_path / "pwned"
-    path = vec_checkpoint(job)
-    if content == "planted":
-        torch.save({"vectorized": True, "global_step": 5, "x": Planted(marker)}, path)
-    elif content == "bare pickle":
-        path.write_bytes(pickle.dumps(Planted(marker)))
-    else:  # loads as tensors, but is not what a group writes
-        torch.save({"x": torch.zeros(3)}, path)
-    line = refused(["-m", "seed=1,2", "steps=5", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])
-    assert "vectorized.ckpt is not" in line and "delete it" in line, line
-    for read in (lambda: read_vec_checkpoint(path), lambda: checkpoint_step(job, {"seed": 1})):
+    for job, args in ((tmp_path / "job", ["steps=5", f"hydra.run.dir={tmp_path / 'job'}"]),
+                      (tmp_path / "sweep" / "default" / "seed=1",
+                       ["-m", "seed=1,2", "steps=5", "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep"])):
+        path = checkpoint_path(job)
+        path.parent.mkdir(parents=True)
+        if content == "planted":
+            torch.save({"format": "x", "global_step": 5, "x": Planted(marker)}, path)
+        elif content == "bare pickle":
+            path.write_bytes(pickle.dumps(Planted(marker)))
+        else:  # loads as tensors, but is not what initnorm writes
+            torch.save({"x": torch.zeros(3)}, path)
+        line = refused(args)
+        assert "initnorm.ckpt" in line and "delete it" in line, line
         with pytest.raises(ConfigError, match="delete it"):
-            read()
+            read_member(path, {"seed": 1, "steps": 5})
     assert not marker.exists()
 
 
-def test_a_planted_vectorised_checkpoint_stops_the_command_in_one_line(tmp_path):
+def test_a_planted_checkpoint_stops_a_vectorised_sweep_in_one_line(tmp_path):
     job = tmp_path / "sweep" / "default" / "seed=2"
     (job / "checkpoints").mkdir(parents=True)
     marker = tmp_path / "pwned"
-    torch.save({"x": Planted(marker)}, job / "checkpoints" / "vectorized.ckpt")
+    torch.save({"x": Planted(marker)}, job / "checkpoints" / "initnorm.ckpt")
     proc = run_cli("-m", "seed=1,2", *TINY, "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert proc.returncode == 2 and not marker.exists(), proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "vectorized.ckpt is not a checkpoint initnorm wrote" in lines[0], proc.stderr[-2000:]
+    assert len(lines) == 1 and "initnorm.ckpt is not a checkpoint initnorm wrote" in lines[0], proc.stderr[-2000:]
     assert not (tmp_path / "sweep" / "default" / "seed=1").exists()  # refused before any job trained
 
 
 # ---- atomic writes: unique names, fsync before rename, readable modes
 
 
-class FakeTrainer:
-    def __init__(self):
-        self.paths = []
-
-    def save_checkpoint(self, path, weights_only=None):
-        self.paths.append(Path(path))
-        Path(path).write_bytes(b"state")
-
-
 def test_checkpoint_temporary_names_are_unique(tmp_path):
-    trainer = FakeTrainer()
-    a, b = Checkpoint(tmp_path, 10, {}), Checkpoint(tmp_path, 10, {})  # two processes on one folder, by mistake
-    a.save(trainer), b.save(trainer)
-    first, second = trainer.paths
+    names = []
+
+    def write(tmp):
+        names.append(tmp)
+        tmp.write_bytes(b"state")
+
+    path = tmp_path / "checkpoints" / "initnorm.ckpt"
+    save_atomically(path, write), save_atomically(path, write)  # two processes on one folder, by mistake
+    first, second = names
     assert first != second and first.parent == second.parent and str(os.getpid()) in first.name
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["initnorm.ckpt"]
 
 
 def test_writes_fsync_before_rename_and_respect_the_umask(tmp_path, monkeypatch):
@@ -208,7 +193,7 @@ def test_writes_fsync_before_rename_and_respect_the_umask(tmp_path, monkeypatch)
     finally:
         os.umask(old)
     events.clear()
-    Checkpoint(tmp_path, 10, {}).save(FakeTrainer())
+    save_atomically(tmp_path / "checkpoints" / "initnorm.ckpt", lambda tmp: tmp.write_bytes(b"state"))
     assert events == ["fsync", "replace"]
 
 

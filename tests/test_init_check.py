@@ -51,7 +51,7 @@ def checked(*overrides: str) -> None:
 
 def test_a_readout_reinitialised_after_initnorm_is_one_line_before_training(tmp_path):
     from initnorm.cli.train import train
-    from initnorm.training.group import Member, build_group
+    from initnorm.training.fit import Member, assemble
 
     line = (r"LateReset's initial values do not follow param=mup with init=normal at width 256: head.weight \(readout: std 0.1 "
             r"where the rule draws 0.02\); .*`model.check_init=false`")
@@ -60,7 +60,7 @@ def test_a_readout_reinitialised_after_initnorm_is_one_line_before_training(tmp_
     assert "\n" not in str(err.value) and "hidden.weight" not in str(err.value)  # only the parameter that is off
     assert not list(tmp_path.rglob("events.out.tfevents*"))  # before training: nothing logged
     with pytest.raises(ConfigError, match=line):  # each member of a vectorised group, before it is stacked
-        build_group([Member(to_plain(compose_cfg(*LATE, f"seed={s}")), tmp_path / f"member{s}") for s in (1, 2)])
+        assemble([Member(to_plain(compose_cfg(*LATE, f"seed={s}")), tmp_path / f"member{s}") for s in (1, 2)])
     checked(*LATE, "model.check_init=false")  # kept knowingly
 
 

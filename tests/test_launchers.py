@@ -84,7 +84,7 @@ def wait_for(path, proc: subprocess.Popen) -> None:
 def checkpoint_step(folder) -> int:
     import torch
 
-    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"])
+    return int(torch.load(folder / "checkpoints" / "initnorm.ckpt", map_location="cpu", weights_only=True)["global_step"])
 
 
 def test_slurm_launcher_submits_what_its_config_says(tmp_path):
@@ -114,7 +114,7 @@ def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(tmp_path):
     args = ["-m", *TINY, "steps=30,400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm"]
     proc = start(*args, cwd=tmp_path, env=env)
     long = sweep / "steps=400" / "seed=1"
-    wait_for(long / "checkpoints" / "last.ckpt", proc)
+    wait_for(long / "checkpoints" / "initnorm.ckpt", proc)
     subprocess.run([tmp_path / "bin" / "scancel", "4242_1"], check=True)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
@@ -135,7 +135,7 @@ def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
     proc = start("-m", *TINY, "seed=1", "steps=400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}",
                  "hydra/launcher=slurm", cwd=tmp_path, env=env)
     folder = sweep / "default" / "seed=1"
-    wait_for(folder / "checkpoints" / "last.ckpt", proc)
+    wait_for(folder / "checkpoints" / "initnorm.ckpt", proc)
     subprocess.run([tmp_path / "bin" / "scancel", "--signal=USR2", "4242"], check=True)
     finish(proc)
     assert "--array" not in (tmp_path / "bin" / "submitted.sh").read_text()

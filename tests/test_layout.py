@@ -95,3 +95,16 @@ def test_the_graph_holds_the_plugin_classes():
     assert {"hydra_plugins.initnorm_launchers", "hydra_plugins.initnorm_launchers._slurm",
             "hydra_plugins.initnorm_vectorized.vectorized_launcher"} <= set(graph)
     assert "initnorm.cli.slurm" in graph["hydra_plugins.initnorm_launchers._slurm"]
+
+
+def test_an_environment_variables_name_is_written_once():
+    """Every ``INITNORM_*`` name is a constant of initnorm/envvars.py, read from there (the workers, the jobs, a SLURM
+    task and the parent must agree on it; copies were kept equal by a test)."""
+    import re
+
+    written = {}
+    for path in [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"INITNORM_[A-Z_]*", node.value):
+                written.setdefault(node.value, []).append(path.relative_to(ROOT).as_posix())
+    assert written and all(where == ["initnorm/envvars.py"] for where in written.values()), written

@@ -10,7 +10,8 @@ import torch
 
 from initnorm.config import to_plain
 from initnorm.instruments.diagnostics import top_singular, top_singulars
-from initnorm.training.group import Member, group_key, train_group, why_alone
+from initnorm.training.fit import Member, fit
+from initnorm.training.group import group_key
 from tests.conftest import compose_cfg
 
 # sp and µP members, different seeds, rates and warmups, in one group
@@ -35,8 +36,8 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 def _group(base, tmp_path):
     members = [Member(to_plain(compose_cfg(*base, *v)), tmp_path / f"group{i}") for i, v in enumerate(VARIANTS)]
-    assert len({group_key(m.cfg) for m in members}) == 1 and all(why_alone(m.cfg) is None for m in members)
-    train_group(members)
+    assert len({group_key(m.cfg) for m in members}) == 1
+    fit(members)
 
 
 def test_each_members_diagnostics_equal_its_job_alone(tmp_path):
@@ -67,8 +68,8 @@ def test_each_members_coordinate_check_equals_its_job_alone(tmp_path):
 
     variants = [["seed=1", "param=sp"], ["seed=2", "param=mup"], ["seed=3", "param=mup", "lr=0.02"]]
     members = [Member(to_plain(compose_cfg(*COORD, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)]
-    assert len({group_key(m.cfg) for m in members}) == 1 and all(why_alone(m.cfg) is None for m in members)
-    train_group(members)
+    assert len({group_key(m.cfg) for m in members}) == 1
+    fit(members)
     for i, v in enumerate(variants):
         train(compose_cfg(*COORD, *v), tmp_path / f"alone{i}")
         alone = list(csv.reader((tmp_path / f"alone{i}" / "coord.csv").open()))
@@ -87,11 +88,11 @@ def test_a_resumed_group_refuses_the_coordinate_check(tmp_path):
 
     base = [*COORD, "checkpoint.every_n_steps=5"]
     members = lambda: [Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)]
-    train_group(members())
+    fit(members())
     for s in (1, 2):
         (tmp_path / str(s) / "metrics.json").unlink()  # as if killed after the checkpoint of step 5
     with pytest.raises(ConfigError, match="measures from step 0, but this job resumes at step 5"):
-        train_group(members())
+        fit(members())
 
 
 def test_batched_power_iteration_is_each_matrix_alone_and_survives_a_zero_matrix():
@@ -119,7 +120,7 @@ def test_coord_check_sweep_stacks_under_the_vectorized_launcher(tmp_path):
     import json
 
     records = [json.loads(p.read_text()) for p in sorted(sweep.rglob("metrics.json"))]
-    assert len(records) == 4 and all(r["vectorized"]["group_size"] == 4 for r in records)  # sp and µP, two seeds: one group
+    assert len(records) == 4 and all(r["group"]["size"] == 4 for r in records)  # sp and µP, two seeds: one group
     labels = set()
     for p in sweep.rglob("metrics.json"):
         rows = list(csv.DictReader((p.parent / "coord.csv").open()))

@@ -48,12 +48,12 @@ def test_the_stream_runs_past_an_epoch_and_a_resume_skips_the_batches_taken():
 
 def test_a_job_and_a_stacked_group_train_on_it(tmp_path):
     from initnorm.cli.train import train
-    from initnorm.training.group import Member, train_group
+    from initnorm.training.fit import Member, fit
 
     alone = train(compose_cfg(*GPT, *DATA, *TINY), tmp_path / "alone")
     assert alone["status"] == "finished" and math.isfinite(alone["final_val_loss"])
     members = [Member(to_plain(compose_cfg(*GPT, *DATA, *TINY, f"seed={s}")), tmp_path / f"m{s}") for s in (1, 2)]
-    group = train_group(members)
+    group = fit(members)
     assert group[0]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)  # seed 1 in a group, as alone
 
 

@@ -17,7 +17,7 @@ from initnorm.cli.train import train
 from initnorm.errors import ConfigError
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
-from initnorm.training.checkpoints import Checkpoint
+from initnorm.training.checkpoints import save_atomically
 from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
 
 
@@ -60,21 +60,20 @@ def test_summary_counts_diverged_runs_instead_of_averaging_nan(tmp_path):
 
 
 def test_checkpoint_and_metrics_writes_are_atomic(tmp_path, monkeypatch):
-    cb = Checkpoint(tmp_path, 10, {"lr": 0.01})
+    path = tmp_path / "checkpoints" / "initnorm.ckpt"
 
-    class Trainer:
-        def __init__(self, payload, fail=False):
-            self.payload, self.fail = payload, fail
-
-        def save_checkpoint(self, path, weights_only=None):
-            Path(path).write_bytes(self.payload[: len(self.payload) // 2] if self.fail else self.payload)
-            if self.fail:
+    def write(payload, fail=False):
+        def into(tmp):
+            tmp.write_bytes(payload[: len(payload) // 2] if fail else payload)
+            if fail:
                 raise KeyboardInterrupt  # killed half way through the write
 
-    cb.save(Trainer(b"old checkpoint"))
+        return into
+
+    save_atomically(path, write(b"old checkpoint"))
     with pytest.raises(KeyboardInterrupt):
-        cb.save(Trainer(b"new checkpoint, never finished", fail=True))
-    assert cb.path.read_bytes() == b"old checkpoint" and sorted(p.name for p in cb.path.parent.iterdir()) == ["last.ckpt"]
+        save_atomically(path, write(b"new checkpoint, never finished", fail=True))
+    assert path.read_bytes() == b"old checkpoint" and sorted(p.name for p in path.parent.iterdir()) == ["initnorm.ckpt"]
 
     write_metrics(tmp_path, {"status": "finished"})
 
@@ -95,7 +94,7 @@ def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not (run / "checkpoints" / "last.ckpt").exists():
+        while not (run / "checkpoints" / "initnorm.ckpt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)

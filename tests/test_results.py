@@ -39,3 +39,15 @@ def test_one_number_format_for_mean_and_sd():
 def test_one_seed_per_row_has_no_spread_and_no_seeds_column():
     md = render_markdown(*group_rows([record("pre", 1, 2.302), record("post", 1, 2.5)]))
     assert "| pre | 2.302 |" in md and "±" not in md and "Seeds" not in md and "(seed 1)" in md
+
+
+def test_a_row_of_thousands_of_seeds_shows_their_count_range_and_spread_not_each_one():
+    recs = [record(norm, s, 2 + s / 10_000) for norm in ("pre", "post") for s in range(1, 3001)]
+    recs += [{**record("pre", s, None), "status": "failed", "error": f"boom {s}"} for s in range(3001, 3021)]
+    md = render_markdown(*group_rows(recs))
+    lines = md.splitlines()
+    assert "| Seeds 3,000 (1-3000): lowest .. highest | Failed |" in lines[0] and max(len(line) for line in lines) < 400
+    assert "| pre | 2.150 ± 0.087 | 2.000 .. 2.300 | seed 3001: boom 3001; " in md
+    assert "and 12 more (runs.csv)" in md and "boom 3020" not in md
+    gaps = render_markdown(*group_rows([record("pre", s, 2.0) for s in (1, 2, 3, 5, 9, 10, 11, 12, 13)] + [record("post", 1, 2.0)]))
+    assert "| pre | 2.000 ± 0.000 | 9 (1-13, not every one): 2.000 .. 2.000 |" in gaps  # rows of other seeds: each its own

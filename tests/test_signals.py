@@ -36,7 +36,7 @@ def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tm
     assert first.returncode == status, first.stderr[-2000:]
     assert f"stopped by {signum.name}" in first.stderr and "saved a checkpoint at step 12" in first.stderr
     job1, job2 = sweep / "default" / "seed=1", sweep / "default" / "seed=2"
-    assert (job1 / "checkpoints" / "last.ckpt").is_file() and not (job1 / "metrics.json").exists()
+    assert (job1 / "checkpoints" / "initnorm.ckpt").is_file() and not (job1 / "metrics.json").exists()
     assert not job2.exists()  # the sweep stopped: the next job never started
     resume = next(line for line in first.stderr.splitlines() if line.startswith("resume with: "))
     command = shlex.split(resume.removeprefix("resume with: "))

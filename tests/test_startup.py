@@ -1,6 +1,6 @@
 """What a sweep does before its first step: the vectorised launcher's workers start from the command
 line (initnorm/cli/workers.py) and still get what the parent set later, and neither Hydra's sweeper
-nor the vectorised launcher composes again the jobs the preflight composed (initnorm/cli/sweeper.py)."""
+nor the vectorised launcher composes again the jobs the preflight checked (initnorm/cli/sweeper.py)."""
 
 import json
 import os
@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from initnorm.cli import sweeper, workers
+from initnorm.cli.argv import parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.preflight import check_command_line
 from tests.conftest import run_cli
@@ -31,27 +32,31 @@ from tests.conftest import run_cli
         (["-m", "seed=1,2", "hydra/launcher=local_parallel"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=many"], (False, None)),  # the launcher reports it
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "--cfg", "job"], (False, None)),  # prints a config, runs nothing
+        (["-m", "seed=1,2", "hydra/launcher=local_parallel", "hydra/launcher=vectorized"], (True, -1)),  # the last one counts
     ],
 )
 def test_workers_start_early_only_for_a_vectorised_sweep_on_joblib(argv, expected):
-    assert workers._launcher_args(argv) == expected
+    assert workers._launcher_args(parse(argv)) == expected
 
 
-def test_the_environment_handed_to_workers_names_the_keys_their_code_reads():
-    """workers.py spells them out (it runs before the modules that define them are imported)."""
-    from initnorm.cli import console, sweep
-    from initnorm.training import signals
+def test_the_command_line_is_read_once_as_hydra_reads_it():
+    """One reading for the workers, the flag check and the preflight (cli/argv.py): the last value of a key counts,
+    and a command line that prints instead of running (--help, --cfg, --info) runs no job."""
+    cmd = parse(["-m", "hydra/launcher=local_parallel", "seed=1,2", "+hydra/launcher=vectorized", "hydra.launcher.n_jobs=2"])
+    assert cmd.multirun and cmd.runs_jobs and cmd.value("hydra/launcher") == "vectorized" and cmd.value("lr", "x") == "x"
+    assert cmd.overrides == ("hydra/launcher=local_parallel", "seed=1,2", "+hydra/launcher=vectorized", "hydra.launcher.n_jobs=2")
+    for flags in (["--help"], ["--cfg", "job"], ["--info"], ["--config-dir", "x"]):
+        assert not parse(["seed=1", *flags]).runs_jobs, flags
+    assert parse(["--cfg", "hydra"]).cfg == "hydra" and not parse(["seed=1"]).multirun
 
-    assert workers.SHARED_ENV == (console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, signals.STOP_ENV)
 
-
-def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
-    """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was composed by the preflight.
+def test_the_preflight_checks_exactly_the_jobs_hydras_sweeper_makes():
+    """Preset sweep params and the command line, in Hydra's order: every job of Hydra's batches was checked by the preflight.
     (The basic sweeper's class is looked up when used: Hydra's plugin discovery executes its module again.)"""
-    monkeypatch.setattr(sweeper, "COMPOSED", {})
     argv = ["-m", "experiment=norm_type", "seed=1,2", "steps=5"]
     jobs = check_command_line(argv)
-    assert jobs and len(sweeper.COMPOSED) == len(jobs)
+    assert jobs and len({tuple(j.overrides) for j in jobs}) == len(jobs) == 2
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = GlobalHydra.instance().config_loader().load_configuration("train", argv[1:], run_mode=RunMode.MULTIRUN)
     basic = basic_sweeper.BasicSweeper(max_batch_size=None, params=dict(cfg.hydra.sweeper.get("params") or {}))
@@ -59,19 +64,25 @@ def test_the_preflight_marks_exactly_the_jobs_hydras_sweeper_makes(monkeypatch):
     arguments = basic._parse_config() + argv[1:]
     batches = basic_sweeper.BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
     made = [tuple(job) for batch in batches for job in batch]
-    assert len(made) == len(jobs) and set(made) == set(sweeper.COMPOSED)
+    with sweeper.planned(jobs):
+        assert set(made) == set(sweeper.plan())
+    assert sweeper.plan() == {}  # handed over for Hydra's run of the command line only
 
 
 def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
+    from types import SimpleNamespace
+
     composed = []
     monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self,
                         batch: composed.append([list(j) for j in batch]))
-    monkeypatch.setattr(sweeper, "COMPOSED", {("seed=1",): None, ("seed=2",): None})
     s = sweeper.CheckedSweeper(max_batch_size=None)
-    s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
-    assert composed == []
-    s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch
-    assert composed == [[["seed=1"], ["seed=3"]]]
+    with sweeper.planned([SimpleNamespace(overrides=["seed=1"]), SimpleNamespace(overrides=["seed=2"])]):
+        s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
+        assert composed == []
+        s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch
+        assert composed == [[["seed=1"], ["seed=3"]]]
+    s.basic.validate_batch_is_legal([["seed=1"]])  # outside the command line's run: nothing is known checked
+    assert composed[-1] == [["seed=1"]]
 
 
 def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
@@ -85,7 +96,7 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
     folders = sorted(str(p.parent.relative_to(sweep)) for p in sweep.rglob("metrics.json"))
     assert folders == ["norm=post/seed=1", "norm=post/seed=2", "norm=pre/seed=1", "norm=pre/seed=2"]
     records = [json.loads((sweep / f / "metrics.json").read_text()) for f in folders]
-    assert all(r["vectorized"]["group_size"] == 2 for r in records)
+    assert all(r["group"]["size"] == 2 for r in records)
     # The launcher took the preflight's compositions: each job's .hydra/ is still Hydra's own for that job.
     for f, r in zip(folders, records):
         hydra = OmegaConf.load(sweep / f / ".hydra" / "hydra.yaml").hydra
@@ -93,7 +104,7 @@ def test_early_workers_get_what_the_parent_set_after_they_started(tmp_path):
         assert hydra.job.id == f"train_{r['job_num']}" and hydra.job.num == r["job_num"]
         assert "hydra.mode=MULTIRUN" in hydra.overrides.hydra and set(f.split("/")) <= set(hydra.overrides.task)
         assert OmegaConf.load(sweep / f / ".hydra" / "config.yaml").norm == f.split("/")[0].split("=")[1]
-    assert "[4/4 done]" in proc.stdout, proc.stdout[-2000:]
+    assert "[4/4 done]" in proc.stdout and "vectorized: 4 jobs in 2 stacked groups (2 of 2) and 0 alone" in proc.stdout, proc.stdout[-2000:]
     assert "leaked semaphore" not in proc.stderr and "could not start the workers" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
 
 
@@ -173,7 +184,7 @@ def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserve
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while len(list(sweep.rglob("vectorized.ckpt"))) < 4:
+        while len(list(sweep.rglob("initnorm.ckpt"))) < 4:
             assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before its first checkpoints"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)

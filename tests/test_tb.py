@@ -1,6 +1,8 @@
 """What TensorBoard shows: HPARAMS (varying keys first and marked, trial IDs, final metrics at the
 last step, no NaN), tag order (loss and learning rate first). Parsed from the written event files."""
 
+import json
+
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 from torch.utils.tensorboard import SummaryWriter
@@ -106,3 +108,30 @@ def test_docs_list_every_tag_a_run_writes(tmp_path):
                      if t not in named and t.split("/")[0] not in groups and not (t.startswith("hp/") and "hp/<family metric>" in named))
     assert not missing, f"tags written but not in docs/tensorboard.md: {missing}"
     assert {"eff_lr", "eps_frac", "sigma_w", "sigma_dw", "coord_delta_rms"} <= {t.split("/")[0] for t in written}
+
+
+def test_a_sweep_summary_writes_one_tensorboard_run_per_setting_with_its_seeds_mean_and_spread(tmp_path):
+    """A sweep of many seeds (more than a handful) is one run per setting there (tensorboard_settings/), not one per
+    job; written again by a second summary, not added to; a sweep of 3 seeds gets none."""
+    from initnorm.results import read_metrics
+    from initnorm.summary import summarize
+
+    for lr in ("0.01", "0.1"):
+        for seed in range(1, 10):
+            job = tmp_path / f"lr={lr}" / f"seed={seed}"
+            job.mkdir(parents=True)
+            loss = float(lr) + seed / 3
+            (job / "metrics.json").write_text(json.dumps({
+                "status": "finished", "seed": seed, "swept": ["lr", "seed"], "overrides": {"lr": lr, "seed": str(seed)},
+                "summary_metrics": ["final_val_loss"], "final_val_loss": loss, "val_history": [[0, 5.0], [10, loss]]}))
+    summarize(tmp_path)
+    summarize(tmp_path)
+    runs = sorted(p.name for p in (tmp_path / tb.SETTINGS_DIR).iterdir())
+    assert runs == ["lr=0.01", "lr=0.1"]
+    acc = read_events(tmp_path / tb.SETTINGS_DIR / "lr=0.1")
+    assert [(p.step, round(p.value, 4)) for p in acc.Scalars(tb.VAL_LOSS)] == [(0, 5.0), (10, 1.7667)]  # once: the old events gone
+    assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_lowest")] == [5.0, 0.4333]
+    assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_highest")] == [5.0, 3.1]
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert start.hparams["lr"].string_value == "0.1" and start.hparams["seeds"].number_value == 9
+    assert tb.write_setting_runs(tmp_path / "few", [r for r in read_metrics(tmp_path) if r["seed"] <= 3]) is None

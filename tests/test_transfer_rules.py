@@ -102,14 +102,14 @@ def test_a_job_trains_with_the_resolved_numbers_and_records_them(tmp_path):
 
 
 def test_a_stacked_group_trains_its_members_with_the_resolved_numbers(tmp_path):
-    from initnorm.training.group import Member, train_group
+    from initnorm.training.fit import Member, fit
 
     def member(name, *overrides):  # as the vectorised launcher makes each member: its config checked, so resolved
         return Member(schema.check(to_plain(compose_cfg(*TINY, "steps=12", *overrides))), tmp_path / name)
 
-    carried = train_group([member(f"c{s}", f"seed={s}", "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt")
+    carried = fit([member(f"c{s}", f"seed={s}", "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt")
                            for s in (1, 2)])
-    direct = train_group([member(f"d{s}", f"seed={s}", "lr=0.01") for s in (1, 2)])
+    direct = fit([member(f"d{s}", f"seed={s}", "lr=0.01") for s in (1, 2)])
     assert [m["resolved"]["lr"] for m in carried] == pytest.approx([0.01, 0.01])
     assert [m["val_history"] for m in carried] == [m["val_history"] for m in direct]
 

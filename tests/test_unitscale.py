@@ -65,10 +65,10 @@ def test_a_stacked_members_unit_scale_records_equal_its_job_alone(tmp_path):
     """The output gradients come from one more forward and backward per member outside the vmap: each
     member's equal its job alone's (float32 rounding of the batched kernels), and training is unchanged."""
     from initnorm.config import to_plain
-    from initnorm.training.group import Member, train_group
+    from initnorm.training.fit import Member, fit
 
     variants = [["param=umup", "seed=1", "lr=0.25"], ["param=umup", "seed=2", "lr=0.5"]]
-    train_group([Member(to_plain(compose_cfg(*UNIT, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)])
+    fit([Member(to_plain(compose_cfg(*UNIT, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)])
     for i, v in enumerate(variants):
         alone = train(compose_cfg(*UNIT, *v), tmp_path / f"alone{i}")
         assert json.loads((tmp_path / f"group{i}" / "metrics.json").read_text())["final_val_loss"] == pytest.approx(

@@ -1,10 +1,10 @@
 """What an instrument sees of the models a LightningModule trains: E >= 1 members, member dimension first.
 
-The engine trains a job alone (E = 1: the family's own LightningModule and ``torch.optim``) or a
-stacked group of jobs (E > 1: ``training/stacked.py``), each with a Lightning ``Trainer``. A callback
-that measures the models (``instruments/stats/callback.py``, ``instruments/diagnostics/callback.py``, ``instruments/coord/callback.py``,
-or a user's own) asks ``members_of(pl_module)`` for a view with these members and reads every tensor
-with a leading member dimension ``[E, ...]``:
+initnorm's engine trains E >= 1 members as one LightningModule (``training/engine.py``: a job alone is a
+group of one), and its ``members[e]`` is each member's own module. A callback that measures the
+models (``instruments/stats/callback.py``, ``instruments/diagnostics/callback.py``,
+``instruments/coord/callback.py``, or a user's own) asks ``members_of(pl_module, trainer)`` for a view of
+these members and reads every tensor with a leading member dimension ``[E, ...]``:
 
 - ``E``, ``model`` (the module whose names, layers and fans describe every member), ``folders``,
   ``configs`` (each member's resolved config, where the engine knows it), ``datamodules()`` (each
@@ -19,14 +19,15 @@ with a leading member dimension ``[E, ...]``:
   reduce(tensor)}`` per member, ``[E, ...]``, read after the forward;
 - ``forward(inputs, points, reduce)``: each member's model in eval mode on its own ``inputs[e]``, the
   probe points' ``reduce`` per member;
-- ``member_loss(e, batch)``: member ``e``'s summed training loss on its part of a training batch, run
-  through ``model``'s own modules (so forward hooks on them see member ``e``), with its graph: for a
-  measurement that needs gradients of the activations (``torch.autograd.grad``; nothing is accumulated
-  into the parameters' ``.grad``).
+- ``member_loss(e, batch, points=None, reduce=None)``: member ``e``'s summed training loss on its part of
+  a training batch, with its graph, and ``reduce`` of each of ``points`` (modules of ``model``) as member
+  ``e`` computed them: for a measurement that needs gradients of the activations
+  (``torch.autograd.grad``; nothing is accumulated into the parameters' ``.grad``).
 
-For E = 1 the view is built here over ``pl_module.model`` and the trainer's optimiser, so any
-LightningModule with a ``.model`` gets every instrument; a stacked module provides the same
-methods itself (``StackedModule.members``).
+Probe points are always given as modules of ``model``; the view maps them onto whatever runs. An
+initnorm ``Engine`` gives its own view (``Engine.member_view``); any other LightningModule gets a
+view of one member built here over its ``.model`` (or itself) and the trainer's optimiser, so the
+instruments work in a Lightning project of one's own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from initnorm.callbacks.probes import Points, capture
+from initnorm.callbacks.probes import Points, capture, eval_forward
 from initnorm.training import trackers
 
 
@@ -105,24 +106,17 @@ class OneMember:
         with capture(points, lambda t: reduce(t).unsqueeze(0)) as seen:  # filled by the hooks as the forward runs
             yield seen
 
-    @torch.no_grad()
     def forward(self, inputs: torch.Tensor, points: Points, reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with capture(points, lambda t: reduce(t).unsqueeze(0)) as seen:
-                model(inputs[0])
-        finally:
-            model.train(was_training)
-        return dict(seen)
+        return eval_forward(self.model, inputs[0], points, lambda t: reduce(t).unsqueeze(0))
 
-
-    def member_loss(self, e: int, batch) -> torch.Tensor:
-        return self.pl_module.loss(batch, reduction="sum")
+    def member_loss(self, e: int, batch, points: Points | None = None,
+                    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with capture(points or {}, reduce or (lambda t: t)) as seen:
+            loss = self.pl_module.loss(batch, reduction="sum")
+        return loss, dict(seen)
 
 
 def members_of(pl_module, trainer) -> Any:
-    """The member view of ``pl_module``: its own (a stacked group) or a ``OneMember`` over its model."""
-    own = getattr(pl_module, "members", None)
-    return own if own is not None and not isinstance(own, (list, tuple)) else OneMember(pl_module, trainer)
+    """The member view of ``pl_module``: an initnorm engine's own, or a ``OneMember`` over its model."""
+    own = getattr(pl_module, "member_view", None)
+    return own() if callable(own) else OneMember(pl_module, trainer)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import bad_value
+from initnorm.models.own import logits_of
 
 Points = dict[str, tuple[nn.Module, str]]
 
@@ -57,12 +58,13 @@ def probe_points(model: nn.Module) -> Points:
 @contextlib.contextmanager
 def capture(points: Points, reduce: Callable[[torch.Tensor], torch.Tensor] = rms) -> Iterator[dict[str, torch.Tensor]]:
     """Forward hooks on ``points`` for the duration of the block: ``{"layer/role": reduce(tensor)}``
-    of the latest forward pass. The hooks are removed on exit, so the model is left untouched."""
+    of the latest forward pass (an output that is not a tensor: its logits, ``models.own.logits_of``, as a model
+    of one's own returns them to its own loop). The hooks are removed on exit, so the model is left untouched."""
     seen: dict[str, torch.Tensor] = {}
 
     def hook_for(name: str, side: str):
         def hook(module, args, output):
-            seen[name] = reduce(args[0] if side == "in" else output)
+            seen[name] = reduce(args[0] if side == "in" else output if isinstance(output, torch.Tensor) else logits_of(output))
 
         return hook
 
@@ -76,6 +78,21 @@ def capture(points: Points, reduce: Callable[[torch.Tensor], torch.Tensor] = rms
     finally:
         for h in handles:
             h.remove()
+
+
+@torch.no_grad()
+def eval_forward(model: nn.Module, inputs: torch.Tensor, points: Points, reduce: Callable[[torch.Tensor], torch.Tensor]
+                 ) -> dict[str, torch.Tensor]:
+    """``reduce`` of every probe point in one forward of ``inputs`` in eval mode (the model's mode put back after):
+    what an instrument measures on fixed inputs, apart from training (a job's member view, ``initnorm.coord_check``)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with capture(points, reduce) as seen:
+            model(inputs)
+    finally:
+        model.train(was_training)
+    return dict(seen)
 
 
 def parameter_layer(name: str) -> str:
@@ -112,3 +129,12 @@ def write_members(records: list[list[Record]], sinks: list[list], active: list[b
     for recs, member_sinks, alive in zip(records, sinks, active):
         if alive:
             write(recs, member_sinks)
+
+
+def flush(sinks: list[list]) -> None:
+    """Every member's writers flushed at the end of a fit: a logger that is not TensorBoard gets a step's scalars in one
+    call when the next step starts (``training/trackers.Buffered``), so the last measured step's would wait for
+    initnorm's own end of a job, which a Lightning project of one's own does not have."""
+    for writers in sinks:
+        for w in writers:
+            w.flush()

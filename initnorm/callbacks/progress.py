@@ -1,11 +1,12 @@
-"""Progress of a stacked group in a sweep, where no bar is drawn: a line every few seconds, and each member's share done.
+"""Progress of a fit in a sweep, where no bar is drawn: a line every few seconds, and each member's share done.
 
 A group of E members trains for as long as one of its jobs would take E times over, and prints its
 members' end lines only at its end; without this a vectorised sweep is silent for minutes. Every
 ``every_s`` seconds the callback prints ``group of 6 (norm=pre warmup=0 seed=1 .. seed=3): step
-500/1500, 6/6 alive, about 40s left`` (time left from the group's own measured step time) and writes
-``PROGRESS_FILE`` (``step steps``) into each member's folder, which the sweep's progress counts
-(``cli/console.sweep_progress``), so its time left accounts for groups that run side by side.
+500/1500, 6/6 alive, about 40s left`` (a job alone: ``norm=pre seed=1: step 500/1500, about 40s
+left``; time left from the fit's own measured step time) and writes ``PROGRESS_FILE`` (``step
+steps``) into each member's folder, which the sweep's progress counts (``cli/console.sweep_progress``),
+so its time left accounts for fits that run side by side.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ class GroupProgress(L.Callback):
         per_step = (now - self._start) / max(1, step - self._from)
         stream = self.stream or sys.stdout
         # one write per line: groups in other processes print to the same terminal
-        stream.write(f"group of {self._view.E} ({self.label}): step {step}/{self.steps}, {alive}/{self._view.E} alive, "
-                     f"about {duration(per_step * (self.steps - step))} left\n")
+        E = self._view.E
+        who = f"group of {E} ({self.label})" if E > 1 else self.label
+        who += f": step {step}/{self.steps}" + (f", {alive}/{E} alive" if E > 1 else "")
+        stream.write(f"{who}, about {duration(per_step * (self.steps - step))} left\n")
         stream.flush()
         for folder in self._view.folders:
             try:

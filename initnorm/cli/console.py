@@ -17,11 +17,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from initnorm.results import PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
+from initnorm import envvars
+from initnorm.results import MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt
+from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
-TOTAL_ENV = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)
-START_ENV = "INITNORM_SWEEP_START"  # time.time() when the sweep started
+TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
+START_ENV = envvars.SWEEP_START  # time.time() when the sweep started
+PROGRESS_BYTES = 1024  # a .progress is ``step steps``: a few bytes
 # Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
 QUIET_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
 QUIET_WARNINGS = (
@@ -48,9 +51,9 @@ def quiet() -> None:
 
 def _share_done(folder: Path) -> float:
     """How much of an unfinished job is done, from the ``.progress`` its group writes (0: none)."""
-    try:
-        step, steps = (int(v) for v in (folder / PROGRESS_FILE).read_text(encoding="utf-8").split()[:2])
-    except (OSError, ValueError):
+    try:  # read_bounded: a FIFO there hung the sweep (and a stop signal with it), a link to /dev/zero filled its memory
+        step, steps = (int(v) for v in read_bounded(folder / PROGRESS_FILE, PROGRESS_BYTES).decode("utf-8").split()[:2])
+    except (OSError, ValueError, NotAFile):
         return 0.0
     return min(1.0, max(0.0, step / steps)) if steps > 0 else 0.0
 
@@ -66,9 +69,9 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
 
     done, finished = 0, set()
     for path in launch_relative(sweep_dir).rglob("metrics.json"):
-        try:  # read_small_file: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
-            rec = json.loads(read_small_file(path))
-        except (OSError, ValueError, NotARecord):
+        try:  # read_bounded: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
+            rec = json.loads(read_bounded(path, MAX_RECORD_BYTES))
+        except (OSError, ValueError, NotAFile):
             continue
         if isinstance(rec, dict) and rec.get("status") in ("finished", "failed"):
             done += 1
@@ -102,19 +105,46 @@ def in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def check_flags(argv: list[str]) -> None:
-    """Flag combinations Hydra refuses with a traceback, as one line that says what to do."""
-    from hydra._internal.utils import get_args_parser
-
+def check_flags(cmd) -> None:
+    """Flag combinations Hydra refuses with a traceback, as one line that says what to do (``cmd``: ``argv.CommandLine``)."""
     from initnorm.errors import ConfigError
 
-    args = get_args_parser().parse_args(argv)
-    if args.multirun and args.cfg:
-        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in args.overrides]
+    if cmd.multirun and cmd.cfg:
+        first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in cmd.overrides]
         raise ConfigError(
-            f"--cfg {args.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
-            f"e.g. `initnorm-train {' '.join(first)} --cfg {args.cfg}`".replace("  ", " ")
+            f"--cfg {cmd.cfg} prints one job's config and does not combine with -m; drop -m and give one value per key, "
+            f"e.g. `initnorm-train {' '.join(first)} --cfg {cmd.cfg}`".replace("  ", " ")
         )
+
+
+class CheckProgress:
+    """``checked 4,000 of 10,000 jobs`` every ``every`` seconds while the preflight checks a sweep's jobs, and the
+    time it took once done; nothing for a sweep checked sooner (its plan follows at once)."""
+
+    def __init__(self, every: float = 3.0, clock=time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.start = self.last = clock()
+        self.printed = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if done == 0:
+            self.start = self.last = now
+        elif done < total and now - self.last >= self.every:
+            print(f"checked {done:,} of {total:,} jobs", flush=True)
+            self.last, self.printed = now, True
+        elif done == total and self.printed:
+            print(f"checked {total:,} jobs in {duration(now - self.start)}", flush=True)
+
+
+def groups_line(jobs: int, sizes: list[int], alone: int) -> str:
+    """``vectorized: 10,000 jobs in 834 stacked groups (833 of 12, 1 of 4) and 0 jobs alone``."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    of = ", ".join(f"{n:,} of {size}" for size, n in sorted(counts.items(), key=lambda kv: -kv[0]))
+    return (f"vectorized: {jobs:,} job{'s' * (jobs != 1)} in {len(sizes):,} stacked group{'s' * (len(sizes) != 1)}"
+            + (f" ({of})" if of else "") + f" and {alone:,} alone")
 
 
 def job_started(label: str, job_num: int) -> None:
@@ -127,7 +157,9 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
     # .get: a finished record written by an older version may lack keys
-    if metrics.get("diverged"):
+    if metrics.get("status") == "stopped":
+        status = f"stopped: {metrics.get('stopped')}"
+    elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
         status = f"final validation loss {fmt(metrics.get('final_val_loss'), 4)}"

@@ -6,7 +6,8 @@ Trains the model the overrides name (the Decoder by default; any built-in family
 the last residual stream and every block's output move from step 0 on 16 fixed windows
 (``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:
 
-``coord.csv``, ``coord.png`` and ``verdict.txt`` (initnorm/instruments/coord/analysis.py); the command
+``coord.csv``, ``coord.png`` and ``verdict.txt``, judged by ``initnorm/instruments/coord/analysis.judge``, the
+function ``initnorm.coord_check`` (a model of one's own in a plain loop) judges with; the command
 exits with 1 when the verdict fails.
 
 ``--widths 64 --depths 2,4,8,16,32 --params mup,depth_mup,completep`` runs it across depth at a
@@ -35,6 +36,7 @@ from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord import display_name, summarize
+from initnorm.instruments.coord.check import BOUND, LR, PARAMS, SEED, STEPS, WIDTHS  # the library's defaults: one copy
 from initnorm.registry import is_dotted
 
 
@@ -89,13 +91,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         epilog="Anything after -- is a training-config override for every job, as initnorm-train takes it: "
                "python -m initnorm.coord_check --widths 16,64 -- norm=post init.std=0.05",
     )
-    p.add_argument("--widths", type=comma_list(int), default="16,32,64,128,256", help="model widths, comma-separated")
+    p.add_argument("--widths", type=comma_list(int), default=",".join(map(str, WIDTHS)), help="model widths, comma-separated")
     p.add_argument("--depths", type=comma_list(int), default="2", help="blocks, comma-separated (several: the check across depth)")
-    p.add_argument("--params", type=comma_list(), default="sp,mup", help="parameterisations, comma-separated")
-    p.add_argument("--steps", type=int, default=10, help="AdamW steps per job")
-    p.add_argument("--lr", type=float, default=0.01, help="constant learning rate")
-    p.add_argument("--seed", type=int, default=1, help="seed of every job")
-    p.add_argument("--bound", type=float, default=1.5,
+    p.add_argument("--params", type=comma_list(), default=",".join(PARAMS), help="parameterisations, comma-separated")
+    p.add_argument("--steps", type=int, default=STEPS, help="AdamW steps per job")
+    p.add_argument("--lr", type=float, default=LR, help="constant learning rate")
+    p.add_argument("--seed", type=int, default=SEED, help="seed of every job")
+    p.add_argument("--bound", type=float, default=BOUND,
                    help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last "
                         "stream and block update")
     p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")

@@ -19,8 +19,10 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from initnorm import envvars
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
+from initnorm.safe_files import real_folder
 
 # Out of space, out of quota, a read-only file system, a file too large: the disk, not the job, is at fault.
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
@@ -92,7 +94,7 @@ def check_writable(folder: str | Path, fix: str) -> None:
 # training.compiling.CACHE_ENV, read here before torch is imported (tests/test_hardening_surfaces.py checks they agree).
 COMPILER_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # Where set_aside_compiler_cache keeps a value it took out of the environment, for the preflight's line.
-UNUSABLE_CACHE_ENV = "INITNORM_UNUSABLE_COMPILER_CACHE"
+UNUSABLE_CACHE_ENV = envvars.UNUSABLE_CACHE
 
 
 def set_aside_compiler_cache() -> None:
@@ -127,7 +129,8 @@ def check_compiler_cache(folder: str | Path) -> None:
 
 def hydra_saves_atomically() -> None:
     """Make Hydra write a job's ``.hydra/*.yaml`` atomically (it writes them in place, so a full
-    disk leaves a 0-byte ``config.yaml``); a disk error there becomes ``DiskError``. And keep
+    disk leaves a 0-byte ``config.yaml``, and a link planted there is followed) into a real ``.hydra``
+    folder (a link in its place is taken away); a disk error there becomes ``DiskError``. And keep
     TensorBoard's writer thread quiet about a full disk (``quiet_writer_thread``)."""
     import hydra.core.utils as hydra_utils
     from omegaconf import OmegaConf
@@ -137,8 +140,8 @@ def hydra_saves_atomically() -> None:
     quiet_writer_thread()
 
     def _save_config(cfg, filename: str, output_dir: Path) -> None:
-        try:
-            write_atomic(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
+        try:  # .hydra/ a real folder (a link there taken away, not followed); the file renamed into place
+            write_atomic(real_folder(output_dir) / filename, OmegaConf.to_yaml(cfg))
         except OSError as exc:
             raise (disk_error(exc, within=output_dir) or exc) from exc
 

@@ -5,24 +5,26 @@ the way Hydra will (with Hydra's own loader: every job of a ``-m`` sweep, preset
 ``hydra.sweeper.params`` included), then for each job runs ``initnorm.schema`` (every key's type and
 range, the relations between keys, the family's own check, the text: found, UTF-8, long enough),
 asks for the device the job will get, and looks into its folder (finished: skipped; killed: resumed; a different
-config's work: refused). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
+config's work: refused; a link, FIFO or device anywhere in a named output folder: refused, since a job would write
+through it). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
 Hydra composition error (``init=xavir``) becomes one line that lists the known options, not
 Hydra's page of search paths.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -32,12 +34,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, search, sweeper
+from initnorm.cli import devices, launchers, search
+from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
+from initnorm.cli.composer import Composer
 from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.safe_files import planted_below
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
@@ -105,11 +110,12 @@ def expand(primary: DictConfig) -> list[list[str]]:
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def job_folder(cfg: DictConfig, multirun: bool) -> Path | None:
+def job_folder(cfg: DictConfig, multirun: bool, node: DictConfig | None = None) -> Path | None:
     """The folder Hydra will give the job where the command names it (``hydra.run.dir=...``,
     ``hydra.sweep.dir=...``); None for a generated one (time, unique id), which holds nothing yet
-    and must not be resolved here (``initnorm.unique_dir`` reserves a folder when resolved)."""
-    node = cfg.hydra.sweep if multirun else cfg.hydra.run
+    and must not be resolved here (``initnorm.unique_dir`` reserves a folder when resolved).
+    ``node``: that node instead (``hydra.sweep``, read as a run's: the sweep's own folder)."""
+    node = node if node is not None else cfg.hydra.sweep if multirun else cfg.hydra.run
     if "${" in str(OmegaConf.to_container(node, resolve=False).get("dir")):
         return None
     try:
@@ -128,18 +134,38 @@ def data_options() -> dict[str, list[str]]:
     return out
 
 
-def check_config(c: dict[str, Any], seen: set, job_num: int = 0, multirun: bool = False) -> dict[str, Any]:
+def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, multirun: bool = False) -> dict[str, Any]:
     """``schema.check`` (paths made absolute against the launch folder), the text (once per corpus)
-    and the device the job will get; returns the checked config."""
+    and the device the job will get; returns the checked config. ``seen``: what earlier jobs of the same
+    command line checked (a text, a model built on the meta device, a config), so that it is not checked again.
+
+    Each distinct config is checked once: jobs that differ only in their seed (a sweep's seeds) share the
+    checked config of the first, and the seed is checked by its own rule (no other rule reads it).
+    """
+    import json
+
+    seed = c.get("seed")
+    key = "config:" + json.dumps({k: v for k, v in c.items() if k != "seed"}, sort_keys=True, default=repr)
+    if key in seen:
+        schema.check_value("seed", seed, schema.RULES["seed"])
+    else:
+        seen[key] = _check_config(c, seen)
+    checked = seen[key]
+    if "gpus" not in seen:
+        seen["gpus"] = devices.gpu_count()
+    trainer = checked.get("trainer", {})
+    devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
+    return {**checked, "seed": seed}  # the nested values are the first job's: read them, do not change them
+
+
+def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
     c = schema.check(c, base=Path.cwd(), data_options=data_options())
     key = schema.text_key(c)
     if key not in seen:
-        seen.add(key)
+        seen[key] = True
         schema.check_text(c)
     if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
         check_compiler_cache(Path.cwd())
-    trainer = c.get("trainer", {})
-    devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, devices.gpu_count())
     check_own_code(c, seen)
     trackers.check(c.get("logger"))  # logger=mlflow without mlflow installed: one line, before anything trains
     return c
@@ -154,7 +180,7 @@ def own_code(c: dict[str, Any]) -> bool:
     return bool(c["init"].get("fn")) or "_target_" in c["model"] or any(is_dotted(n) for n in names)
 
 
-def check_own_code(c: dict[str, Any], seen: set) -> None:
+def check_own_code(c: dict[str, Any], seen: dict[Any, Any]) -> None:
     """A user's own code is built once per distinct model on the meta device (no memory, no numbers) before
     anything exists: the model's own one-line refusals (an init that changes a weight's shape, a parameter
     without a role) stop the command here rather than in a job folder. Anything else it raises on the meta
@@ -166,7 +192,7 @@ def check_own_code(c: dict[str, Any], seen: set) -> None:
     key = "build:" + json.dumps([c["model"], c["init"], c["param"], c["norm_type"], c["data"]], sort_keys=True, default=str)
     if key in seen:
         return
-    seen.add(key)
+    seen[key] = True
     import torch
 
     from initnorm.models.build import build_model
@@ -188,7 +214,7 @@ def unexpected(exc: BaseException) -> ConfigError:
     return ConfigError(f"{error_line(exc)} (raised while checking the config: a bug in initnorm's checks, please report it with this line)")
 
 
-def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: set) -> Job:
+def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any, Any]) -> Job:
     """Validate one composed job config (with its ``hydra`` node); errors start with ``label``."""
     multirun, where = bool(label), f"{label}: " if label else ""
     previous = HydraConfig.instance().cfg
@@ -221,6 +247,22 @@ def output_base(node: DictConfig) -> Path:
     return Path(fixed or ".")
 
 
+def named_folder(node: DictConfig) -> Path | None:
+    """The folder ``node`` (``hydra.sweep``, ``hydra.run``) names on the command line; None for a generated one (new, empty)."""
+    raw = str(OmegaConf.to_container(node, resolve=False).get("dir"))
+    return None if "${" in raw else Path(raw)
+
+
+def check_planted(folder: Path | None, key: str) -> None:
+    """A named output folder (one a command made before, or a copy) holds only files and folders: a link, FIFO, socket or
+    device anywhere below it was put there, and a job would write through it (Hydra's multirun.yaml, train.log and
+    .hydra/, a job folder, its checkpoints/, a logger's files) or hang reading it; one line naming it (safe_files.py)."""
+    if folder is not None and (found := planted_below(folder)):
+        path, what = found
+        raise ConfigError(f"{path} is {what}, which no initnorm command makes in an output folder: a job would write through it or "
+                          f"read it; delete it (or move it away), or pick another folder with `{key}=...`")
+
+
 def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     """The launcher's values and whether the output folder can be written, once per command line."""
     try:
@@ -228,12 +270,14 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.db
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
-        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary)
+        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary,
+                     named_folder(primary.hydra.sweep))
     vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
 
 
@@ -241,11 +285,11 @@ def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> lis
     """For commands that train or build in one process (``probe``, ``coord_check``): compose each
     override list as ``initnorm.train`` would and check it; one line for the first bad one."""
     register_resolvers()
-    out, seen = [], set()
+    out, seen = [], {}
     for i, overrides in enumerate(jobs):
         where = f"{label(i, overrides)}: " if len(jobs) > 1 else ""
         try:
-            out.append(check_config(to_plain(compose_train(overrides)), seen))
+            out.append(copy.deepcopy(check_config(to_plain(compose_train(overrides)), seen)))  # theirs to change
         except (HydraException, OmegaConfBaseException) as exc:
             raise ConfigError(where + str(one_line(exc))) from exc
         except ConfigError as exc:
@@ -255,29 +299,29 @@ def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> lis
     return out
 
 
-def check_command_line(argv: list[str]) -> list[Job] | None:
+def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, int], None] | None = None) -> list[Job] | None:
     """Compose and check every job ``argv`` would run; ``ConfigError`` (one line) for the first bad one.
 
     Returns the jobs, or None for a command line that runs nothing (``--help``, ``--cfg``) or that
     names its own config folder (Hydra composes those as usual). No exception but ``ConfigError``
-    leaves it: any other is a bug in a check, and still one line.
+    leaves it: any other is a bug in a check, and still one line. ``progress(done, total)`` is called
+    as the jobs are checked (first with 0, once their number is known).
     """
     try:
-        return _check_command_line(argv)
+        cmd = argv if isinstance(argv, CommandLine) else parse(argv)
+        return _check_command_line(cmd, progress or (lambda done, total: None))
     except ConfigError:
         raise
     except Exception as exc:
         raise unexpected(exc) from exc
 
 
-def _check_command_line(argv: list[str]) -> list[Job] | None:
-    args = get_args_parser().parse_args(argv)
-    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun
-            or args.config_dir or args.config_path):
+def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) -> list[Job] | None:
+    if not cmd.runs_jobs:
         return None
-    multirun = bool(args.multirun)
-    chosen = [o.partition("=")[2] for o in args.overrides if o.partition("=")[0].lstrip("+~") == "hydra/launcher"]
-    if chosen and (problem := launchers.missing_extra(chosen[-1])):  # before composing: its config needs the extra's
+    multirun = cmd.multirun
+    chosen = cmd.value("hydra/launcher")
+    if chosen and (problem := launchers.missing_extra(chosen)):  # before composing: its config needs the extra's
         raise ConfigError(problem)
     register_resolvers()
     saved_env = os.environ.get(SWEPT_ENV)
@@ -286,29 +330,23 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             try:
-                primary = loader.load_configuration(args.config_name or "train", list(args.overrides),
+                primary = loader.load_configuration(cmd.config_name or "train", list(cmd.overrides),
                                                     run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
-                job_lists = expand(primary) if multirun else [list(args.overrides)]
+                job_lists = expand(primary) if multirun else [list(cmd.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
+            progress(0, len(job_lists))
             check_launcher_and_folder(primary, multirun)
-            swept = parse_sweep(sweep_overrides(primary)) if multirun else []
+            if not multirun:
+                return [check_job(primary, job_lists[0], "", {})]
+            swept = parse_sweep(sweep_overrides(primary))
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
-            jobs, seen, composed = [], set(), {}
+            composer, seen, jobs = Composer(loader, primary), {}, []
+            sweep_dir = job_folder(primary, False, node=primary.hydra.sweep)
             for num, overrides in enumerate(job_lists):
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
-                label = f"job {named or num}" if multirun else ""
-                try:
-                    cfg = loader.load_sweep_config(primary, overrides) if multirun else primary
-                except (HydraException, OmegaConfBaseException) as exc:
-                    raise ConfigError(f"{label}: {one_line(exc)}") from exc
-                if multirun:
-                    with open_dict(cfg):
-                        cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
-                jobs.append(check_job(cfg, overrides, label, seen))
-                composed[tuple(overrides)] = cfg
-            if multirun:
-                sweeper.COMPOSED.update(composed)  # Hydra's sweeper need not compose them again, nor the vectorised launcher
+                jobs.append(check_sweep_job(composer, overrides, num, f"job {named or num}", sweep_dir, seen))
+                progress(num + 1, len(job_lists))
             return jobs
     finally:
         GlobalHydra.instance().clear()
@@ -316,6 +354,30 @@ def _check_command_line(argv: list[str]) -> list[Job] | None:
             os.environ.pop(SWEPT_ENV, None)
         else:
             os.environ[SWEPT_ENV] = saved_env
+
+
+def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: str, sweep_dir: Path | None, seen: dict[Any, Any]) -> Job:
+    """One job of a sweep, from the composition of its group choices (cli/composer.py): its task config made
+    without a copy of the whole config where it can be (milliseconds), else composed as Hydra composes it."""
+    try:
+        task, cfg = composer.task(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{label}: {one_line(exc)}") from exc
+    if cfg is not None:
+        with open_dict(cfg):
+            cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
+        return check_job(cfg, overrides, label, seen)
+    try:
+        c = check_config(task, seen, num, True)
+        folder = sweep_dir / composer.subdir(overrides, task) if sweep_dir is not None else None
+        prior = inspect_folder(folder, c) if folder is not None else Prior()
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{label}: {one_line(exc)}") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from exc
+    except Exception as exc:
+        raise ConfigError(f"{label}: {unexpected(exc)}") from exc
+    return Job(overrides, c, folder, prior)
 
 
 def describe_plan(jobs: list[Job]) -> str | None:

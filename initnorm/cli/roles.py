@@ -23,9 +23,6 @@ def table_text(overrides: list[str]) -> str:
     import torch
 
     from initnorm.models.build import build_model
-    from initnorm.models.infer import columns
-    from initnorm.models.own import describe
-    from initnorm.nn.param import in_block
     from initnorm.training.tasks import TASKS
 
     try:
@@ -37,15 +34,7 @@ def table_text(overrides: list[str]) -> str:
     data.setup("fit")
     with torch.device("meta"):
         built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
-    if hasattr(built.model, "role_table"):
-        return describe(built.model, built.table)
-    rows = []
-    for name, p in built.model.named_parameters():
-        r = built.table.rule(built.roles[name], in_block(built.model, name))
-        rows.append([name, "x".join(map(str, p.shape)), built.roles[name].value,
-                     *(f"{getattr(r, k):.4g}" for k in ("init", "lr", "wd", "eps", "forward"))])
-    head = f"# {type(built.model).__name__} under param={built.table.name} (width multiplier {built.table.width_mult:g})\n"
-    return head + columns(["parameter", "shape", "role", "init", "lr", "wd", "eps", "forward"], rows)
+    return str(built)  # the role table initnorm.parameterize prints (models/parameterize.py)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,11 +38,13 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurmLauncher
 from omegaconf import OmegaConf
 
+from initnorm import envvars
+
 # Hydra imports every launcher module at start-up, for any command: what is heavy (Lightning, through the
 # stop signals) is imported where it is used.
 
 FINISHED = ("finished", "failed")  # the statuses a job's own run writes; any other is a job SLURM stopped
-FORWARDED_PREFIX = "INITNORM_"
+FORWARDED_PREFIX = envvars.PREFIX
 FORWARDED = ("PYTHONPATH",)
 POLL_S = 2.0  # how often the waiting command looks at the jobs
 

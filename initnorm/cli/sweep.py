@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import secrets
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from initnorm import envvars
 from initnorm.cli import console, lock
 from initnorm.cli.disk import disk_error
 from initnorm.config import IGNORED
@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 
 FAILED_JOBS: list[str] = []  # folders of failed jobs, filled at the end of a multirun; train.cli exits 1 then
 STOPPED_JOBS: list[str] = []  # folders of jobs a cluster stopped before they finished (cancelled, timeout ...): exit 1 too
-SWEPT_ENV = "INITNORM_SWEPT_KEYS"  # set by SummaryCallback.on_multirun_start, read by every job
+SWEPT_ENV = envvars.SWEPT_KEYS  # set by SummaryCallback.on_multirun_start, read by every job
 NOT_IN_NAME = {"seed", "experiment", "hydra.sweep.dir"}
 
 
 def resume_command(folder: str) -> str:
     """This command again with its sweep folder pinned: a rerun skips the finished jobs and resumes the others."""
-    kept = [a for a in sys.argv[1:] if a.partition("=")[0].lstrip("+~") != "hydra.sweep.dir"]
-    return shlex.join(["python", "-m", "initnorm.train", *kept, f"hydra.sweep.dir={Path(folder).absolute()}"])
+    from initnorm.cli.signals import resume_command as pinned
+
+    return pinned(sys.argv[1:], "hydra.sweep.dir", str(Path(folder).absolute()))
 
 
 def swept_keys() -> list[str] | None:
@@ -167,6 +168,6 @@ class SummaryCallback(Callback):
         stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:
-            print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error', '')}")
+            print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error') or r.get('stopped') or ''}")
         if stopped:
             print(f"{len(stopped)} job(s) did not finish; this resumes them from their checkpoints: {resume_command(folder)}")

@@ -19,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from initnorm.cli import console, disk, launchers, sweep
+from initnorm.cli import console, disk, launchers, sweep, sweeper
 from initnorm.cli import signals as cli_signals
+from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.jobinfo import job_overrides, run_label
 from initnorm.cli.preflight import check_command_line, describe_plan
@@ -84,14 +85,15 @@ def hydra_main(cfg: DictConfig) -> float:
     return loss if isinstance(loss, float) else math.nan
 
 
-def main() -> None:
+def main(cmd: CommandLine | None = None) -> None:
     """``python -m initnorm.train``: check every job of the command line first (cli/preflight.py),
     then let Hydra run them. Exit 2: a bad value (one line, nothing trained); 1: a job of a sweep failed, or a
     cluster stopped it before it finished (the summary lists it and the command that resumes it)."""
     console.quiet()
+    cmd = cmd or parse(sys.argv[1:])
     try:
-        console.check_flags(sys.argv[1:])
-        jobs = check_command_line(sys.argv[1:])
+        console.check_flags(cmd)
+        jobs = check_command_line(cmd, console.CheckProgress())
     except ConfigError as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -103,7 +105,8 @@ def main() -> None:
     if jobs and len(jobs) > 1:
         os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
     launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
-    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]):  # stop signals, full disk: one line, resume command
+    # stop signals, full disk: one line, resume command; the checked jobs handed to the sweeper and the launcher
+    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]), sweeper.planned(jobs):
         hydra_main()
     if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:
         sys.exit(1)

@@ -1,25 +1,25 @@
 """The work of ``hydra/launcher=vectorized``: group a sweep's jobs, train each group as one stacked model.
 
-1. Take every job's config as the preflight composed it before Hydra started (checked equal to
-   Hydra's own composition on the first job; composed here otherwise) and look into its folder
-   (``resume``): a finished job, a job with a Lightning checkpoint, and a job that cannot be a
-   member (``group.why_alone``) run alone through the ordinary task function, exactly as under
-   the basic launcher.
+1. Take every job's checked config from the preflight (``sweeper.plan()``; a job it did not check,
+   a search's trial, is composed here) and what its folder holds (``resume``): a finished job, and a
+   folder the resume refuses, run alone through the ordinary task function, exactly as under the basic
+   launcher. A job's full sweep config is made when its unit runs (``cli/composer.py``), not held for
+   every job of the sweep.
 2. The others are grouped by ``group.group_key`` (everything that changes shapes or the graph)
-   and by the step their vectorised checkpoint resumes from; a group larger than
-   ``hydra.launcher.max_group`` is split; a group of one runs alone.
+   and by the step their checkpoint resumes from; a group larger than ``hydra.launcher.max_group``
+   is split; a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
    joblib's worker processes (``engine: joblib``, one per core, started as the command line is
    read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
    through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
    ``hydra.launcher.slurm``).
    Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
-   ``group.train_group`` trains the group and writes each member's metrics.json, events and HPARAMS.
+   ``training/fit.fit`` trains the group, as it trains a job alone, and writes each member's
+   metrics.json, events and HPARAMS.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
@@ -34,20 +34,18 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from initnorm import schema
 from initnorm.cli import console, devices, disk, sweeper, workers
-from initnorm.cli.sweep import swept_keys
-from initnorm.config import to_plain
+from initnorm.cli.composer import Composer
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
-from initnorm.training.group import Abandoned, group_key, parameter_count, train_group, why_alone
+from initnorm.training.group import group_key, parameter_count
 from initnorm.training.resume import inspect_folder, record_failure
-from initnorm.training.vec_optim import NotStackable
 
 log = logging.getLogger(__name__)
 ENGINES = schema.LAUNCHER_RULES["engine"].choices
@@ -61,35 +59,12 @@ class Job:
     overrides: list[str]
     alone: str | None  # why it runs alone (None: it can be a member)
     key: tuple = ()
-    config: DictConfig | None = None  # its composed sweep config: composed once, here, not again in the worker
+    composer: Composer | None = None  # makes its sweep config when it runs: no sweep holds every job's config
 
 
-# What Hydra's composition of a job takes from the running sweep and the preflight's (composed before
-# Hydra started) cannot know; everything else is the same composition of the same overrides.
-LAUNCH_KEYS = ("hydra.mode", "hydra.overrides.hydra", "hydra.job.name")
-
-
-def _preflight_config(config: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
-    """The job's config as the preflight composed it, completed with what the sweep knows (None: not composed)."""
-    composed = sweeper.COMPOSED.get(tuple(overrides))
-    if composed is None:
-        return None
-    sweep_config = copy.deepcopy(composed)
-    OmegaConf.set_readonly(sweep_config.hydra, None)  # the preflight's HydraConfig.set_config marked it read-only
-    with open_dict(sweep_config):
-        for key in LAUNCH_KEYS:
-            OmegaConf.update(sweep_config, key, copy.deepcopy(OmegaConf.select(config, key)), merge=False)
-    # The sweep's resolved values (its folder: initnorm.unique_dir draws a new one per resolution; the
-    # timestamp), as Hydra's load_sweep_config hands them to every job it composes.
-    OmegaConf.copy_cache(from_config=config, to_config=sweep_config)
-    return sweep_config
-
-
-def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num: int, reuse: bool = False) -> DictConfig:
-    """The job's sweep config, as Hydra's launchers compose it; ``reuse``: from the preflight's composition where there is one."""
-    sweep_config = _preflight_config(config, overrides) if reuse else None
-    if sweep_config is None:
-        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictConfig:
+    """The job's sweep config, as Hydra's launchers compose it (cli/composer.py: from its group choices' composition)."""
+    sweep_config = composer.job_config(overrides)
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
         sweep_config.hydra.job.num = num
@@ -98,11 +73,8 @@ def _job_config(hydra_context, config: DictConfig, overrides: Sequence[str], num
 
 
 def _config_of(job: Job, hydra_context, config: DictConfig) -> DictConfig:
-    """The job's sweep config, set as Hydra's current one (composing takes a quarter of a second a job)."""
-    if job.config is None:
-        return _job_config(hydra_context, config, job.overrides, job.num)
-    HydraConfig.instance().set_config(job.config)
-    return job.config
+    """The job's sweep config, set as Hydra's current one."""
+    return _job_config(job.composer or Composer(hydra_context.config_loader, config), job.overrides, job.num)
 
 
 def _abandoned_check(config: DictConfig):
@@ -116,40 +88,35 @@ def _abandoned_check(config: DictConfig):
     return lambda: not workers.alive(pid)
 
 
-def _plain_task(sweep_config: DictConfig) -> dict[str, Any]:
-    task = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
-    return to_plain(task)
-
-
-def _same(a: DictConfig, b: DictConfig) -> bool:
-    return OmegaConf.to_container(a, resolve=False) == OmegaConf.to_container(b, resolve=False)
-
-
-def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> list[Job]:
-    jobs = []
-    # The preflight composed every job already (1 s for 12 jobs): its configs are used once the first
-    # one is found equal to Hydra's own composition (another Hydra, or a sweep without the preflight: composed here).
-    first = list(job_overrides[0]) if job_overrides else []
-    reuse = bool(first) and tuple(first) in sweeper.COMPOSED and _same(
-        _job_config(hydra_context, config, first, initial_job_idx, reuse=True), _job_config(hydra_context, config, first, initial_job_idx))
-    if first and not reuse:
-        log.debug("the preflight's job configs differ from Hydra's: composing every job again")
+def classify(hydra_context, config: DictConfig, job_overrides, initial_job_idx: int) -> tuple[list[Job], dict[tuple, dict[str, Any]]]:
+    """Each job's group key, or why it runs alone; and one resolved config per group key (its parameter count).
+    A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held; any other
+    (a search's trial) is composed here, from its group choices' composition."""
+    composer = Composer(hydra_context.config_loader, config)
+    checked = sweeper.plan()
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    jobs, examples = [], {}
     for idx, overrides in enumerate(job_overrides):
         num = initial_job_idx + idx
-        sc = _job_config(hydra_context, config, overrides, num, reuse)
-        c = _plain_task(sc)
-        folder = Path(str(sc.hydra.sweep.dir)) / str(sc.hydra.sweep.subdir)
-        alone = why_alone(c)
+        known = checked.get(tuple(overrides))
+        if known is not None and known.folder is None:  # a folder the sweep made just now: it holds nothing
+            c, folder = known.config, None
+        else:
+            c = known.config if known is not None else composer.task(overrides)[0]
+            folder = sweep_dir / composer.subdir(overrides, c)
+        alone = None
         step = 0
-        if alone is None and (folder / METRICS_FILE).is_file():
+        if folder is not None and (folder / METRICS_FILE).is_file():
             alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
-        if alone is None:
+        if alone is None and folder is not None:
             try:  # a member's checkpoint or a job alone's: it resumes inside a group at its step (training/group.py)
-                step = inspect_folder(folder, c).step
+                step = known.prior.step if known is not None else inspect_folder(folder, c).step
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
-        jobs.append(Job(num, list(overrides), alone, (group_key(c), step), sc))
-    return jobs
+        key = (group_key(c), step)
+        examples.setdefault(key, c)
+        jobs.append(Job(num, list(overrides), alone, key, composer))
+    return jobs, examples
 
 
 def units_of(jobs: list[Job], max_group: int, max_params: int | None = None, params_of=None) -> list[list[Job]]:
@@ -216,24 +183,21 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir",
                         job_subdir_key="hydra.sweep.subdir")]
 
-    from initnorm import schema
-    from initnorm.cli.job import as_member
-    from initnorm.cli.jobinfo import job_overrides, launch_folder, run_label
+    from initnorm.cli.job import as_member, checked
+    from initnorm.training.fit import Abandoned, fit
+    from initnorm.training.stack import NotStackable
 
-    members, rets, labels, nodes = [], [], [], []
+    members, rets, nodes = [], [], []
     for job in unit:
         sc = _config_of(job, hydra_context, config)
         prepared: dict[str, Any] = {}
 
         # Inside Hydra's run_job: folder, .hydra/, logging set up. `prepared` bound as a default: this iteration's dict.
         def prepare(cfg: DictConfig, prepared: dict[str, Any] = prepared) -> None:
-            c = schema.check(to_plain(cfg), base=launch_folder())  # data.path absolute against the launch folder, as train() does
-            overrides, num, _ = job_overrides()
-            label = run_label(overrides, swept_keys(), c["seed"])
-            console.job_started(label, num)  # the same start line as the other launchers' jobs
-            prepared["label"] = label
+            member = as_member(checked(cfg), os.getcwd())  # the same record fields a job alone writes
+            console.job_started(member.label, member.meta["job_num"])  # the same start line as the other launchers' jobs
             prepared["callbacks"] = cfg.get("callbacks")  # the config's nodes, instantiated once for the group
-            prepared["member"] = as_member(cfg, c, os.getcwd())  # the same record fields a job alone writes
+            prepared["member"] = member
 
         ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir",
                       job_subdir_key="hydra.sweep.subdir")
@@ -241,25 +205,21 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
             return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
         members.append(prepared["member"])
         nodes.append(prepared["callbacks"])
-        labels.append(prepared["label"])
         rets.append(ret)
+    labels = [m.label for m in members]
     device = _device(config, unit_index)
     try:
-        # one set for the group: each sees every member (pl_module.members)
+        # one set for the group: each sees every member (members_of)
         callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
-        results = train_group(members, device, abandoned=_abandoned_check(config), callbacks=callbacks,
-                              label=f"{labels[0]} .. {labels[-1]}")
+        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
         logging.shutdown()
         os._exit(1)
-    except NotStackable as exc:  # found while building the group, before any step: smaller groups, or each job alone
-        parts = exc.parts if exc.parts and len(exc.parts) > 1 else [[i] for i in range(len(unit))]
-        log.warning("these %d jobs cannot train as one stacked model (%s); running them as %s", len(unit), exc,
-                    "groups of " + ",".join(str(len(p)) for p in parts) if any(len(p) > 1 for p in parts) else "jobs alone")
-        return [ret for p in parts for ret in _run([unit[i] for i in p], unit_index, hydra_context, config,
-                                                   task_function, singleton_state, env)]
+    except NotStackable as exc:  # the members' shapes differ (found before any step): each job alone
+        log.warning("these %d jobs cannot share one stacked model (%s); running them alone", len(unit), exc)
+        return [ret for j in unit for ret in _run([j], unit_index, hydra_context, config, task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -274,7 +234,11 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
             ret.return_value = math.nan
         return rets
     for m, label, ret, r in zip(members, labels, rets, results):
-        ret.return_value = r["final_val_loss"]
+        if r["status"] == "failed":  # this member alone (fit recorded it; the others went on)
+            print(f"error: job {m.meta['job_num']} failed: {r['error']} -> {m.out_dir}", file=sys.stderr)
+            ret.return_value = math.nan
+            continue
+        ret.return_value = r.get("final_val_loss", math.nan)
         console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
     return rets
 
@@ -305,7 +269,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         warming = workers.started_early() or workers.warm(params["n_jobs"])
     else:
         workers.stop()
-    jobs = classify(hydra_context, config, job_overrides, initial_job_idx)
+    jobs, examples = classify(hydra_context, config, job_overrides, initial_job_idx)
     if warming is not None:
         warming.join()
     sizes: dict[tuple, int] = {}
@@ -313,7 +277,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     def params_of(job: Job) -> int:  # one member's parameter count, once per group key
         if job.key not in sizes:
             try:
-                sizes[job.key] = parameter_count(_plain_task(job.config))
+                sizes[job.key] = parameter_count(examples[job.key])
             except Exception as exc:  # a family that cannot be built on the meta device: stack it as before
                 log.warning("could not count the parameters of %s (%s: %s); its group is not capped by hydra.launcher.max_params",
                             " ".join(job.overrides), type(exc).__name__, exc)
@@ -322,8 +286,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
     units = units_of(jobs, max_group, max_params, params_of)
     grouped = [u for u in units if len(u) > 1]
-    log.info("Vectorized launcher: %d jobs -> %d stacked groups (sizes %s) and %d jobs alone; sweep output dir: %s",
-             len(jobs), len(grouped), ",".join(str(len(u)) for u in grouped) or "-", len(units) - len(grouped), sweep_dir)
+    print(console.groups_line(len(jobs), [len(u) for u in grouped], len(units) - len(grouped)), flush=True)
     for u in units:
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),

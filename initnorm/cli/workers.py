@@ -26,18 +26,20 @@ import signal
 import sys
 import threading
 
+from initnorm import envvars
+from initnorm.cli.argv import CommandLine
+
 log = logging.getLogger(__name__)
 
-# Read by the code a worker runs, set by the parent once the sweep is known (after the workers
-# started): console.TOTAL_ENV, console.START_ENV, sweep.SWEPT_ENV, training.signals.STOP_ENV.
-SHARED_ENV = ("INITNORM_SWEEP_TOTAL", "INITNORM_SWEEP_START", "INITNORM_SWEPT_KEYS", "INITNORM_STOP_SIGNALS")
+# Read by the code a worker runs, set by the parent once the sweep is known (after the workers started).
+SHARED_ENV = envvars.SHARED
 DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
 # What a worker imports before its first unit: the task function's module and the job's (torch, Lightning, the library).
 WORKER_MODULES = ("initnorm.cli.train", "initnorm.cli.job")
 # The launching process's pid, handed to each unit: a worker tells from it that it is a worker.
-LAUNCHER_PID_ENV = "INITNORM_LAUNCHER_PID"
+LAUNCHER_PID_ENV = envvars.LAUNCHER_PID
 # Set to 0 for loky's own start method (every worker imports for itself), as on other platforms.
-FORKSERVER_ENV = "INITNORM_FORKSERVER"
+FORKSERVER_ENV = envvars.FORKSERVER
 
 _started: threading.Thread | None = None
 _stopping = False
@@ -94,26 +96,26 @@ def warm(n_jobs: int) -> threading.Thread:
     return thread
 
 
-def _launcher_args(argv: list[str]) -> tuple[bool, int | None]:
+def _launcher_args(cmd: CommandLine) -> tuple[bool, int | None]:
     """(a vectorised sweep on joblib, its n_jobs) as far as the command line says."""
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    values = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
-    if not multirun or values.get("hydra/launcher") != "vectorized" or values.get("hydra.launcher.engine", "joblib") != "joblib":
+    if not (cmd.multirun and cmd.runs_jobs) or cmd.value("hydra/launcher") != "vectorized":
+        return False, None
+    if cmd.value("hydra.launcher.engine", "joblib") != "joblib":
         return False, None
     if importlib.util.find_spec("joblib") is None:  # an install without the launchers extra: the preflight says so, in one line
         return False, None
     try:
-        return True, int(values.get("hydra.launcher.n_jobs", DEFAULT_N_JOBS))
+        return True, int(cmd.value("hydra.launcher.n_jobs", str(DEFAULT_N_JOBS)))
     except ValueError:  # a bad value: the launcher says so, in one line
         return False, None
 
 
-def start_early(argv: list[str]) -> None:
-    """Start the workers of ``argv``'s vectorised sweep now (no-op for any other command line), and
+def start_early(cmd: CommandLine) -> None:
+    """Start the workers of ``cmd``'s vectorised sweep now (no-op for any other command line), and
     until the sweep's own signal handling takes over (``initnorm.training.signals.install``), end
     them with the command on SIGTERM or SIGINT (``abort``)."""
     global _started
-    wanted, n_jobs = _launcher_args(argv)
+    wanted, n_jobs = _launcher_args(cmd)
     if wanted and _started is None:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):

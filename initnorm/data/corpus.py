@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
+from initnorm import envvars
 from initnorm.errors import ConfigError
-from initnorm.results import file_kind
+from initnorm.safe_files import file_kind
 
 # The sentence end the Alice normaliser keeps: a run of non-letters that ends a sentence becomes
 # "." instead of " ". It is the Decoder's 28th symbol (the deck counts 28 but does not name it).
@@ -72,7 +73,7 @@ SOURCES = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("INITNORM_CACHE", Path.home() / ".cache" / "initnorm"))
+    return Path(os.environ.get(envvars.CACHE, Path.home() / ".cache" / "initnorm"))
 
 
 def sha256(path: Path) -> str:
@@ -137,7 +138,7 @@ def locate(name: str, path: str | None = None) -> Path:
                           f"`data.name={(difflib.get_close_matches(str(name), sorted(SOURCES), 1, 0.0) or ['alice'])[0]}` or "
                           "`data.path=/path/to/text.txt`")
     source = SOURCES[name]
-    env = os.environ.get("INITNORM_DATA_DIR")
+    env = os.environ.get(envvars.DATA_DIR)
     if env and (Path(env) / source.file).is_file():
         return _verified(Path(env) / source.file, source)
     cached = cache_dir() / source.file

@@ -7,7 +7,7 @@ then classified by its module's type and by which of its dimensions grow:
 
 | parameter | grows | role |
 |---|---|---|
-| a matrix (``nn.Linear``; Hugging Face's ``Conv1D`` read transposed) | in and out | ``hidden`` |
+| a matrix (``nn.Linear``; torch's own known layouts, ``OUT_IN_TYPES``; ``Conv1D`` read transposed) | in and out | ``hidden`` |
 | a matrix | out only | ``input`` (its fan-in is the data's) |
 | a matrix | in only | ``readout`` (its fan-out is the output's) |
 | an ``nn.Embedding`` table, or a bare 2-D parameter whose last dimension grows | the vectors | ``embedding`` |
@@ -40,6 +40,9 @@ from initnorm.nn.roles import Role
 
 # Module types whose weight is stored (in, out), not torch's (out, in): Hugging Face's GPT-2 Conv1D.
 TRANSPOSED_TYPES = ("Conv1D",)
+# torch's own modules whose matrices are stored (out, in) as nn.Linear's: the recurrent layers' (gates x out, in)
+# weights, multi-head attention's in_proj_weight (3 x embed, embed), a convolution's (out, in / groups, *kernel).
+OUT_IN_TYPES = (nn.Linear, nn.RNNBase, nn.MultiheadAttention, nn.modules.conv._ConvNd)
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,11 @@ def classify(module: nn.Module, name: str, shape: tuple, infinite: tuple) -> tup
         if is_norm(module):
             return (Role.NORM_BIAS, "a norm's bias", False) if leaf == "bias" else (Role.NORM_GAIN, "a norm's gain", False)
         return Role.BIAS, "a vector of width size", False
+    if len(shape) > 2 and isinstance(module, nn.modules.conv._ConvNd) and not any(infinite[2:]):
+        shape, infinite = shape[:2], infinite[:2]  # a kernel's sides do not grow: its (out, in) is what scales
     if len(shape) > 2:
-        return None, f"a {len(shape)}-D tensor (only vectors and matrices are inferred)", False
-    if isinstance(module, nn.Embedding) or (not isinstance(module, nn.Linear) and type(module).__name__ not in TRANSPOSED_TYPES):
+        return None, f"a {len(shape)}-D tensor (only vectors, matrices and convolution kernels are inferred)", False
+    if isinstance(module, nn.Embedding) or (not isinstance(module, OUT_IN_TYPES) and type(module).__name__ not in TRANSPOSED_TYPES):
         if isinstance(module, nn.Embedding) or infinite == (False, True):
             if infinite == (False, True):
                 return Role.EMBEDDING, "a lookup table of width-size vectors", False

@@ -6,7 +6,7 @@ name without a word. initnorm fills every parameter itself after the constructor
 code that runs later, such as an init deferred to the first forward (as ``nn.Lazy*`` modules and some
 user code do). So the check runs on the built model at the target width after one forward of a
 training batch, and compares each parameter with a scratch tensor of its shape filled by the same
-rule (``build.init_filler``): a constant rule (biases, norm gains, a zero readout) must match
+rule (``apply.init_filler``): a constant rule (biases, norm gains, a zero readout) must match
 exactly, a random one in std and mean within six standard errors of two samples of that size (at
 least 10% in std).
 """
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from initnorm.errors import ConfigError
-from initnorm.models.build import init_filler
+from initnorm.models.apply import init_filler
 from initnorm.nn.param import Table
 from initnorm.nn.roles import FIXED_ROLES, Role
 
@@ -82,7 +82,7 @@ def check_init(model: nn.Module, table: Table, roles: Mapping[str, Role], c: Map
 
 
 def check_built(built, c: Mapping[str, Any], data) -> None:
-    """``check_init`` on a job's built model (``models.build.Built``), model=custom only, with the first training batch's
+    """``check_init`` on a job's built model (``models.parameterize.Parameterized``), model=custom only, with the first training batch's
     first two inputs: initnorm's own families are filled by initnorm alone."""
     if c["model"]["family"] != "custom":
         return

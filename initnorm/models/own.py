@@ -36,8 +36,8 @@ from torch import nn
 from initnorm.errors import ConfigError
 from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
-from initnorm.nn.param import Table, in_block
-from initnorm.nn.roles import INPUT_SCALED_ROLES, Role
+from initnorm.nn.param import Table, in_block, refuse_unplaced
+from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import import_dotted
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,16 @@ OWN = tuple(k for k in RULES if "*" not in k)
 
 
 def constructor(m: Mapping[str, Any]):
-    return import_dotted(m["_target_"], "model._target_", fix="fix it with `model._target_=mypkg.models.TinyGPT`")
+    """``model._target_``: a dotted path (the command line), or the constructor itself (``initnorm.parameterize``)."""
+    target = m["_target_"]
+    return target if callable(target) else import_dotted(target, "model._target_",
+                                                         fix="fix it with `model._target_=mypkg.models.TinyGPT`")
+
+
+def target_name(m: Mapping[str, Any]) -> str:
+    """``model._target_`` as every message names it: its dotted path, also for a constructor handed over itself."""
+    target = m["_target_"]
+    return target if isinstance(target, str) else f"{target.__module__}.{getattr(target, '__qualname__', type(target).__name__)}"
 
 
 def arguments(m: Mapping[str, Any], n_out: int, width: int) -> dict[str, Any]:
@@ -98,7 +107,7 @@ def check_signature(m: Mapping[str, Any], n_out: int = 2) -> None:
             else:
                 fix = f"`+model.{near[0]}=...` in place of `+{source}`" if near else f"`~{source}`"
             takes = ", ".join(params) or "none"
-            raise ConfigError(f"{source}: {m['_target_']} takes no argument {key!r} (it takes {takes}); fix it with {fix}")
+            raise ConfigError(f"{source}: {target_name(m)} takes no argument {key!r} (it takes {takes}); fix it with {fix}")
 
 
 def check(cfg: Mapping[str, Any]) -> None:
@@ -159,11 +168,13 @@ def blocks_path(glob: str | None) -> str | None:
     return glob.removesuffix(".*") if glob else None
 
 
-def build(m: Mapping[str, Any], n_out: int) -> nn.Module:
-    """The user's model at ``model.width``, its roles inferred from the base, delta and target builds."""
+def build(m: Mapping[str, Any], n_out: int, logits: bool = True) -> nn.Module:
+    """The user's model at ``model.width``, its roles inferred from the base, delta and target builds. ``logits``: its
+    forward returns the logits of what it returned (initnorm-train's losses read them); False: what it returned, as
+    it returned it (``initnorm.parameterize``: the user's loop, Lightning module or ``Trainer`` reads it)."""
     target = constructor(m)
     make = lambda width: target(**arguments(m, n_out, width))
-    what = f"model._target_={m['_target_']}"
+    what = f"model._target_={target_name(m)}"
     table = infer(make, m["base_width"], m["delta_width"] or 2 * m["base_width"], m["width"], globs(m.get("roles") or {}), what)
     model = make(m["width"])
     if not isinstance(model, nn.Module):
@@ -183,13 +194,14 @@ def build(m: Mapping[str, Any], n_out: int) -> nn.Module:
     model.attn_mult_attr = m["attn_mult_attr"]
     model.parameter_roles = types.MethodType(_parameter_roles, model)
     model.probe_points = types.MethodType(_probe_points, model)
-    model.register_forward_hook(_logits_hook)
+    if logits:
+        model.register_forward_hook(_logits_hook)
     return model
 
 
 # The hooks read their multiplier from this attribute of their module, not from a number of their own:
-# in a vectorised group ``training/stacked.stack_scalars`` turns a float attribute that differs between the
-# members into a per-member buffer, which ``functional_call`` hands each member (as µP's attention scale).
+# in a vectorised group ``training/stack.py`` turns a float attribute that differs between the members into a
+# per-member buffer, which ``functional_call`` hands each member (as µP's attention scale).
 MULT = "initnorm_forward_mult"
 
 
@@ -213,11 +225,8 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
     attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names,
     and where none is named in a model with an attention module (a class named ``...Attention``), is
     reported in one line, not applied."""
-    forward_roles = model.role_table.forward_roles
-    for name, module in model.named_modules():
-        role = forward_roles.get(name) or roles.get(f"{name}.weight")
-        if role is None:
-            continue
+    refuse_unplaced(model, table, roles)
+    for name, module, role in forward_sites(model, roles, model.role_table.forward_roles):
         mult = table.rule(role, in_block(model, name)).forward
         if hasattr(module, "forward_mult"):
             module.forward_mult, module.scale_input = mult, role in INPUT_SCALED_ROLES

@@ -25,7 +25,7 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 def is_one(c) -> bool:
     """A multiplier with nothing to apply. A stacked ensemble puts a per-member tensor in place of a float that
-    differs between members (training/stacked.py), which must take the multiplied path even where its values are 1."""
+    differs between members (training/stack.py), which must take the multiplied path even where its values are 1."""
     return isinstance(c, float) and c == 1.0
 
 

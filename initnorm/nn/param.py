@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num
-from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role
+from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role, unplaced
 from initnorm.nn.umup import unit_normal, unit_scale_layers
 from initnorm.registry import About, Registry
 
@@ -267,3 +267,16 @@ def make_table(options: Mapping, width: int, depth: int | None = None) -> Table:
     and ``depth``. Its keys were checked by the schema against the table's declared rules."""
     opts = {k: v for k, v in dict(options).items() if k != "name"}
     return PARAMS.get(options.get("name"))(width=width, depth=depth, **opts)
+
+
+def refuse_unplaced(model, table: Table, roles) -> None:
+    """A table that multiplies the output of a matrix used inside its module's own forward (``nn.GRU``'s gates,
+    ``nn.MultiheadAttention``'s ``in_proj_weight``) is refused in one line: no hook can scale it, and leaving it
+    out would train half the parameterisation."""
+    for pname, module, role in unplaced(model, roles):
+        rule = table.rule(role, in_block(model, pname))
+        if rule.forward != 1.0 or rule.forward_fan_in:
+            raise ConfigError(f"param={table.name} multiplies the output of {pname} ({role.value}) by "
+                              f"{rule.forward:g}{' x fan_in^' + format(rule.forward_fan_in, 'g') if rule.forward_fan_in else ''}, but "
+                              f"{type(module).__name__} uses it inside its own forward, where no multiplier can be applied; use a "
+                              "parameterisation without forward multipliers on that role (param=mup or param=sp)")

@@ -38,3 +38,41 @@ WIDTH_SIDES = {Role.READOUT: (False, True), Role.INPUT: (True, False)} | {role: 
 # A forward multiplier on these scales the layer's input, so its bias is not scaled (microsoft/mup's
 # MuReadout); on every other role it scales the layer's output, bias included (a residual branch).
 INPUT_SCALED_ROLES = frozenset({Role.READOUT})
+
+
+
+def _path(module_name: str, leaf: str) -> str:
+    return f"{module_name}.{leaf}" if module_name else leaf
+
+
+def _matrices(module) -> list[str]:
+    return [n for n, p in module.named_parameters(recurse=False) if p.dim() >= 2]
+
+
+def forward_sites(model, roles: dict, forward_roles: dict | None = None) -> list[tuple[str, object, Role]]:
+    """The modules where a role's forward multiplier is applied, ``(name, module, role)``, found by the role table's
+    parameter names: a module's declared forward role (the Decoder's attention scores, a readout that reads a tied
+    weight), else the role of the one matrix it owns, when that matrix is its ``weight`` (a linear map of its input
+    whose output a multiplier can scale: ``nn.Linear``, ``nn.Embedding``, a convolution, Hugging Face's ``Conv1D``).
+    A module whose matrices are used inside its own forward (``nn.GRU``'s gates, ``nn.MultiheadAttention``'s
+    ``in_proj_weight``) is no site: ``unplaced`` lists those matrices."""
+    forward_roles = forward_roles or {}
+    sites = []
+    for name, module in model.named_modules():
+        declared = forward_roles.get(name) or getattr(module, "FORWARD_ROLE", None)
+        if declared is not None:
+            sites.append((name, module, declared))
+        elif _matrices(module) == ["weight"] and _path(name, "weight") in roles:
+            sites.append((name, module, roles[_path(name, "weight")]))
+    return sites
+
+
+def unplaced(model, roles: dict) -> list[tuple[str, object, Role]]:
+    """The matrices no forward site scales, ``(parameter name, owning module, role)``: a table that gives one of
+    them a forward multiplier is refused, never silently not applied (``models/build.py``, ``models/own.py``)."""
+    out = []
+    for name, module in model.named_modules():
+        own = _matrices(module)
+        if own and own != ["weight"]:
+            out += [(_path(name, n), module, roles[_path(name, n)]) for n in own if _path(name, n) in roles]
+    return out

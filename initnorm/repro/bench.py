@@ -1,7 +1,7 @@
 """What initnorm costs over a plain PyTorch loop: per step, per job's memory, for whole sweeps, and
 the floor under compute-bound work.
 
-    python -m initnorm.bench                  # every part (about an hour on 2 cores); appends to bench/RESULTS.md
+    python -m initnorm.bench                  # every part (hours on 2 cores: --scale's 10,000 jobs); appends to bench/RESULTS.md
     python -m initnorm.bench --sweeps 7e      # one part alone: --per-step, --sweeps KEYS, --flops, --groups SIZES
     python -m initnorm.bench --sweeps 7e,mup_mlp --flops --steps 20 --set seed=1 --set width=64 --set lr=0.01 --out /tmp/b.md  # a smoke run
 
@@ -18,6 +18,8 @@ Parts (named flags run only the parts they name; without any, all of them run):
   against ``hydra/launcher=vectorized`` and ``local_parallel``, interleaved ``--sweep-repeats`` times.
 - ``--flops``: the wide MLPs' matmul FLOPs against this machine's matmul throughput (``bench_flops``).
 - ``--groups``: milliseconds per member-step of a vectorised group against its size, eager and compiled.
+- ``--scale``: sweeps of N = 100, 1,000, 10,000 jobs of ``steps=1`` and ``steps=100`` under the vectorised launcher,
+  set-up and training apart, and the parent's peak RSS (``bench_scale``; ``--scale-sizes``, ``--scale-steps``).
 
 The machine is shared and timings are noisy: CPU time (which leaves out the time spent waiting for
 a core) is reported beside wall time, and the load average before and after each timed row.
@@ -45,7 +47,7 @@ from initnorm.cli.compose import comma_list, compose_train
 from initnorm.config import to_plain
 from initnorm.data.corpus import load_corpus
 from initnorm.models.build import build_model
-from initnorm.repro import bench_flops, bench_sweeps
+from initnorm.repro import bench_flops, bench_scale, bench_sweeps
 from initnorm.repro.bench_measure import bench_command, load, plain_run, run_command, timed
 from initnorm.training.optim import make_optimizer
 
@@ -99,7 +101,7 @@ def one_job(name: str, steps: int, workdir: Path) -> dict[str, Any]:
 
 
 def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] = ()) -> list:
-    from initnorm.training.group import Member
+    from initnorm.training.fit import Member
 
     return [Member(to_plain(compose_train([f"seed={i + 1}", f"steps={steps}", "callbacks=none", *extra])),
                    Path(tempfile.mkdtemp(dir=workdir))) for i in range(size)]
@@ -108,21 +110,21 @@ def group_members(size: int, steps: int, workdir: Path, extra: tuple[str, ...] =
 def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[str, float]:
     """ms per member-step of a group of ``size`` default Decoders (training steps only, no validation),
     and for ``compiled`` the first step's time (compiling)."""
-    from initnorm.training.group import build_group
-    from initnorm.training.stacked import _stack
+    from initnorm.training.batches import stack_batches
+    from initnorm.training.fit import assemble
 
     torch.set_num_threads(1)
-    g, _ = build_group(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
+    g, _, _ = assemble(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
     streams = [iter(d.train_dataloader().dataset) for d in g.datas]
-    fn = g._fast if compiled else (lambda xs, ys: g.losses(xs, ys)[0])
+    fn = g._fast if compiled else (lambda xs, ys: g.stack.losses(g.loss, xs, ys)[0])
 
     def step(s: int) -> None:
-        xs, ys = _stack([next(t) for t in streams], g.flat.device)
+        xs, ys = stack_batches([next(t) for t in streams], g.stack.flat.device)
         losses = fn(xs, ys)
         torch.isfinite(losses.detach()).all()
-        g.grad.zero_()
+        g.stack.grad.zero_()
         losses.sum().backward()
-        g.vec.step(g.grad, g.factors(s), g.active)
+        g.vec.step(g.stack.grad, g.factors(s), g.active)
 
     _, first, first_cpu = timed(lambda: step(0))
     for s in range(1, 6):
@@ -246,6 +248,8 @@ def report(args, parts: dict[str, Any], loads: tuple[float, float]) -> str:
         lines += bench_flops.report(parts["flops"], parts.get("sweeps", {}).get("mup_mlp"), WORKERS)
     if parts.get("groups"):
         lines += group_report(parts["groups"], parts.get("group_rss"))
+    if parts.get("scale"):
+        lines += bench_scale.report(parts["scale"])
     return "\n".join(lines) + "\n"
 
 
@@ -288,6 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--flops", action="store_true",
                    help="the FLOP floor of experiment=mup_mlp_sweep's MLPs (beside its sweep when that runs too)")
     p.add_argument("--groups", type=comma_list(int), default=None, help="vectorised group sizes to time (all parts: 1,2,4,8,16,32)")
+    p.add_argument("--scale", action="store_true", help="sweeps of N jobs, set-up and training apart (--scale-sizes, --scale-steps)")
+    p.add_argument("--scale-sizes", type=comma_list(int), default=list(bench_scale.SIZES),
+                   help="the --scale part's sweep sizes (default 100,1000,10000: the last about an hour on 2 cores)")
+    p.add_argument("--scale-steps", type=comma_list(int), default=list(bench_scale.STEPS), help="its steps per job (default 1,100)")
     p.add_argument("--steps", type=int, default=None, help=f"steps per job (default: each sweep's own; the per-step part {DEFAULT_STEPS})")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUES",
                    help="in every sweep (and the FLOP part): replace a swept key's values (--set seed=1), "
@@ -338,15 +346,15 @@ def main(argv: list[str] | None = None) -> None:
                                                 args.matmul_barrier, args.matmul_peers)))
         return
     if args.group_job:
-        from initnorm.training.group import train_group
+        from initnorm.training.fit import fit
 
         with tempfile.TemporaryDirectory(prefix="initnorm-group-") as tmp:
-            results = train_group(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))
+            results = fit(group_members(args.group_job, args.steps or args.group_steps, Path(tmp), ("compile=false",)))
         print(json.dumps([r["final_val_loss"] for r in results]))
         return
 
     # Named parts run alone; without any, every part runs.
-    chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None
+    chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None or args.scale
     rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential,
                                                          *["submitit"] * args.submitit])]
     if args.vectorized_only:
@@ -377,6 +385,8 @@ def main(argv: list[str] | None = None) -> None:
         if flops:
             print("FLOP floor ...", file=sys.stderr)
             parts["flops"] = bench_flops.measure(args.steps, args.set, args.flops_seconds)
+        if args.scale or not chosen:
+            parts["scale"] = bench_scale.measure(args.scale_sizes, args.scale_steps, work)
         if groups:
             print("group sizes ...", file=sys.stderr)
             before = load()

@@ -146,7 +146,7 @@ def run_row(sweep: Sweep, how: str, p: dict[str, Any], argv_tail: list[str], wor
     if len(jobs) != len(p["jobs"]):
         raise RuntimeError(f"{how}: {len(jobs)} of the sweep's {len(p['jobs'])} jobs wrote metrics.json in {folder}")
     # A vectorised group's wall time is each member's wall_s: count it once per group, not per member.
-    share = {k: m["wall_s"] / m.get("vectorized", {}).get("group_size", 1) for k, m in jobs.items()}
+    share = {k: m["wall_s"] / m["group"]["size"] for k, m in jobs.items()}
     return r | {"losses": {k: m["final_val_loss"] for k, m in jobs.items()}, "train_s": sum(share.values()), "per_job_s": share,
                 "command": "python -m initnorm.train " + " ".join(cmd[3:])}
 

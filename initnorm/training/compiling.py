@@ -1,8 +1,8 @@
 """When a run goes through ``torch.compile`` (``compile=auto|true|false``), and where the compiler keeps its cache.
 
-One decision for both paths: a job run alone (``training/module.py`` compiles its training loss)
-and a vectorised group (``training/stacked.py`` compiles the stacked step). ``auto`` compiles a
-run only when it is long enough to pay back the compile; the thresholds below come from
+One decision for every fit (``training/engine.py`` compiles its members' training losses): a job
+alone and a vectorised group differ only in how many members share the compile. ``auto`` compiles
+a run only when it is long enough to pay back the compile; the thresholds below come from
 measurements (docs/performance.md).
 """
 

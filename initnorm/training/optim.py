@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from initnorm.errors import bad_value
 from initnorm.nn.param import Table, fan_in, in_block
 from initnorm.nn.roles import Role
 from initnorm.registry import Registry
@@ -36,8 +37,7 @@ def adamw(groups, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, **_):
 
 @OPTIMIZERS.register("adam")
 def adam(groups, lr, betas=(0.9, 0.999), eps=1e-8, **_):
-    # Plain Adam: no decay at all, so the groups' weight_decay is dropped.
-    return torch.optim.Adam([{**g, "weight_decay": 0.0} for g in groups], lr=lr, betas=tuple(betas), eps=eps)
+    return torch.optim.Adam(groups, lr=lr, betas=tuple(betas), eps=eps)  # plain Adam: its groups' decay is 0 (optimiser_groups)
 
 
 @OPTIMIZERS.register("sgd")
@@ -47,6 +47,7 @@ def sgd(groups, lr, momentum=0.0, weight_decay=0.0, **_):
 
 WEIGHT_DECAY_MODES = ("coupled", "scaled", "independent")
 DECOUPLED = ("adamw",)  # optimisers whose decay is not a gradient term (independent decay needs one)
+DECAYS = ("adamw", "sgd")  # optimisers with weight decay (plain Adam has none: its groups' decay is 0)
 
 
 def weight_decay_mode(optim_cfg: Mapping[str, Any]) -> str:
@@ -88,12 +89,37 @@ def param_groups(
     return list(groups.values())
 
 
+def check_decay_mode(optimizer: str, mode: str, weight_decay: float) -> None:
+    """Independent decay (wd / the group's peak rate) only where the decay is not a gradient term (AdamW)."""
+    if weight_decay and mode == "independent" and optimizer not in DECOUPLED:
+        raise bad_value("optim.weight_decay_mode", "independent",
+                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); "
+                        f"optim={optimizer} decays through its gradient",
+                        "optim.weight_decay_mode=scaled")
+
+
+def model_groups(model: torch.nn.Module, roles: Mapping[str, Role], table: Table, lr: float, *, weight_decay: float, mode: str,
+                 eps: float | None) -> list[dict]:
+    """``param_groups`` of a built model (its residual blocks from its ``BLOCKS``): what ``make_optimizer`` gives the
+    configured optimiser and ``initnorm.parameterize``'s ``param_groups`` gives any torch optimiser, one call for both."""
+    return param_groups(model.named_parameters(), roles, table, lr, weight_decay, mode, eps, lambda n: in_block(model, n))
+
+
+def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> list[dict]:
+    """The groups a job's optimiser steps: ``model_groups`` under the optimiser's own rules (plain Adam has no
+    decay at all; SGD has no ε), each with its rate, weight decay and (Adam) ε."""
+    groups = model_groups(model, roles, table, lr, weight_decay=optim_cfg.get("weight_decay", 0.0), mode=weight_decay_mode(optim_cfg),
+                          eps=optim_cfg.get("eps"))
+    if optim_cfg["name"] not in DECAYS:
+        for g in groups:
+            g["weight_decay"] = 0.0
+    return groups
+
+
 def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    mode = weight_decay_mode(optim_cfg)
+    """A torch optimiser over ``optimiser_groups`` (the plain loop of the benchmark, a loop of one's own)."""
     opts = {k: v for k, v in dict(optim_cfg).items() if k not in ("name", "weight_decay_mode")}
-    groups = param_groups(model.named_parameters(), roles, table, lr, opts.get("weight_decay", 0.0), mode, opts.get("eps"),
-                          lambda n: in_block(model, n))
-    return OPTIMIZERS.get(optim_cfg["name"])(groups, lr=lr, **opts)
+    return OPTIMIZERS.get(optim_cfg["name"])(optimiser_groups(model, roles, table, lr, optim_cfg), lr=lr, **opts)
 
 
 # The schedules after the warmup, by name (``schedule=``): each a factor on every group's own peak rate.

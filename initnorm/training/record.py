@@ -1,8 +1,8 @@
 """A job's record, written in one place whichever engine path trained it: ``metrics.json`` and the HPARAMS entry.
 
-A job alone (``cli/job.py``) and each member of a stacked group (``training/group.py``) hand
-the same facts to ``job_metrics``, so ``metrics.json`` has the same keys under every launcher (a
-member adds ``vectorized``: its group's size, its place and the group's own step time).
+Every member of a fit (``training/fit.py``; a job alone is a group of one) hands the same facts to
+``job_metrics``, so ``metrics.json`` has the same keys under every launcher, and ``group``: the size
+of the group it trained in, its place there, how its forward ran, and the group's own step time.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str
 
 
 def status_line(metrics: Mapping[str, Any]) -> str:
-    """``final validation loss 1.8157`` or ``diverged at step 412``."""
+    """``final validation loss 1.8157``, ``diverged at step 412`` or ``stopped at step 60 of 200 ...``."""
+    if metrics.get("status") == "stopped":
+        return f"stopped: {metrics.get('stopped')}"
     return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else ("final validation loss "
                                                                                        f"{metrics['final_val_loss']:.4f}")

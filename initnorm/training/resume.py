@@ -4,8 +4,8 @@ A job folder is the unit of work. What it holds says what to do when the same co
 there again (``hydra.run.dir=...`` for one run, ``hydra.sweep.dir=...`` for a sweep):
 
 - ``metrics.json`` with ``status: finished`` (diverged runs included): skip, return the result;
-- ``checkpoints/last.ckpt``: resume from it, so the final numbers are bit for bit those of an
-  uninterrupted run on the CPU;
+- ``checkpoints/initnorm.ckpt`` (``training/checkpoints.py``, one format whatever launcher wrote it):
+  resume from it, so the final numbers are bit for bit those of an uninterrupted run on the CPU;
 - nothing, or ``status: failed``: train from the start.
 
 Either file carries the config that made it; a folder of a different config is refused with one
@@ -16,14 +16,14 @@ folders.
 The checkpoint is taken at the start of step ``s`` (``s`` a multiple of
 ``checkpoint.every_n_steps``): the validation of step ``s`` is done, no batch of step ``s`` is
 used yet, and the RNG state saved there is the one that step starts from. On resume the data
-module's ``start_step`` is set to ``s`` (its batch ``s`` is a function of (seed, s)), Lightning
-restores model, optimiser, schedule and loop counters, this callback restores
-``val_history``, ``diverged_step`` and the RNG states.
+module's ``start_step`` is set to ``s`` (its batch ``s`` is a function of (seed, s)) and the engine
+restores the member's weights, optimiser state, history and random stream (``training/fit.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import traceback
 from collections.abc import Mapping
@@ -35,13 +35,17 @@ import torch
 
 from initnorm.config import comparable
 from initnorm.errors import ConfigError
-from initnorm.results import METRICS_FILE, file_kind, read_record, write_metrics
+from initnorm.results import METRICS_FILE, read_record, write_metrics
+from initnorm.safe_files import NotAFile, open_no_follow, planted
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
-CKPT_FILE = "last.ckpt"
-VEC_CKPT = "vectorized.ckpt"  # a member of a stacked group (training/group.py)
-STATE_KEY = "initnorm"
+CKPT_FILE = "initnorm.ckpt"
+FORMAT = "initnorm member checkpoint 1"  # what training/checkpoints.py writes; anything else is refused in one line
+# What a member's checkpoint holds, and the type of each field (checked before anything is loaded from it).
+CKPT_FIELDS = {"format": str, "global_step": int, "config": dict, "rng": dict, "state_dict": dict, "optimizer": dict, "history": dict}
+
+
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(d, dict):
         return {prefix: d}
@@ -68,12 +72,11 @@ def _refuse(folder: Path, what: str, diff: list[str]) -> ConfigError:
 
 @dataclass(frozen=True)
 class Prior:
-    """What a job folder holds already: a finished result, or a checkpoint to resume from, or neither."""
+    """What a job folder holds already: a finished result, or a checkpoint to resume from (at ``step``), or neither."""
 
     finished: dict[str, Any] | None = None
     checkpoint: Path | None = None
     step: int = 0
-    vectorized: Path | None = None  # a stacked group's checkpoint of this job (the vectorised launcher resumes it)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -86,13 +89,12 @@ FINISHED_KEYS = ("final_val_loss", "diverged", "steps")
 
 
 def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
-    """What to do in ``folder`` for the resolved config ``c``; a different config's work, or a
-    checkpoint that does not load as tensors and plain values, raises ``ConfigError``."""
+    """What to do in ``folder`` for the resolved config ``c``; a different config's work, or a checkpoint that is
+    not one initnorm wrote for this job, raises ``ConfigError``."""
     folder = Path(folder)
     record = folder / METRICS_FILE
-    if record.exists() and not record.is_file():  # a FIFO would hang the job's read, a folder its write
-        raise ConfigError(f"{record} is {file_kind(record.stat().st_mode)}, not a job's record; delete it (or move it away) to train "
-                          f"{folder} again")
+    if what := planted(record):  # a FIFO would hang the job's read, a folder its write, a link be followed
+        raise ConfigError(f"{record} is {what}, not a job's record; delete it (or move it away) to train {folder} again")
     done = read_json(record)
     if done is not None and done.get("status") == "finished":
         if diff := differences(done.get("config") if isinstance(done.get("config"), dict) else None, c):
@@ -101,30 +103,53 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
             log.warning("%s is a finished record without %s (an older initnorm?): kept as that job's result; "
                         "delete it to train the job again", folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
-    # Two formats, one job: a job alone's (Lightning's, last.ckpt) and a group member's (vectorized.ckpt).
-    # Either resumes under any launcher; where both are there (a job that moved between the two), the later.
-    ckpt, vec = folder / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)
-    job = member = None
-    if ckpt.is_file():
-        state = load_checkpoint(ckpt)
-        mine = state.get(STATE_KEY) if isinstance(state.get(STATE_KEY), dict) else {}
-        if diff := differences(mine.get("config") if isinstance(mine.get("config"), dict) else None, c):
-            raise _refuse(folder, f"a checkpoint (step {state.get('global_step')})", diff)
-        step = state.get("global_step", 0)
-        job = Prior(checkpoint=ckpt, step=step if isinstance(step, int) else 0)
-    if vec.is_file():
-        member = Prior(vectorized=vec, step=checkpoint_step(folder, c))
-    if job is not None and member is not None:
-        return member if member.step > job.step else job
-    return job or member or Prior()
+    path = checkpoint_path(folder)
+    if not path.is_file():
+        return Prior()
+    return Prior(checkpoint=path, step=read_member(path, c)["global_step"])
+
+
+def checkpoint_path(folder: Path | str) -> Path:
+    """Where a job's checkpoint lives in its folder."""
+    return Path(folder) / CKPT_DIR / CKPT_FILE
+
+
+def has_checkpoint(folder: Path | str) -> bool:
+    """Whether ``folder`` holds a job's checkpoint as a regular file (a link or a FIFO there is not one)."""
+    path = checkpoint_path(folder)
+    return os.path.lexists(path) and planted(path) is None
+
+
+def read_member(path: Path, c: Mapping[str, Any]) -> dict[str, Any]:
+    """A member's checkpoint for the job of config ``c``, read as tensors and plain values only (``load_checkpoint``:
+    a planted pickle cannot run code), its fields checked: one that is not initnorm's, of another config, or at a
+    step the job does not have is refused in one line. (Its tensors' names and shapes are checked against the
+    member's module where it is loaded: ``Engine.check_member_state``.)"""
+    state = load_checkpoint(path)
+    fix = f"delete it (or move it away) to train {path.parent.parent} from the start"
+    wrong = [k for k, t in CKPT_FIELDS.items() if not isinstance(state.get(k), t) or isinstance(state.get(k), bool)]
+    if wrong or state["format"] != FORMAT:
+        what = f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or of the wrong type" if wrong else \
+            f"its format is {str(state['format'])[:40]!r}"
+        raise ConfigError(f"{path} is not a checkpoint initnorm wrote ({what}); {fix}")
+    step = state["global_step"]
+    if not 0 <= step < int(c["steps"]):
+        raise ConfigError(f"{path} is at step {step}, which a run of steps={c['steps']} does not have (a checkpoint is taken "
+                          f"before a step of the run); {fix}")
+    if diff := differences(state["config"], c):
+        raise _refuse(path.parent.parent, f"a checkpoint (step {step})", diff)
+    return state
 
 
 def load_checkpoint(ckpt: Path) -> dict[str, Any]:
     """A checkpoint's content, read with ``weights_only=True``: tensors and plain values only, so a
     file planted in a shared folder cannot run code when it is read. Anything else is refused in one line."""
     refuse = f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    try:  # a link or a FIFO at its name is not opened (initnorm/safe_files.py)
+        with open(open_no_follow(ckpt), "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+    except NotAFile as exc:
+        raise ConfigError(f"{ckpt} is {exc}, not a checkpoint initnorm wrote; {refuse}") from None
     except pickle.UnpicklingError:
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote: it holds more than tensors and plain values, so it is not "
                           f"loaded (loading it could run code); {refuse}") from None
@@ -136,36 +161,31 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
     return state
 
 
-def vec_checkpoint(folder: Path | str) -> Path:
-    return Path(folder) / CKPT_DIR / VEC_CKPT
-
-
-# What a member's checkpoint holds (``MemberCheckpoints.save``); a file without them was not written by initnorm.
-VEC_KEYS = ("vectorized", "global_step", "params", "optim", "train_losses", "evals", "initnorm")
-
-
-def read_vec_checkpoint(path: Path) -> dict[str, Any]:
-    """A stacked group member's checkpoint, read as tensors and plain values only (``load_checkpoint``:
-    a planted pickle cannot run code); one that lacks what ``MemberCheckpoints.save`` writes is refused in one line."""
-    state = load_checkpoint(path)
-    missing = [k for k in VEC_KEYS if k not in state]
-    if (missing or not isinstance(state["initnorm"], dict) or type(state["global_step"]) is not int
-            or not isinstance(state["params"], torch.Tensor)):
-        what = f"it lacks {', '.join(missing)}" if missing else "its fields have the wrong types"
-        raise ConfigError(f"{path} is not a vectorised checkpoint initnorm wrote ({what}); delete it (or move it away) to train "
-                          f"{path.parent.parent} from the start")
-    return state
-
-
-def checkpoint_step(folder: Path | str, c: Mapping[str, Any]) -> int:
-    """The step a member's checkpoint in ``folder`` resumes from (0: none); a different config's checkpoint is refused."""
-    path = vec_checkpoint(folder)
-    if not path.is_file():
-        return 0
-    state = read_vec_checkpoint(path)
-    if diff := differences(state["initnorm"].get("config") if isinstance(state["initnorm"].get("config"), dict) else None, c):
-        raise _refuse(Path(folder), f"a vectorised checkpoint (step {state['global_step']})", diff)
-    return state["global_step"]
+def check_state(model, optim: str, state: dict[str, Any], path: Path) -> None:
+    """Refuse, in one line, a checkpoint whose tensors do not fit ``model`` (the member's own module, trained by
+    ``optim``): another module's names or shapes, another optimiser's moments, a history or stream of the wrong form."""
+    own = model.state_dict()
+    got = state["state_dict"]
+    bad = [k for k in own if not isinstance(got.get(k), torch.Tensor) or got[k].shape != own[k].shape] + [k for k in got if k not in own]
+    opt = state["optimizer"]
+    if not bad and (opt.get("kind") != optim or type(opt.get("step")) not in (int, float)):
+        bad = [f"optimizer {str(opt.get('kind'))[:20]!r}"]
+    params = dict(model.named_parameters())
+    for k in ("exp_avg", "exp_avg_sq") if optim != "sgd" else ("exp_avg",):
+        moments = opt.get(k)
+        if not bad and (not isinstance(moments, dict) or any(not isinstance(moments.get(n), torch.Tensor) or moments[n].shape != p.shape
+                                                           for n, p in params.items())):
+            bad = [f"optimizer {k}"]
+    history = state["history"]
+    fields = {"train_losses": list, "evals": dict, "val": list}
+    if not bad and not (isinstance(history, dict) and all(isinstance(history.get(k), t) for k, t in fields.items())
+                        and type(history.get("diverged_step")) in (int, type(None))):
+        bad = ["history"]
+    if not bad and not isinstance(state.get("stream"), (torch.Tensor, type(None))):
+        bad = ["stream"]
+    if bad:
+        raise ConfigError(f"{path} holds a checkpoint that does not fit this job's model ({', '.join(bad[:3])}); delete it "
+                          f"(or move it away) to train {path.parent.parent} from the start")
 
 
 EVENTS_GLOB = "events.out.tfevents.*"
@@ -181,12 +201,10 @@ def tensorboard_logger(save_dir: str, **kwargs):
     from lightning.pytorch.loggers import TensorBoardLogger
 
     folder = Path(save_dir)
-    ckpt, vec = folder / CKPT_DIR / CKPT_FILE, vec_checkpoint(folder)
-    if ckpt.is_file() or vec.is_file():  # a job's own checkpoint, or a group member's: the later one resumes
-        steps = [load_checkpoint(ckpt).get("global_step") if ckpt.is_file() else 0,
-                 read_vec_checkpoint(vec)["global_step"] if vec.is_file() else 0]
-        step = max(s for s in steps if isinstance(s, int))
-        if step > 0:
+    path = checkpoint_path(folder)
+    if path.is_file():
+        step = load_checkpoint(path).get("global_step")
+        if isinstance(step, int) and step > 0:
             kwargs.setdefault("purge_step", step)
     else:
         stale = sorted(p for p in folder.glob(EVENTS_GLOB) if p.is_file())

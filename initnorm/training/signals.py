@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
 
-STOP_ENV = "INITNORM_STOP_SIGNALS"
+from initnorm import envvars
+
+STOP_ENV = envvars.STOP_SIGNALS
 DEFAULT = (signal.SIGTERM, signal.SIGINT)
 
 _requested: int | None = None  # the first signal received, until ``clear()``

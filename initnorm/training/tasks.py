@@ -21,8 +21,6 @@ from initnorm.registry import About, Registry, import_dotted
 if TYPE_CHECKING:
     import lightning as L
 
-    from initnorm.training.module import Trainable
-
 
 def one_target(c: dict[str, Any]) -> int:
     return 1
@@ -31,13 +29,15 @@ def one_target(c: dict[str, Any]) -> int:
 @dataclass(frozen=True)
 class Task:
     make_data: Callable[[dict[str, Any]], L.LightningDataModule]
-    module: type[Trainable] | str  # the LightningModule class, or its ``package.module:Class`` path
+    # the LightningModule class (a ``training/engine.Engine`` subclass: named, not imported, since the transfer rules read
+    # this registry while a config is checked), or its ``package.module:Class`` path
+    module: type[L.LightningModule] | str
     # the targets one training sample has (a character model's context: each position predicts the next), so that a
     # report reads steps x batch as tokens (initnorm/transfer/axes.py)
     targets: Callable[[dict[str, Any]], int] = one_target
 
-    def make_module(self, *args: Any, **kwargs: Any) -> Trainable:
-        """The LightningModule that trains a built model on this task's data (its class imported here if named by path)."""
+    def make_module(self, *args: Any, **kwargs: Any) -> L.LightningModule:
+        """The LightningModule that trains the built members on this task's data (its class imported here if named by path)."""
         cls = import_dotted(self.module, "data.kind") if isinstance(self.module, str) else self.module
         return cls(*args, **kwargs)
 

@@ -3,7 +3,7 @@ at step 0 of a fresh run and at the last step.
 
 Lightning validates only after training steps, so step 0 and a last step off the interval are
 validated here, through the module's own validation hooks: one code path makes every point of
-every curve, whichever module (``Trainable``, ``StackedModule``) holds the records.
+every curve, for E >= 1 members (``training/engine.py``).
 """
 
 from __future__ import annotations

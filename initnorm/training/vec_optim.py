@@ -1,6 +1,6 @@
 """One optimiser step for E stacked jobs at once: AdamW, Adam and SGD on a flat [E, N] parameter.
 
-A vectorised group (``training/stacked.py``) keeps every member's parameters as one row of a
+The engine (``training/engine.py``; a job alone is a group of one) keeps every member's parameters as one row of a
 flat ``[E, N]`` tensor, so a step is a dozen element-wise operations on the whole group instead
 of a dozen per parameter tensor per job. Every number that may differ between jobs is a column
 or a row here, not a Python scalar:
@@ -21,26 +21,11 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
-KINDS = ("adamw", "adam", "sgd")
-
-
-SUPPORTED = {  # torch.optim class -> (kind, options that must stay at their defaults)
-    "AdamW": ("adamw", {"amsgrad": False, "maximize": False}),
-    "Adam": ("adam", {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False}),
-    "SGD": ("sgd", {"nesterov": False, "maximize": False, "dampening": 0}),
-}
-
-
-class NotStackable(ValueError):
-    """These optimisers (or models) cannot be stepped as one stacked tensor. ``parts``, where known:
-    the members (indices) that could still share a model, because they agree on what differs."""
-
-    def __init__(self, message: str, parts: list[list[int]] | None = None):
-        super().__init__(message)
-        self.parts = parts
+OPTIMISERS = ("adamw", "adam", "sgd")  # the optimisers a step is written for here (conf/optim/)
 
 
 class VecOptimizer:
@@ -51,8 +36,8 @@ class VecOptimizer:
     member's optimiser, say). Per segment: ``member`` (long), ``rates`` (float64: the group's
     learning rate, base lr x role multiplier), ``wd`` (float64: its weight decay, decoupled for
     adamw, added to the gradient for adam and sgd, as torch does) and ``eps``. Per member:
-    ``betas`` ([E, 2]) and ``momentum`` ([E]). ``from_torch`` reads them all from the members' own
-    optimisers.
+    ``betas`` ([E, 2]) and ``momentum`` ([E]). ``from_groups`` reads them all from the members' parameter
+    groups (``optim.optimiser_groups``).
 
     A step computes its per-segment numbers in double precision (a few hundred values at most) and
     spreads them over the elements once; every element-wise operation writes into buffers kept from
@@ -63,8 +48,8 @@ class VecOptimizer:
     def __init__(self, kind: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor,
                  wd: torch.Tensor, eps: torch.Tensor,
                  betas: torch.Tensor, momentum: torch.Tensor):
-        if kind not in KINDS:
-            raise NotStackable(f"optim.name={kind!r} has no vectorised step; allowed: {', '.join(KINDS)}")
+        if kind not in OPTIMISERS:
+            raise ValueError(f"optim.name={kind!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
         dev = flat.device
         self.E = int(betas.shape[0])
         self.kind, self.flat = kind, flat
@@ -134,47 +119,36 @@ class VecOptimizer:
         return self._per_element(members.to(self.member.device)[self.member])
 
     @classmethod
-    def from_torch(cls, flat: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer],
-                   where: Sequence[Mapping[int, tuple[int, int]]]) -> VecOptimizer:
-        """The numbers of each member's own torch optimiser: its parameter groups' lr, weight decay,
-        eps, betas, momentum, element by element (``where[e]``: id(parameter) -> (start, size) of
-        its elements in ``flat.view(-1)``). Whatever the groups hold (per-role lr, weight-decay and ε
-        multipliers of any parameterisation) is what the stacked step uses."""
-        names = {type(o).__name__ for o in optimizers}
-        if len(names) != 1 or next(iter(names)) not in SUPPORTED:
-            raise NotStackable(f"optimisers {sorted(names)}: a stacked step exists for one kind at a time of {', '.join(SUPPORTED)}")
-        kind, fixed = SUPPORTED[next(iter(names))]
-        E, total = len(optimizers), flat.numel()
-        seg = torch.full((total,), -1, dtype=torch.long)
+    def from_groups(cls, kind: str, flat: torch.Tensor, groups: Sequence[Sequence[Mapping[str, Any]]],
+                    where: Sequence[Mapping[int, tuple[int, int]]], betas: Sequence[Sequence[float]],
+                    momentum: Sequence[float]) -> VecOptimizer:
+        """Every member's parameter groups (``optim.param_groups``: per-role lr, weight decay and ε of any
+        parameterisation), element by element: ``groups[e]`` member ``e``'s groups, ``where[e]``: id(parameter) ->
+        (start, size) of its elements in ``flat.view(-1)``; ``betas[e]`` (Adam) and ``momentum[e]`` (SGD). A parameter
+        that does not train (``requires_grad`` false) gets a segment of its own that no step moves."""
+        if kind not in OPTIMISERS:
+            raise ValueError(f"optim.name={kind!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
+        seg = torch.full((flat.numel(),), -1, dtype=torch.long)
         member, rates, wd, eps = [], [], [], []  # per segment: one parameter group of one member
-        betas = torch.zeros(E, 2, dtype=torch.float64)
-        momentum = torch.zeros(E)
-        for e, (opt, pos) in enumerate(zip(optimizers, where)):
-            for g in opt.param_groups:
-                for k, v in fixed.items():
-                    if g.get(k, v) != v:
-                        raise NotStackable(f"{type(opt).__name__}({k}={g[k]}) has no stacked step")
-                s = len(member)
-                member.append(e)
-                rates.append(g.get("initial_lr", g["lr"]))
-                wd.append(g["weight_decay"])
-                eps.append(g["eps"] if kind != "sgd" else 1.0)
-                for p in g["params"]:
-                    o, n = pos[id(p)]
-                    seg[o : o + n] = s
-                if kind != "sgd":
-                    betas[e] = torch.tensor([float(b) for b in g["betas"]], dtype=torch.float64)
-                else:
-                    momentum[e] = g["momentum"]
-            # betas/momentum per member: one value for all of a member's groups
-            if kind != "sgd" and len({tuple(g["betas"]) for g in opt.param_groups}) > 1:
-                raise NotStackable("betas differ between a member's parameter groups")
-            if kind == "sgd" and len({g["momentum"] for g in opt.param_groups}) > 1:
-                raise NotStackable("momentum differs between a member's parameter groups")
+        for e, (member_groups, pos) in enumerate(zip(groups, where)):
+            for g in member_groups:
+                for frozen in (False, True):  # a group's frozen parameters: a segment that no step moves
+                    ps = [p for p in g["params"] if p.requires_grad != frozen]
+                    if not ps:
+                        continue
+                    s = len(member)
+                    member.append(e)
+                    rates.append(0.0 if frozen else g.get("initial_lr", g["lr"]))  # the base rate (a scheduler keeps it there)
+                    wd.append(0.0 if frozen else g["weight_decay"])
+                    eps.append(g.get("eps", 1.0))
+                    for p in ps:
+                        o, n = pos[id(p)]
+                        seg[o : o + n] = s
         if bool((seg < 0).any()):
-            raise NotStackable("the members' optimisers do not hold every stacked parameter")
+            raise ValueError("the members' parameter groups do not hold every stacked parameter")
         f64 = lambda v: torch.tensor(v, dtype=torch.float64)
-        return cls(kind, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps), betas, momentum)
+        return cls(kind, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps),
+                   f64([list(b) for b in betas]).view(-1, 2), torch.tensor(list(momentum), dtype=torch.float32))
 
     @torch.no_grad()
     def step(self, grad: torch.Tensor, factors: torch.Tensor, active: torch.Tensor | None = None) -> None:
@@ -205,11 +179,13 @@ class VecOptimizer:
         if self._decays:
             p.mul_(self._spread((1.0 - lr * self.seg_wd).float(), "decay"))  # decoupled decay; exactly 1 where there is none
         elif self._coupled:
-            grad = grad + self._wd_f32 * p  # Adam's L2 term: grad.add(param, alpha=wd)
+            grad = self._plus(grad, p, self._wd_f32)  # Adam's L2 term: grad.add(param, alpha=wd)
         self.exp_avg.lerp_(grad, self._one_m_b1)
         t1, t2 = self._buf("t1"), self._buf("t2")
         torch.mul(grad, self._one_m_b2, out=t1)
-        self.exp_avg_sq.mul_(self._b2).add_(t1.mul_(grad))  # addcmul: self + (value * t1) * t2
+        # torch's addcmul_(grad, grad, value=1 - beta2) is self + (value x grad) x grad, its last multiply-add fused
+        # where the CPU has FMA: addcmul_(value x grad, grad) rounds exactly as it does, whatever value is per element.
+        self.exp_avg_sq.mul_(self._b2).addcmul_(t1, grad)
         step_size = self._spread((lr / (1.0 - self.beta1**self.steps)[m]).float().neg(), "step")  # -lr / bias_correction1
         bc2_sqrt = self._spread(((1.0 - self.beta2**self.steps) ** 0.5).float()[m], "bc2")
         torch.sqrt(self.exp_avg_sq, out=t2)
@@ -219,38 +195,15 @@ class VecOptimizer:
 
     def _sgd(self, p, grad, lr):
         self.steps += 1
-        g = grad + self._wd_f32 * p if self._coupled else grad  # grad.add(param, alpha=wd)
+        g = self._plus(grad, p, self._wd_f32) if self._coupled else grad  # grad.add(param, alpha=wd)
         buf = self.exp_avg
         buf.mul_(self._momentum).add_(g)  # first step: 0 * m + g = g, torch's clone of the gradient
-        t1 = self._buf("t1")
-        torch.mul(buf, self._spread(lr.float().neg(), "step"), out=t1)
-        p.add_(t1)
+        self._plus(p, buf, self._spread(lr.float().neg(), "step"), out=p)  # param.add_(buf, alpha=-lr)
 
-    # ------------------------------------------------------------------ checkpoints, one member at a time
-
-    def _idx(self, i: int) -> torch.Tensor:
-        """Member ``i``'s positions in ``flat.view(-1)``, in order."""
-        return (self._per_element(self.member) == i).flatten().nonzero().flatten()
-
-    def member_state(self, i: int) -> dict[str, torch.Tensor]:
-        idx = self._idx(i)
-        out = {"steps": self.steps[i].clone().cpu(), "exp_avg": self.exp_avg.view(-1)[idx].cpu()}
-        if self.exp_avg_sq is not None:
-            out["exp_avg_sq"] = self.exp_avg_sq.view(-1)[idx].cpu()
-        return out
-
-    @torch.no_grad()
-    def load_member_state(self, i: int, state: dict[str, torch.Tensor]) -> None:
-        idx = self._idx(i)
-        self.steps[i] = state["steps"].to(self.steps)
-        self.exp_avg.view(-1)[idx] = state["exp_avg"].to(self.exp_avg)
-        if self.exp_avg_sq is not None:
-            self.exp_avg_sq.view(-1)[idx] = state["exp_avg_sq"].to(self.exp_avg_sq)
-
-    def member_values(self, t: torch.Tensor, i: int) -> torch.Tensor:
-        """Member ``i``'s elements of ``t`` (``flat``'s layout), in order."""
-        return t.reshape(-1)[self._idx(i)]
-
-    @torch.no_grad()
-    def set_member_values(self, t: torch.Tensor, i: int, values: torch.Tensor) -> None:
-        t.view(-1)[self._idx(i)] = values.to(t)
+    @staticmethod
+    def _plus(a: torch.Tensor, b: torch.Tensor, alpha: float | torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``a + alpha x b`` rounded as torch's ``add(a, b, alpha=...)`` rounds it (one fused multiply-add where the CPU
+        has FMA), for ``alpha`` one number or one per element."""
+        if isinstance(alpha, float):
+            return torch.add(a, b, alpha=alpha, out=out) if out is not None else torch.add(a, b, alpha=alpha)
+        return torch.addcmul(a, b, alpha, out=out) if out is not None else torch.addcmul(a, b, alpha)

@@ -17,7 +17,7 @@ pure function of the job records (their metrics.json), as the plots are.
   where the config is checked).
 """
 
-from initnorm.transfer.axes import RULES, SHORT, SWEPT_AXES, Rule, axis_value, rules_for, word
+from initnorm.transfer.axes import RULES, SHORT, SWEPT_AXES, Rule, axis_value, number, rules_for, word
 from initnorm.transfer.bootstrap import BOOT_SEED, LEVEL, N_BOOT, Estimate, estimate, interval, is_exact, resamples
 from initnorm.transfer.fit import HALF_WIDTH, Curve, Fit, Seeds, fit_optimum, interpolate, seed_mean
 from initnorm.transfer.records import (
@@ -53,7 +53,7 @@ from initnorm.transfer.rows import Row, penalty, shift_bound, transfer_rows, tra
 __all__ = [
     "BOOT_SEED", "HALF_WIDTH", "HEADING", "LEVEL", "N_BOOT", "PARAM_KEYS", "PENALTY_TOL", "RULES", "SHIFT_TOL", "SHORT", "SWEPT_AXES",
     "Curve", "Estimate", "Fit", "Row", "Rule", "Seeds", "axis_value", "base_values", "base_word", "cells_from_records", "estimate",
-    "exponent_lines", "fit_optimum", "interpolate", "interval", "interval_text", "is_exact", "metric_of", "penalty",
+    "exponent_lines", "fit_optimum", "interpolate", "interval", "interval_text", "is_exact", "metric_of", "number", "penalty",
     "render_csv", "render_markdown", "render_two_axes", "resamples", "row_cells", "rules_for", "seed_mean", "setting_label",
     "share_base_depth", "shift_bound", "sweep_axes", "sweep_axis", "swept_value", "transfer_rows", "transfer_table",
     "transferred", "tuned_rate", "value_text", "verdict_class", "verdicts", "word",

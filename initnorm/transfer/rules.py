@@ -117,7 +117,7 @@ def parameter_count(c: Mapping[str, Any], width: int, depth: int) -> int:
 def _count(model_json: str, data_json: str) -> int:
     import torch
 
-    from initnorm.models.build import MODELS
+    from initnorm.models.families import MODELS  # the registry alone: models.build's parameterize checks with schema, which calls resolve
     from initnorm.training.tasks import TASKS
 
     model, data_cfg = json.loads(model_json), json.loads(data_json)

@@ -89,7 +89,7 @@ def squeue_state(job: str) -> str:
 
 
 def checkpoint_step(folder: Path) -> int:
-    return int(torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"])
+    return int(torch.load(folder / "checkpoints" / "initnorm.ckpt", map_location="cpu", weights_only=True)["global_step"])
 
 
 def submitted_script(sweep: Path) -> str:
@@ -153,7 +153,7 @@ def test_scancel_checkpoints_reports_and_the_rerun_resumes(sweep):
     args = ("steps=100,3000", "checkpoint.every_n_steps=200")
     proc = start(sweep, *args)
     long = sweep / "steps=3000" / "seed=1"
-    wait_for("the long job's first checkpoint", lambda: (long / "checkpoints" / "last.ckpt").is_file())
+    wait_for("the long job's first checkpoint", lambda: (long / "checkpoints" / "initnorm.ckpt").is_file())
     subprocess.run(["scancel", slurm_ids(sweep)[1]], check=True)
     text = output(proc)
     assert proc.returncode != 0, text[-4000:]
@@ -177,7 +177,7 @@ def test_time_limit_checkpoints_requeues_and_resumes(sweep):
     # signal_delay_s + 30 s before the limit) comes while it trains; the requeued run gets 10 minutes.
     proc = start(sweep, "seed=1", "steps=8000", "checkpoint.every_n_steps=100")
     folder = sweep / "default" / "seed=1"
-    wait_for("the job's first checkpoint", lambda: (folder / "checkpoints" / "last.ckpt").is_file())
+    wait_for("the job's first checkpoint", lambda: (folder / "checkpoints" / "initnorm.ckpt").is_file())
     job = slurm_ids(sweep)[0]
     subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True)
     wait_for("the job to be requeued", lambda: "REQUEUED" in states(job, history=True) or proc.poll() is not None)
@@ -195,7 +195,7 @@ def test_sigterm_at_the_time_limit_without_usr2_is_recorded_as_timeout(sweep):
     args = ("steps=100,1000000", "checkpoint.every_n_steps=200", "hydra.launcher.signal_delay_s=0")
     proc = start(sweep, *args)
     long = sweep / "steps=1000000" / "seed=1"
-    wait_for("the long job's first checkpoint", lambda: (long / "checkpoints" / "last.ckpt").is_file())
+    wait_for("the long job's first checkpoint", lambda: (long / "checkpoints" / "initnorm.ckpt").is_file())
     job = slurm_ids(sweep)[1]
     subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True)
     text = output(proc)

@@ -1,9 +1,12 @@
 """The coordinate check (deck §7d; Yang et al. 2022, "Tensor Programs V", §D.1), in one place:
 
+- ``record.py``: what it measures (the probe points, the fixed inputs, each point's RMS change from step 0)
+  and its flat records, apart from Lightning;
 - ``callback.py``: ``CoordCheck``, the callback that records it while a job (or every member of a
-  stacked group at once) trains: each probe point's RMS change from step 0 -> events and ``coord.csv``;
-- ``analysis.py``: many jobs' ``coord.csv`` set side by side over width (or depth), and the verdict,
-  read from each parameterisation's declared kind;
+  stacked group at once) trains -> events and ``coord.csv``;
+- ``check.py``: ``coord_check``, the whole check on a model of one's own in a plain loop (``initnorm.coord_check``);
+- ``analysis.py``: many jobs' records set side by side over width (or depth), and the verdict,
+  read from each parameterisation's declared kind (``judge``, for the command and the library alike);
 - ``figure.py``: its picture.
 
 The command that trains and judges a whole check is ``python -m initnorm.coord_check``
@@ -16,12 +19,15 @@ from initnorm.instruments.coord.analysis import (
     COORD_FILE,
     FIELDS,
     KEY_LAYERS,
+    STAT,
+    CoordReport,
     block_update,
     combined_csv,
     coord_axis,
     curves,
     depth_verdict,
     display_name,
+    judge,
     kind,
     ordered,
     panels,
@@ -34,6 +40,15 @@ from initnorm.instruments.coord.analysis import (
 from initnorm.instruments.coord.figure import (
     coord_check_png,
 )
+from initnorm.instruments.coord.record import (
+    delta_records,
+    fixed_windows,
+    member_records,
+    member_rms,
+    resumed_error,
+    to_csv,
+    watched_points,
+)
 
 __all__ = [
     "BLOCK_UPDATE",
@@ -42,16 +57,20 @@ __all__ = [
     "KEY_LAYERS",
     "STAT",
     "CoordCheck",
+    "CoordReport",
     "block_update",
     "combined_csv",
     "coord_axis",
+    "coord_check",
     "coord_check_png",
     "curves",
     "delta_records",
     "depth_verdict",
     "display_name",
     "fixed_windows",
+    "judge",
     "kind",
+    "member_records",
     "member_rms",
     "ordered",
     "panels",
@@ -65,6 +84,5 @@ __all__ = [
     "watched_points",
 ]
 
-# The callback's names are looked up when first used (instruments.lazy): it imports Lightning.
-_CALLBACK = ("STAT", "CoordCheck", "delta_records", "fixed_windows", "member_rms", "resumed_error", "to_csv", "watched_points")
-__getattr__ = lazy(__name__, "initnorm.instruments.coord.callback", _CALLBACK)
+# Looked up when first used (instruments.lazy): the callback imports Lightning, the library's check the model builder.
+__getattr__ = lazy(__name__, {"CoordCheck": "initnorm.instruments.coord.callback", "coord_check": "initnorm.instruments.coord.check"})

@@ -24,17 +24,23 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.figure import coord_check_png
 from initnorm.nn.param import KINDS, PARAMS, stable_across
 from initnorm.results import write_atomic
+from initnorm.safe_files import NotAFile, read_bounded
 
+log = logging.getLogger(__name__)
 COORD_FILE = "coord.csv"  # what CoordCheck (callback.py) writes into each job folder, one row per step x probe point
 FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
+STAT = "coord_delta_rms"  # the one statistic the check records: each probe point's RMS change from step 0
 
+MAX_COORD_BYTES = 256 * 2**20  # a job's coord.csv: one row per step x probe point (a few MB for the largest checks)
 BLOCK_UPDATE = "blocks/update_x_depth"
 KEY_LAYERS = ("logits/output", "stream/last", BLOCK_UPDATE)
 
@@ -55,9 +61,14 @@ def read_rows(folder: Path) -> list[dict]:
     for path in sorted(Path(folder).rglob(COORD_FILE)):
         if path.parent == Path(folder):
             continue
-        with path.open(newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]), "step": int(r["step"]), "value": float(r["value"])})
+        try:  # a file of the job folder: a FIFO or a link there is not read (initnorm/safe_files.py)
+            text = read_bounded(path, MAX_COORD_BYTES).decode("utf-8")
+        except (NotAFile, UnicodeDecodeError) as exc:
+            log.warning("ignored %s: %s, not a coord.csv initnorm wrote", path, exc if isinstance(exc, NotAFile) else "not UTF-8")
+            continue
+        for r in csv.DictReader(io.StringIO(text, newline="")):
+            rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]) if r["depth"] else None, "step": int(r["step"]),
+                         "statistic": STAT, "value": float(r["value"])})
     if not rows:
         raise ConfigError(f"no {COORD_FILE} below {folder}; run `python -m initnorm.coord_check` or a multirun with experiment=coord_check "
                           "first")
@@ -200,22 +211,60 @@ UNIT_FILE = "unit_scale.txt"
 
 def unit_lines(folder: Path) -> str:
     """One line per job below ``folder`` that ran the unit-scale check (``-- +callbacks.unit._target_=...``): its verdict."""
-    found = sorted(folder.rglob(UNIT_FILE))
-    return "".join(f"unit scale, {f.parent.relative_to(folder)}: {f.read_text().splitlines()[0]}\n" for f in found)
+    out = []
+    for f in sorted(folder.rglob(UNIT_FILE)):
+        try:
+            first = (read_bounded(f, MAX_COORD_BYTES).decode("utf-8").splitlines() or ["(empty)"])[0]
+        except (NotAFile, UnicodeDecodeError) as exc:
+            first = f"not read ({exc if isinstance(exc, NotAFile) else 'not UTF-8'})"
+        out.append(f"unit scale, {f.parent.relative_to(folder)}: {first}\n")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class CoordReport:
+    """A coordinate check judged: its flat ``records`` (one dict per width, depth, param, seed, step, layer and role:
+    ``value`` is the RMS change from step 0, ``statistic`` names it), the ``axis`` they vary, the verdict (``ok``)
+    and ``text`` (the table at the last step and the verdict's line). ``png()`` draws its figure; ``save(folder)``
+    writes ``coord.csv``, ``verdict.txt`` and ``coord.png``, the files ``initnorm-coord-check`` leaves."""
+
+    records: list[dict]
+    axis: str
+    ok: bool
+    text: str
+    bound: float = 1.5
+
+    def png(self) -> bytes:
+        """The figure in the style of microsoft/mup's coordinate-check plots (``figure.py``)."""
+        names = {r["param"]: display_name(r["param"]) for r in self.records}
+        return coord_check_png(panels(self.records, self.axis), self.axis, names, KEY_LAYERS)
+
+    def save(self, folder: str | Path, text: str | None = None) -> None:
+        """``coord.csv`` (every record), ``verdict.txt`` (``text``, default this report's) and ``coord.png`` in ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / COORD_FILE, combined_csv(self.records))
+        write_atomic(folder / "verdict.txt", self.text if text is None else text)
+        write_atomic(folder / "coord.png", self.png())
+
+
+def judge(records: list[dict], bound: float = 1.5) -> CoordReport:
+    """The verdict on a coordinate check's records, wherever they were measured (the jobs of initnorm-coord-check, read
+    back from their ``coord.csv``, or ``initnorm.coord_check``'s plain loop): each layer's change against the axis the
+    records vary, at their last step, judged by each parameterisation's declared kind (``verdict``)."""
+    axis = coord_axis(records)
+    step = max(r["step"] for r in records)
+    data = curves(records, axis, step)
+    ok, line = verdict(data, axis, bound)
+    return CoordReport(records, axis, ok, table(data, axis, step) + "\n" + line + "\n", bound)
 
 
 def summarize(folder: Path, bound: float = 1.5) -> tuple[bool, str]:
-    """Read every job's ``coord.csv`` below ``folder``; write the combined CSV, PNG and ``verdict.txt``
+    """Read every job's ``coord.csv`` below ``folder``, ``judge`` them and write the combined CSV, PNG and ``verdict.txt``
     (with the unit-scale check's verdict of each job that ran it, which does not change the exit status)."""
-    rows = read_rows(folder)
-    axis = coord_axis(rows)
-    step = max(r["step"] for r in rows)
-    data = curves(rows, axis, step)
-    ok, line = verdict(data, axis, bound)
-    text = table(data, axis, step) + "\n" + line + "\n" + unit_lines(folder)
-    write_atomic(folder / COORD_FILE, combined_csv(rows))
-    write_atomic(folder / "verdict.txt", text)
-    write_atomic(folder / "coord.png", coord_check_png(panels(rows, axis), axis, {p: display_name(p) for p in data}, KEY_LAYERS))
-    return ok, text
+    report = judge(read_rows(folder), bound)
+    text = report.text + unit_lines(folder)
+    report.save(folder, text)
+    return report.ok, text
 
 

@@ -3,45 +3,40 @@
 Before the first step the callback runs a fixed set of windows (the first ``windows`` of the
 validation set) through the model and keeps every probe point's activation (``probe_points``,
 see ``instruments/stats/callback.py``); after each of the first ``steps`` optimiser steps it runs the same
-windows again and records the RMS of the change, ``rms(a_t - a_0)``, per point. Under µP these
-changes are the same at every width; under SP they grow with it.
+windows again and records the RMS change, ``rms(a_t - a_0)``, per point (``record.py``, which
+``initnorm.coord_check`` measures with too). Under µP these changes are the same at every width; under SP
+they grow with it.
 
 Records are flat, ``(step, layer, role, "coord_delta_rms", value)``, written to TensorBoard and,
 at the end of the fit, to ``coord.csv`` in the job folder with the run's width, depth and
 parameterisation, so ``initnorm.coord_check`` can put many jobs side by side. Every member of a
 stacked group is measured at once, on its own windows, through the module's member view
-(``callbacks/members.py``), and gets its own records and ``coord.csv``.
+(``callbacks/members.py``), and gets its own records and ``coord.csv``. Any LightningModule with a
+``.model`` (or that is the model) gets it: ``from initnorm.callbacks import CoordCheck``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
 import lightning as L
 import torch
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Points, Record, probe_points, write_members
-from initnorm.errors import ConfigError, bad_value
-from initnorm.instruments.coord.analysis import COORD_FILE, FIELDS
+from initnorm.callbacks.probes import Record, flush, write_members
+from initnorm.errors import bad_value
+from initnorm.instruments.coord.analysis import COORD_FILE
+from initnorm.instruments.coord.record import clone, fixed_windows, member_records, resumed_error, to_csv, watched_points
 from initnorm.results import write_atomic
-
-STAT = "coord_delta_rms"
-
-
-def _clone(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone()
-
-
-def member_rms(t: torch.Tensor) -> torch.Tensor:
-    """The RMS of each member's slice of ``t`` [E, ...] ([E])."""
-    return t.detach().float().pow(2).reshape(t.shape[0], -1).mean(1).sqrt()
 
 
 class CoordCheck(L.Callback):
-    """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps."""
+    """RMS change of every probe point from step 0, after each of the first ``steps`` optimiser steps.
+
+    steps: the optimiser steps recorded (1 to ``steps``); windows: how many of the data module's first validation
+    inputs are run at every step (the same ones each time). width, depth, param, seed: written beside each row of
+    ``coord.csv`` (in the trainer's ``default_root_dir``), so ``initnorm-coord-check --from`` can set runs side by side;
+    initnorm's own jobs take them from their config. Records: ``coord_delta_rms/<layer>/<role>``."""
 
     def __init__(self, steps: int = 10, windows: int = 16, width: int | None = None, depth: int | None = None,
                  param: str | None = None, seed: int | None = None):
@@ -53,6 +48,7 @@ class CoordCheck(L.Callback):
         self.meta = {"width": width, "depth": depth, "param": param, "seed": seed}
         self.records: list[list[Record]] = []  # per member
         self._last = 0
+        self._sinks: list[list] = []
 
     def _metas(self, view) -> list[dict]:
         """Each member's (width, depth, param, seed) for coord.csv: its own config's ``callbacks.coord``, else this callback's."""
@@ -68,7 +64,7 @@ class CoordCheck(L.Callback):
         self._view = view = members_of(pl_module, trainer)
         self.points, self.last_stream = watched_points(view.model)
         self.inputs = torch.stack([fixed_windows(d, self.n_windows) for d in view.datamodules()]).to(pl_module.device)
-        self.reference = view.forward(self.inputs, self.points, _clone)
+        self.reference = view.forward(self.inputs, self.points, clone)
         self.records, self._last = [[] for _ in range(view.E)], 0
         self._sinks = view.writers()
 
@@ -78,64 +74,15 @@ class CoordCheck(L.Callback):
             return
         self._last = step
         view = self._view
-        now = view.forward(self.inputs, self.points, _clone)
-        names = list(self.points)
-        values = torch.stack([member_rms(now[n] - self.reference[n]) for n in names], 1).tolist()  # [E][points]
         active = view.active()
-        records = [delta_records(step, names, member, self.last_stream) if alive else [] for member, alive in zip(values, active)]
+        records = member_records(step, list(self.points), view.forward(self.inputs, self.points, clone), self.reference,
+                                 self.last_stream, active)
         for mine, recs in zip(self.records, records):
             mine += recs
         write_members(records, self._sinks, active)
 
     def on_fit_end(self, trainer, pl_module):
+        flush(self._sinks)
         view = self._view
         for folder, records, meta in zip(view.folders, self.records, self._metas(view)):
             write_atomic(Path(folder) / COORD_FILE, to_csv(records, meta))
-
-
-def resumed_error(step: int, folder) -> ConfigError:
-    return ConfigError(f"the coordinate check measures from step 0, but this job resumes at step {step}; delete {folder} and run it again")
-
-
-def watched_points(model) -> tuple[Points, str | None]:
-    """The probe points the check watches, and the last residual stream's name (None: no stream)."""
-    points = probe_points(model)
-    if not points:
-        raise ConfigError(f"{type(model).__name__} has no probe_points(), so the coordinate check has nothing to watch; add the method "
-                          "(see initnorm/instruments/stats/callback.py)")
-    # a block's input is the previous block's output: keep only the first (the embedded input)
-    first_in = next((k for k in points if k.endswith("/stream_in")), None)
-    watched = {k: v for k, v in points.items() if not k.endswith("/stream_in") or k == first_in}
-    last = [k for k in points if k.endswith("/stream_out")][-1:]
-    return watched, (last[0] if last else None)
-
-
-def fixed_windows(datamodule, n: int) -> torch.Tensor:
-    """The first ``n`` inputs of the data module's validation set: what the check runs at every step (a
-    LightningDataModule may return one loader or a list of them, as the classification tasks do)."""
-    if datamodule is None:
-        raise ConfigError("the coordinate check reads its fixed windows from the data module's validation set; train with a "
-                          "LightningDataModule")
-    loaders = datamodule.val_dataloader()
-    if isinstance(loaders, (list, tuple)):  # several evaluation sets (the MLP families' data): the one named "val"
-        names = list(getattr(datamodule, "eval_names", ()))
-        loaders = loaders[names.index("val") if "val" in names else 0]
-    return next(iter(loaders))[0][:n]
-
-
-def delta_records(step: int, names: list[str], values: list[float], last_stream: str | None) -> list[Record]:
-    """One record per watched point, and the last residual stream once more under one name at every depth."""
-    records = [Record(step, *n.split("/", 1), STAT, v) for n, v in zip(names, values)]
-    if last_stream:
-        records.append(Record(step, "stream", "last", STAT, values[names.index(last_stream)]))
-    return records
-
-
-def to_csv(records: list[Record], meta: dict) -> str:
-    """Long form: one row per (step, layer, role), with the run's width, depth, param and seed."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(FIELDS)
-    for r in records:
-        w.writerow([meta["width"], meta["depth"], meta["param"], meta["seed"], r.step, r.layer, r.role, repr(r.value)])
-    return out.getvalue()

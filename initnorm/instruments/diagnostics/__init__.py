@@ -49,4 +49,4 @@ _CALLBACK = (
     "COLD_STEPS", "POWER_STEPS", "Diagnostics", "SpectralTracker", "eps_below", "eps_fraction",
     "fans", "member_eps_records", "member_lr_records", "top_singular", "top_singulars",
 )
-__getattr__ = lazy(__name__, "initnorm.instruments.diagnostics.callback", _CALLBACK)
+__getattr__ = lazy(__name__, dict.fromkeys(_CALLBACK, "initnorm.instruments.diagnostics.callback"))

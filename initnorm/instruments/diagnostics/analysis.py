@@ -11,13 +11,17 @@ learning rate compared at is, per setting, the base size's optimal rate from the
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from initnorm import transfer
-from initnorm.results import read_metrics
+from initnorm.results import read_metrics, recorded
+from initnorm.safe_files import planted
+
+log = logging.getLogger(__name__)
 
 STATS = ("eff_lr", "eps_frac", "sigma_w", "sigma_dw", "update_ratio", "act_rms", "grad_rms")
 FACTOR = 2.0
@@ -30,6 +34,11 @@ def read_events(job_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
     out: dict[str, list[tuple[int, float]]] = {}
     for folder in sorted({p.parent for p in Path(job_dir).rglob("events.out.tfevents.*")}):
+        # TensorBoard's reader opens every *tfevents* file of the folder: one that is a FIFO would hang it, a link be
+        # followed (initnorm/safe_files.py), so such a folder is not read.
+        if odd := [(p.name, what) for p in folder.iterdir() if "tfevents" in p.name and (what := planted(p)) is not None]:
+            log.warning("ignored the events in %s: %s is %s, not an event file", folder, *odd[0])
+            continue
         acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
@@ -65,13 +74,13 @@ def job_table(folder: Path, stats: tuple[str, ...] = STATS) -> tuple[str | None,
     settings = {s for s in cells}
     per: dict[tuple, dict[str, list[float]]] = {}
     for r in records:
-        ov = r.get("overrides", {})
-        if "lr" not in ov or axis not in ov:
+        swept = r.get("swept") or r.get("overrides", {})
+        if "lr" not in swept or axis not in swept:
             continue
         setting = next((s for s in settings if all(transfer.swept_value(r, k) == v for k, v in s)), None)
         if setting is None:
             continue
-        key = (setting, int(ov[axis]), math.log2(float(ov["lr"])))
+        key = (setting, int(recorded(r, axis)), math.log2(float(recorded(r, "lr"))))  # as the job ran, not its override's text
         for tag, points in read_events(Path(folder) / r["_dir"]).items():
             if tag.split("/")[0] in stats:
                 per.setdefault(key, {}).setdefault(tag, []).append(summary_value(points))

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Record, grouped, parameter_role, write_members
+from initnorm.callbacks.probes import Record, flush, grouped, parameter_role, write_members
 from initnorm.errors import bad_value
 
 POWER_STEPS = 20  # per call, after a warm start; a cold start runs COLD_STEPS
@@ -194,7 +194,13 @@ def member_eps_records(model: nn.Module, adam: dict[str, tuple], step: int, E: i
 class Diagnostics(L.Callback):
     """Effective lr, Adam's eps fraction, and top singular values of W and ΔW relative to
     sqrt(fan_out/fan_in), per layer and member, every ``every_n_steps`` optimiser steps
-    (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test."""
+    (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test.
+
+    effective_lr: ``eff_lr/<layer>/<role>``, the rate each parameter's group steps it with now (the table's
+    multiplier and the schedule's factor included).
+    eps: ``eps_frac/<layer>/params``, the fraction of coordinates where sqrt(v_hat) < ε (Adam-like optimisers).
+    spectral: ``sigma_w`` and ``sigma_dw/<layer>/<role>``, the top singular value of each matrix and of its step's
+    update, over sqrt(fan_out / fan_in); power_steps: the power iteration's steps per measurement, warm-started."""
 
     def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True,
                  power_steps: int = POWER_STEPS):
@@ -244,3 +250,6 @@ class Diagnostics(L.Callback):
                 member += recs
         write_members(records, self._sinks, view.active())
         self._step, self._before = None, None
+
+    def on_fit_end(self, trainer, pl_module):
+        flush(self._sinks)

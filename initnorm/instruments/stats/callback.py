@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Points, Record, grouped, parameter_role, probe_points, rms, write_members
+from initnorm.callbacks.probes import Points, Record, flush, grouped, parameter_role, probe_points, rms, write_members
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,13 @@ def member_update_records(model: nn.Module, before: dict[str, torch.Tensor], aft
 class LayerStats(L.Callback):
     """Activation RMS at the model's probe points, gradient RMS/norm per layer (after unscaling,
     before clipping: Lightning calls ``on_before_optimizer_step`` there) and ‖ΔW‖/‖W‖ per layer,
-    every ``every_n_steps`` optimiser steps (``callbacks.stats.every_n_steps``), for every member."""
+    every ``every_n_steps`` optimiser steps (``callbacks.stats.every_n_steps``), for every member.
+
+    every_n_steps: the optimiser steps measured (0, n, 2n, ...); every other step costs one integer test.
+    activations: ``act_rms/<layer>/<role>`` at the model's ``probe_points()`` (none: a warning, the rest still runs).
+    gradients: ``grad_norm`` and ``grad_rms/<layer>/params`` over each layer's parameters.
+    updates: ``update_ratio/<layer>/weights``, ‖ΔW‖/‖W‖ of the step over each layer's matrices.
+    per_param: also ``grad_norm`` and ``grad_rms`` of every parameter (``<layer>/<its name in the layer>``)."""
 
     def __init__(self, every_n_steps: int = 50, activations: bool = True, gradients: bool = True,
                  updates: bool = True, per_param: bool = False):
@@ -144,6 +150,9 @@ class LayerStats(L.Callback):
             self._before = None
         write_members(records, self._sinks, view.active())
         self._seen, self._step = {}, None
+
+    def on_fit_end(self, trainer, pl_module):
+        flush(self._sinks)
 
     def on_exception(self, trainer, pl_module, exception):
         self._close_capture()

@@ -29,10 +29,10 @@ import lightning as L
 import torch
 
 from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Record, capture, parameter_layer, parameter_role, probe_points, write_members
+from initnorm.callbacks.probes import Record, parameter_layer, parameter_role, probe_points, write_members
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.analysis import UNIT_FILE
-from initnorm.instruments.coord.callback import fixed_windows, member_rms, resumed_error
+from initnorm.instruments.coord.record import fixed_windows, member_rms, resumed_error
 from initnorm.results import write_atomic
 
 ACT, OUT_GRAD, GRAD = "unit_act_rms", "unit_out_grad_rms", "unit_grad_rms"
@@ -98,8 +98,8 @@ class UnitScale(L.Callback):
             return
         view, active, per_member = self._view, self._view.active(), []
         for e in range(view.E):
-            with torch.random.fork_rng(devices=[]), torch.enable_grad(), capture(self.points, lambda t: t) as seen:
-                loss = view.member_loss(e, batch) if active[e] else None
+            with torch.random.fork_rng(devices=[]), torch.enable_grad():
+                loss, seen = view.member_loss(e, batch, self.points, lambda t: t) if active[e] else (None, {})
             names = [n for n in self.points if n in seen and seen[n].requires_grad]
             grads = torch.autograd.grad(loss, [seen[n] for n in names], allow_unused=True) if loss is not None else []
             per_member.append([Record(step, *n.split("/", 1), OUT_GRAD, g.detach().float().pow(2).mean().sqrt().item())

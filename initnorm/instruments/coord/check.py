@@ -1,0 +1,135 @@
+"""``initnorm.coord_check``: the µP coordinate check (deck §7d; Yang et al. 2022, "Tensor Programs V", §D.1) on a
+model of one's own, in a plain loop::
+
+    report = initnorm.coord_check(GPT, batches, loss_fn, widths=[64, 128, 256, 512], base_width=64,
+                                  width_arg="n_embd", vocab_size=65, n_layer=2, n_head=2)
+    print(report.text); report.save("coord")      # coord.csv, verdict.txt, coord.png
+
+For every (parameterisation, depth, width) the model is built by ``initnorm.parameterize`` from the same seed,
+trained ``steps`` optimiser steps at a constant ``lr`` on the same first ``steps`` batches, and after each step
+its probe points' outputs on fixed inputs are compared with step 0's: the RMS change per point
+(``record.py``, what the ``CoordCheck`` callback measures in initnorm-train's jobs). The records are then judged
+by ``analysis.judge``, the function ``initnorm-coord-check`` judges its jobs' ``coord.csv`` with: the same
+table, verdict and figure. The defaults are the command's (``WIDTHS``, ``PARAMS``, ``STEPS``, ``LR``, ``SEED``,
+``BOUND``: cli/coord_check.py reads them from here) and its jobs' optimiser (conf/optim/adamw.yaml), so the
+same model, batches and inputs give initnorm-coord-check's numbers (tests/test_coord_check_library.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from initnorm.callbacks.probes import Record, eval_forward
+from initnorm.errors import ConfigError
+from initnorm.instruments.coord.analysis import CoordReport, judge
+from initnorm.instruments.coord.record import clone, member_records, watched_points
+from initnorm.models.parameterize import parameterize
+from initnorm.training.optim import OPTIMIZERS
+
+__all__ = ["BOUND", "LR", "PARAMS", "SEED", "STEPS", "WIDTHS", "WINDOWS", "coord_check"]
+
+WIDTHS = (16, 32, 64, 128, 256)
+PARAMS = ("sp", "mup")
+STEPS = 10
+LR = 0.01  # constant: the deck's "learning rate 0.01", no decay within the steps
+SEED = 1
+WINDOWS = 16  # fixed inputs measured at every step
+BOUND = 1.5  # the largest max/min across widths that counts as flat
+
+
+def coord_check(
+    model: Callable[..., nn.Module] | str,
+    batches: Iterable[Any],
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    *,
+    widths: Sequence[int] = WIDTHS,
+    params: Sequence[str | Callable] = PARAMS,
+    depths: Sequence[int] | None = None,
+    steps: int = STEPS,
+    lr: float = LR,
+    seed: int = SEED,
+    inputs: torch.Tensor | None = None,
+    windows: int = WINDOWS,
+    bound: float = BOUND,
+    optimizer: str = "adamw",
+    weight_decay: float = 0.01,
+    mode: str = "scaled",
+    eps: float = 1e-8,
+    betas: tuple[float, float] = (0.9, 0.999),
+    momentum: float = 0.9,
+    device: str | torch.device = "cpu",
+    **model_kw: Any,
+) -> CoordReport:
+    """The coordinate check of ``model`` over ``widths`` (or ``depths`` at one width) and ``params``.
+
+    ``model`` and ``model_kw`` are ``initnorm.parameterize``'s (a constructor with ``base_width=``, ``width_arg=``
+    and its own arguments, or a family's name; ``depth=``, one depth, or ``depths=[...]`` at one width: the check
+    across depth); ``batches``: the training batches, of which the first ``steps`` are
+    taken once and given to every job; ``loss_fn(model, batch)``: the scalar loss of a batch (``model`` returns
+    what its forward returns); ``inputs``: the fixed inputs measured at every step (default: the first batch's
+    inputs, its first element or its ``input_ids``, cut to ``windows``). The optimiser is ``optimizer`` over
+    ``Parameterized.param_groups(lr, weight_decay, eps, mode)``, with ``betas`` (Adam) or ``momentum`` (SGD), at a
+    constant rate. Returns the ``CoordReport``: ``records`` (width, depth, param, seed, step, layer, role,
+    statistic, value), ``ok``, ``text`` (table and verdict), ``png()`` and ``save(folder)``."""
+    if "width" in model_kw or (depths is not None and "depth" in model_kw):
+        raise TypeError("coord_check takes widths=[...] and depths=[...] (or one depth=), not width=")
+    depths = [model_kw.pop("depth", None)] if depths is None else list(depths)
+    taken = list(itertools.islice(iter(batches), steps))
+    if len(taken) < steps:
+        raise ConfigError(f"batches gave {len(taken)} batches, and the coordinate check takes {steps} steps; give at least {steps} "
+                          f"batches or fix it with `steps={max(1, len(taken))}`")
+    taken = [_to(b, device) for b in taken]
+    fixed = (_inputs_of(taken[0]) if inputs is None else inputs)[:windows].to(device)
+    records: list[dict] = []
+    for param, depth, width in itertools.product(params, depths, widths):
+        torch.manual_seed(seed)
+        p = parameterize(model, width=width, depth=depth, param=param, optimizer=optimizer, **model_kw)
+        net = p.model.to(device)
+        opt = OPTIMIZERS.get(optimizer)(p.param_groups(lr, weight_decay=weight_decay, eps=eps, mode=mode), lr=lr, betas=betas,
+                                        eps=eps, weight_decay=weight_decay, momentum=momentum)
+        label = param if isinstance(param, str) else f"{param.__module__}:{param.__qualname__}"  # the verdict reads its kind
+        meta = {"width": width, "depth": depth, "param": label, "seed": seed}
+        records += [{**meta, "step": r.step, "layer": r.layer, "role": r.role, "statistic": r.stat, "value": r.value}
+                    for r in _trained(net, opt, taken, loss_fn, fixed)]
+    return judge(records, bound)
+
+
+def _trained(net: nn.Module, opt: torch.optim.Optimizer, batches: list, loss_fn: Callable, inputs: torch.Tensor) -> list[Record]:
+    """One job: a step on each batch, and after each step every watched point's RMS change from step 0 on ``inputs``."""
+    points, last = watched_points(net)
+    measure = lambda: eval_forward(net, inputs, points, lambda t: clone(t).unsqueeze(0))  # [1, ...]: one member
+    reference, names, out = measure(), list(points), []
+    for step, batch in enumerate(batches, 1):
+        loss = loss_fn(net, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out += member_records(step, names, measure(), reference, last, [True])[0]
+    return out
+
+
+def _inputs_of(batch: Any) -> torch.Tensor:
+    """A batch's inputs: a tensor itself, a tuple's first element (``(x, y)``), a mapping's ``input_ids`` (Hugging Face)."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor):
+        return batch[0]
+    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+        return batch["input_ids"]
+    raise TypeError(f"cannot tell the inputs of a {type(batch).__name__} batch; pass inputs=<the fixed inputs to measure>")
+
+
+def _to(batch: Any, device: str | torch.device) -> Any:
+    """The batch's tensors on ``device`` (in tuples, lists and mappings)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(b, device) for b in batch)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: _to(v, device) for k, v in batch.items()})
+    return batch

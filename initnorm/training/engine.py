@@ -1,0 +1,298 @@
+"""The one LightningModule: E >= 1 jobs trained as one, a job alone being a group of one (STYLE.md 14).
+
+``Engine`` holds its members over one flat parameter tensor (``training/stack.py``): each member is
+the family's or the user's own module, ``engine.members[e]``, whose parameters view their rows of
+it. One step, one validation, one optimiser (``vec_optim.VecOptimizer``, with each member's
+per-role rates, decays and ε from its parameterisation's table), one divergence stop and one set
+of records serve every E, under Lightning's ``Trainer`` with the config's callbacks.
+
+A family's LightningModule is a small subclass that gives only what is the family's own:
+
+- ``loss(model, batch, reduction)``: the training loss of ``model`` (a callable: one member) on ``batch``;
+- ``evaluate(model, batch)``: the summed metrics of an evaluation batch (default: the summed loss);
+  each becomes ``<Metric>/<set>`` in TensorBoard (``Loss/validation``, ``Accuracy/train sample``);
+- ``extra_metrics(c, history)``: its own numbers for the record, from a member's ``History``.
+
+Per member: divergence (a NaN/inf loss is recorded at its step, the member frozen, the others go on;
+when none is left the fit stops), the train loss and learning rate in its own events every
+``log_every`` steps, every validation, every training loss. ``member_view()`` is what the
+instruments read (``callbacks/members.py``, ``training/view.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+from initnorm import tb
+from initnorm.errors import ConfigError
+from initnorm.training.checkpoints import resume_loop_at
+from initnorm.training.compiling import hooked
+from initnorm.training.divergence import Divergence
+from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
+from initnorm.training.stack import Stack
+from initnorm.training.validation import at_start, missing_at, validate_now
+from initnorm.training.vec_optim import VecOptimizer
+
+
+@dataclass
+class History:
+    """What a member's run leaves for its record: every training loss, every evaluation, the validation curve."""
+
+    train_losses: list[float] = field(default_factory=list)
+    evals: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # set -> [(step, {metric: value})]
+    val: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
+    diverged_step: int | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {"train_losses": list(self.train_losses), "evals": {k: [(s, dict(m)) for s, m in v] for k, v in self.evals.items()},
+                "val": [tuple(v) for v in self.val], "diverged_step": self.diverged_step}
+
+    @classmethod
+    def of(cls, s: Mapping[str, Any]) -> History:
+        return cls([float(x) for x in s["train_losses"]], {k: [(int(st), dict(m)) for st, m in v] for k, v in s["evals"].items()},
+                   [(int(st), float(x)) for st, x in s["val"]], s["diverged_step"])
+
+
+@dataclass
+class BuiltMember:
+    """One member as its job builds it: its resolved config, data module, model (roles applied), roles and table."""
+
+    config: Mapping[str, Any]
+    data: L.LightningDataModule
+    model: nn.Module
+    roles: Mapping[str, Any]
+    table: Any
+    folder: Path
+    log: logging.Logger
+
+
+class EngineOptimizer(torch.optim.Optimizer):
+    """The members' ``VecOptimizer`` behind torch's interface, so Lightning drives it and calls its hooks as any
+    optimiser's. ``param_groups``: every member's groups (``member``: whose), each ``lr`` the rate its step takes now."""
+
+    def __init__(self, engine: Engine, groups: Sequence[Sequence[dict]]):
+        flat_groups = [{**g, "member": e, "initial_lr": g["lr"]} for e, member in enumerate(groups) for g in member]
+        super().__init__(flat_groups, {"lr": 0.0})
+        self.engine = engine
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None):
+        if closure is not None:
+            with torch.enable_grad():
+                closure()  # Lightning's hooks before the step (on_before_optimizer_step) run here
+        self.engine.take_step()
+
+
+class Engine(L.LightningModule):
+    """E >= 1 members trained as one; see the module docstring. Families subclass it with ``loss`` (and may add
+    ``evaluate``, ``extra_metrics``)."""
+
+    def __init__(self, built: Sequence[BuiltMember], device: str | torch.device = "cpu", compiled: bool = False):
+        super().__init__()
+        self.automatic_optimization = False  # the step is taken in training_step: Lightning's closure and hooks cost several %
+        device = torch.device(device)
+        self.configs = [b.config for b in built]
+        self.datas, self.folders, self.logs = [b.data for b in built], [b.folder for b in built], [b.log for b in built]
+        self.roles, self.tables = [b.roles for b in built], [b.table for b in built]
+        self.stack = Stack([b.model for b in built], device)
+        self.members = nn.ModuleList(self.stack.members)  # member e: its family's (or the user's) own module
+        self.E, self.N = self.stack.E, self.stack.N
+        c0 = self.configs[0]
+        self.steps, self.log_every = int(c0["steps"]), int(c0["log_every"])  # the same for every member (training/group.py)
+        groups = [optimiser_groups(m, r, t, c["lr"], c["optim"]) for m, r, t, c in zip(self.members, self.roles, self.tables, self.configs)]
+        where = [{id(p): self.stack.positions(e)[n] for n, p in m.named_parameters()} for e, m in enumerate(self.members)]
+        self.optimizer = EngineOptimizer(self, groups)
+        self.vec = VecOptimizer.from_groups(c0["optim"]["name"], self.stack.flat, groups, where,
+                                            [c["optim"].get("betas", (0.9, 0.999)) for c in self.configs],
+                                            [c["optim"].get("momentum", 0.0) for c in self.configs])
+        self.divergence = Divergence(self.E)
+        self.history = [History() for _ in range(self.E)]
+        self.writers: list[list] = [[] for _ in range(self.E)]  # each member's tracker writers (training/trackers.py), set by fit
+        self.resumed = 0
+        self.compiled = compiled
+        self._fast = torch.compile(lambda xs, ys: self.stack.losses(self.loss, xs, ys)[0]) if compiled else None
+        self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
+        self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with
+        self._sums: list[dict[str, torch.Tensor]] = []
+        self._counts: list[int] = []
+
+    # ------------------------------------------------------------------ what a family gives
+
+    def loss(self, model: Callable, batch, reduction: str = "mean") -> torch.Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, model: Callable, batch) -> dict[str, torch.Tensor]:
+        """The summed metrics of one evaluation batch; each is divided by the number of targets (``y.numel()``)."""
+        return {"loss": self.loss(model, batch, "sum")}
+
+    def extra_metrics(self, c: Mapping[str, Any], history: History) -> dict[str, Any]:
+        """A family's own numbers for a member's record (``c``: its resolved config); numbers among them also go to
+        its HPARAMS entry as ``hp/<name>``."""
+        return {}
+
+    # ------------------------------------------------------------------ the step
+
+    @property
+    def active(self) -> torch.Tensor:
+        return self.divergence.active
+
+    def factors(self, step: int) -> torch.Tensor:
+        """Each member's schedule factor at ``step`` (float64: LambdaLR's base lr x factor is taken in double)."""
+        return torch.tensor([schedule_factor(step, c["steps"], c["warmup"], c["schedule"]) for c in self.configs], dtype=torch.float64)
+
+    def configure_optimizers(self):
+        return self.optimizer
+
+    def training_step(self, batch, batch_idx):
+        xs, ys = batch
+        step = self.global_step
+        request = self._capture
+        if self._fast is not None and request is None and not any(hooked(m) for m in self.members):
+            losses, seen = self._fast(xs, ys), {}
+        else:
+            losses, seen = self.stack.losses(self.loss, xs, ys, *(request[:2] if request else ()))
+        if request:
+            request[2].update(seen)
+        values = losses.detach().cpu()
+        alive = self.active.tolist()
+        for e, v in enumerate(values.tolist()):
+            if alive[e]:
+                self.history[e].train_losses.append(v if math.isfinite(v) else math.nan)
+        for e in self.divergence.check(values, step):  # frozen at this step; the others go on
+            self.history[e].diverged_step = step
+            self.logs[e].info("diverged at step %d (loss %s)%s", step, values[e].item(), "; the other members go on" if self.E > 1 else "")
+        if self.divergence.stopped:
+            self.trainer.should_stop = True
+            return None
+        total = torch.where(self.active.to(losses.device), losses, torch.zeros((), device=losses.device)).sum()
+        self.stack.zero_grad()
+        self.manual_backward(total)
+        self._set_rates(step)
+        self.optimizers().step()
+        if step % self.log_every == 0:
+            factors = self._rates_at.tolist()
+            for e in range(self.E):
+                if self.active[e]:
+                    for w in self.writers[e]:
+                        w.add_scalar(tb.TRAIN_LOSS, values[e].item(), step)
+                        w.add_scalar(tb.LEARNING_RATE, self.configs[e]["lr"] * factors[e], step)
+            self.log("loss", values[self.active].mean().item(), prog_bar=True, logger=False)
+        return total
+
+    def _set_rates(self, step: int) -> None:
+        """Each group's rate for this step (base lr x its multiplier x its member's schedule factor), after checking at
+        the logging steps that nothing else set them: a scheduler or callback that sets one rate for every group would
+        silently undo µP (microsoft/mup's README warns of exactly this)."""
+        groups = self.optimizer.param_groups
+        if self._rates_at is not None and step % self.log_every == 0:
+            for e, c in enumerate(self.configs):
+                wrong = overwritten_rate([g for g in groups if g["member"] == e], c["lr"], float(self._rates_at[e]), step,
+                                         self.tables[e].name)
+                if wrong:
+                    raise ConfigError(wrong)
+        factors = self._rates_at = self.factors(step)
+        for g in groups:
+            g["lr"] = g["initial_lr"] * float(factors[g["member"]])
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Lightning's (before a validation, say): the gradients are zeroed in place, never dropped (``Stack.zero_grad``)."""
+        self.stack.zero_grad()
+
+    def take_step(self) -> None:
+        """The optimiser's step over every member at once (members that diverged stay as they are)."""
+        self.vec.step(self.stack.grad, self._rates_at, self.active)
+
+    # ------------------------------------------------------------------ validation
+
+    def on_fit_start(self) -> None:
+        if self.resumed:
+            resume_loop_at(self.trainer, self.resumed)  # before any callback's on_train_start reads the step
+        # The rates are set before any callback's on_train_start, so one that sets them is caught at the first step.
+        self._set_rates(self.trainer.global_step)
+
+    def on_train_start(self) -> None:
+        if at_start(self, [h.val for h in self.history]):
+            validate_now(self, self.stack.flat.device)  # every curve starts where training starts
+
+    def validate_last(self) -> None:
+        """The last step's validation where the loop's interval missed it, for the members alive."""
+        if not self.divergence.stopped and missing_at(self.global_step, [h.val for h in self.history], self.active.tolist()):
+            validate_now(self, self.stack.flat.device)
+
+    def on_validation_epoch_start(self) -> None:
+        names = self.trainer.datamodule.eval_names
+        self._sums, self._counts = [{} for _ in names], [0 for _ in names]
+
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        xs, ys = batch
+        sums = self._sums[dataloader_idx]
+        for k, v in self.stack.evaluate(self.evaluate, xs, ys).items():
+            # summed in Python doubles, batch by batch
+            sums[k] = sums.get(k, torch.zeros(self.E, dtype=torch.float64)) + torch.tensor(v.tolist(), dtype=torch.float64)
+        self._counts[dataloader_idx] += ys[0].numel()
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        step = self.global_step
+        for name, sums, count in zip(self.trainer.datamodule.eval_names, self._sums, self._counts):
+            label = tb.EVAL_LABELS.get(name, name)
+            for e in range(self.E):
+                if not self.active[e]:
+                    continue
+                metrics = {k: v[e].item() / max(1, count) for k, v in sums.items()}
+                self.history[e].evals.setdefault(name, []).append((step, metrics))
+                if name == "val":
+                    self.history[e].val.append((step, metrics["loss"]))
+                for w in self.writers[e]:
+                    for k, v in metrics.items():
+                        w.add_scalar(f"{k.capitalize()}/{label}", v, step)
+        alive = [h.val[-1][1] for h, a in zip(self.history, self.active.tolist()) if a and h.val and h.val[-1][0] == step]
+        if self.trainer.validating and alive:  # Lightning's own loop (step 0's, in a training hook, would stay in the bar)
+            self.log("val_loss", sum(alive) / len(alive), prog_bar=True, logger=False)
+
+    # ------------------------------------------------------------------ one member out and in (checkpoints)
+
+    def member_state(self, e: int) -> dict[str, Any]:
+        """Member ``e`` as its checkpoint holds it: its module's state by name, its optimiser's moments by name and step
+        count, its history, its random stream."""
+        vec = self.vec
+        moments = {k: {n: v[e].detach().cpu().clone() for n, v in self.stack.views(t).items()}
+                   for k, t in (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq)) if t is not None}
+        return {"state_dict": self.stack.state_dict(e), "optimizer": {"kind": vec.kind, "step": float(vec.steps[e]), **moments},
+                "history": self.history[e].state(),
+                "stream": self.stack.streams[e].clone() if self.stack.streams is not None else None}
+
+    @torch.no_grad()
+    def load_member_state(self, e: int, s: Mapping[str, Any]) -> None:
+        """Member ``e`` from ``member_state``'s form (``resume.read_member`` and ``resume.check_state`` checked it)."""
+        self.stack.load_state_dict(e, s["state_dict"])
+        vec, opt = self.vec, s["optimizer"]
+        vec.steps[e] = opt["step"]
+        for k, t in (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq)):
+            if t is not None:
+                for n, v in self.stack.views(t).items():
+                    v[e].copy_(opt[k][n])
+        self.history[e] = History.of(s["history"])
+        self.divergence.restore(e, self.history[e].diverged_step)
+        if s["stream"] is not None and self.stack.streams is not None:
+            self.stack.streams[e] = s["stream"].clone()
+
+    def member_view(self):
+        """What the instruments read of these members (``callbacks/members.py``)."""
+        from initnorm.training.view import EngineView
+
+        return EngineView(self)
+
+    @property
+    def final_losses(self) -> list[float]:
+        return [h.val[-1][1] if h.val else math.nan for h in self.history]
