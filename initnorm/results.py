@@ -381,7 +381,9 @@ def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
            **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)},
            **{col: (r.get("resolved") or {}).get(key, "") for col, key in RESOLVED.items()}}
-    group = r.get("group")
+    group, old = r.get("group"), r.get("vectorized")
+    if isinstance(old, dict) and not isinstance(group, dict):  # a record from before the one engine: its group was "vectorized"
+        group = {"size": old.get("group_size"), "ms_per_step": old.get("group_ms_per_step")}
     if isinstance(group, dict) and isinstance(group.get("size"), int) and group["size"] > 1:
         row.update(group_size=group["size"], group_ms_per_step=group.get("ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="",
                    wall_s="")

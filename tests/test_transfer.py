@@ -394,6 +394,18 @@ def test_a_folder_that_keeps_only_runs_csv_gives_the_same_summary(tmp_path):
     assert read_runs_csv(tmp_path)[0]["overrides"] == {"param": "sp", "width": "64", "lr": str(2**-12), "seed": "0"}
 
 
+def test_a_member_recorded_before_the_one_engine_keeps_its_group_columns_in_runs_csv():
+    # metrics.json written before issue 39 names a member's group "vectorized" (group_size, group_ms_per_step), its
+    # wall_s the group's: runs.csv must not give that time to the member (it did after the merge of the one engine).
+    from initnorm.results import render_runs_csv
+
+    rec = {"status": "finished", "seed": 1, "swept": ["lr", "seed"], "overrides": {"lr": "0.01", "seed": "1"}, "final_val_loss": 2.0,
+           "summary_metrics": ["final_val_loss"], "wall_s": 664.5, "ms_per_step": 55.4,
+           "vectorized": {"group_size": 8, "member": 0, "group_ms_per_step": 55.4}}
+    (row,) = csv.DictReader(io.StringIO(render_runs_csv([rec])))
+    assert [row[k] for k in ("group_size", "group_ms_per_step", "group_wall_s", "ms_per_step", "wall_s")] == ["8", "55.4", "664.5", "", ""]
+
+
 def test_a_single_parameterisation_sweeps_runs_csv_keeps_its_parameterisation(tmp_path):
     # `param=umup -m width=16,64 lr=...`: param is set, not swept. Its report names u-µP and its smallest width a
     # reference (no base width); the same summary rebuilt from runs.csv alone must say so too, not "all" and "base".
