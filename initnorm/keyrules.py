@@ -18,7 +18,7 @@ from initnorm.registry import Names
 class KeyRule:
     """What one key may hold. ``lo``/``hi`` are numbers or the name of another key (``warmup <= steps``)."""
 
-    kind: str  # int | number | bool | auto_bool | choice | entry | text | path | dotted | names | betas | n_jobs | any
+    kind: str  # int | number | bool | auto_bool | choice | entry | text | path | dotted | names | betas | schedule | n_jobs | any
     lo: float | str | None = None
     hi: float | str | None = None
     lo_open: bool = False  # lo itself is not allowed

@@ -7,10 +7,11 @@ MLflow export, a CSV of one's own), one row per run::
 
 A thin adapter: each row becomes the job record an initnorm sweep leaves (its overrides: the learning rate, the
 axis value and the ``by`` columns; its seed; its metric, a run whose metric is not finite counted as diverged), and
-the transfer report is initnorm's own, made by ``initnorm/transfer.py`` (``cells_from_records``, ``transfer_rows``,
+the transfer report is initnorm's own, made by ``initnorm/transfer/`` (``cells_from_records``, ``transfer_rows``,
 ``verdicts``, ``render_markdown``, ``render_csv``) and drawn by the sweep plot ``lr_transfer`` (``plots.py``): the
 optimum per axis value by a parabola in log2 lr with its bootstrap interval over seeds, the shift from the
-smallest axis value's optimum, the penalty of training at that optimum, and the verdict (docs/transfer.md).
+smallest axis value's optimum, the penalty of training at that optimum, the exponent of the optimum along the axis
+beside the rules the literature proposes for it, and the verdict (docs/transfer.md).
 """
 
 from __future__ import annotations
@@ -61,13 +62,14 @@ class TransferReport:
 def transfer_report(df: Any, *, axis: str, lr: str = "lr", metric: str = "final_val_loss", seed: str | None = "seed",
                     by: str | Sequence[str] | None = None) -> TransferReport:
     """The transfer report of ``df`` (a ``pandas.DataFrame``, or any iterable of mappings), one row per run:
-    ``axis`` names the column of the size the rate should transfer across (``width``, ``depth``), ``lr`` the peak
+    ``axis`` names the column the rate should transfer across (one of ``transfer.SWEPT_AXES``: ``width``, ``depth``,
+    ``batch_size``, ``steps``, ``optim.weight_decay``), ``lr`` the peak
     learning rate's, ``metric`` the loss's (lower is better; not finite: the run diverged), ``seed`` the seed's
     (None: one seed), ``by`` the columns that tell settings apart (default: ``param`` where the table has one; a
     column named ``param`` is read as initnorm's parameterisations, by their display names and declared kinds)."""
     rows = df.to_dict("records") if hasattr(df, "to_dict") else [dict(r) for r in df]
-    if axis not in transfer.AXES:
-        raise bad_value("axis", axis, f"one of {', '.join(transfer.AXES)} (the sizes the transfer report reads)", "axis='width'")
+    if axis not in transfer.SWEPT_AXES:
+        raise bad_value("axis", axis, f"one of {', '.join(transfer.SWEPT_AXES)} (the axes the transfer report reads)", "axis='width'")
     columns = list(dict.fromkeys(k for r in rows for k in r))
     keys = ([by] if isinstance(by, str) else list(by)) if by is not None else [k for k in ("param",) if k in columns]
     for role, column in (("axis", axis), ("lr", lr), ("metric", metric), ("seed", seed), *(("by", k) for k in keys)):
@@ -75,13 +77,13 @@ def transfer_report(df: Any, *, axis: str, lr: str = "lr", metric: str = "final_
             raise ConfigError(f"{role}={column!r}: the table has no such column (its columns: {', '.join(map(str, columns))}); fix it "
                               f"with `{role}=<the column that holds the {role if role != 'by' else 'setting'}>`")
     records = [_record(r, axis, lr, metric, seed, keys) for r in rows]
-    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric)
+    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric, rate="lr")
     sizes = {n for by_size in cells.values() for n in by_size}
     rates = {x for by_size in cells.values() for s in by_size.values() for c in s.values() for x in c}
     if len(sizes) < 2 or len(rates) < 2:
         raise ConfigError(f"the table has {len(sizes)} value(s) of {axis} and {len(rates)} learning rate(s): the transfer report needs "
                           f"runs at two or more of each")
-    out = transfer.transfer_rows(cells, found)
+    out = transfer.transfer_rows(cells, found, rate="lr")
     return TransferReport(found, metric, out, transfer.verdicts(out, "nats" if "loss" in metric else metric),
                           transfer.render_markdown(out, metric), transfer.render_csv(out), records)
 

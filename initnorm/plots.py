@@ -259,13 +259,13 @@ def train_curves(records: list[Record]) -> Plot:
 
 @PLOTS.register("lr_transfer")
 def lr_transfer(records: list[Record]) -> Plot:
-    """Chapter 003, step 4 (and any lr x width sweep): loss against learning rate per width, one
-    panel per parameterisation: the seed means (points), the fitted parabola around each optimum
-    (``initnorm.transfer``), each optimum starred with its bootstrap interval, and the base
-    (smallest) width's optimum as a vertical line. The table gives the best grid rate per (param,
-    width) from the mean over seeds, and each seed's own best (log2) as the chapter's three-seed
-    table does; ``summary.summarize`` adds the transfer table below it."""
-    return _lr_transfer(records, "width")
+    """Chapter 003, step 4 (and any sweep of a rate x an axis): loss against learning rate per width (or
+    the axis the sweep varies: batch size, steps, ...), one panel per setting: the seed means (points),
+    the fitted parabola around each optimum (``initnorm.transfer``), each optimum starred with its
+    bootstrap interval, and the base value's optimum as a vertical line. The table gives the best grid
+    rate per (setting, value) from the mean over seeds, and each seed's own best (log2) as the chapter's
+    three-seed table does; ``summary.summarize`` adds the transfer table below it."""
+    return _lr_transfer(records, transfer.sweep_axis(records) or "width")
 
 
 @PLOTS.register("lr_transfer_depth")
@@ -288,42 +288,59 @@ def panel_title(param: str, axis: str) -> str:
     return f"{PARAMS.display(param)}: {what}" if what else plain(f"param={param}")
 
 
-def lr_axis_label(param: str, axis: str, smallest: int) -> str:
+def lr_axis_label(param: str, axis: str, smallest: int, rate: str = "lr") -> str:
     """A panel's lr axis, by the parameterisation's declared kind: a baseline's rate is just the rate
     (SP), a table relative to a base size is read at that base (µP: the base width), and a table
-    with no base size (``About.absolute``: u-µP's fan-in rules) is compared from the sweep's smallest size."""
+    with no base size (``About.absolute``: u-µP's fan-in rules) is compared from the sweep's smallest size.
+    Along an axis no table scales (batch size, steps) the rate is the one the runs were given."""
     about = PARAMS.about(param, strict=False)
-    if about.kind == "neither":
+    if rate != "lr":
+        return f"{transfer.word(rate)} (the value the runs were given)"
+    if about.kind == "neither" or axis not in ("width", "depth"):
         return "peak learning rate"
     if about.absolute:
         return f"peak learning rate (no base {axis}; reference: {axis} {smallest}, the smallest)"
     return f"peak learning rate (at the base {axis})"
 
 
+def size_colours(n: int) -> list[str]:
+    """Light to dark as the axis grows: the chapter's four for up to four values, a ramp of oranges beyond."""
+    if n <= len(MUP_WIDTH_COLOURS):
+        return MUP_WIDTH_COLOURS[:n] if n > 1 else MUP_WIDTH_COLOURS[1:2]
+    from matplotlib import colormaps
+
+    ramp = colormaps["Oranges"]
+    return [ramp(0.3 + 0.7 * i / (n - 1)) for i in range(n)]
+
+
 def _lr_transfer(records: list[Record], axis: str) -> Plot:
-    metric = transfer.metric_of(records)
-    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric)
+    metric, rate = transfer.metric_of(records), transfer.tuned_rate(records) or "lr"
+    found, cells = transfer.cells_from_records(records, axis=axis, metric=metric, rate=rate)
     if found is None or not cells:  # one size (or none swept): every setting's curve at that size
         cells = {}
         for r in records:
-            if r.get("status") == "finished" and "lr" in (r.get("swept") or r.get("overrides", {})):  # an lr sweep's job
+            ov = r.get("overrides", {})
+            x = transfer.number(ov[rate] if rate in ov else recorded(r, rate))  # the rate the sweep gave, as a number ("1e-2" is 0.01)
+            if r.get("status") == "finished" and rate in (r.get("swept") or ov) and x and x > 0:  # a rate sweep's job
                 loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
                 setting = (("param", transfer.swept_value(r, "param")),)
-                size = int(recorded(r, axis) or r.get(axis, 0) or 0)  # the values the job ran with, not its override's text
+                size = transfer.axis_value(r, axis) or r.get(axis, 0) or 0  # the value the job ran with: its config's where not swept
                 curve = cells.setdefault(setting, {}).setdefault(size, {}).setdefault(r.get("seed"), {})
-                curve[math.log2(float(recorded(r, "lr")))] = loss if _finite(loss) else math.nan
-    rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis)}
+                curve[math.log2(x)] = loss if _finite(loss) else math.nan
+    rows = {(r.setting, r.size): r for r in transfer.transfer_rows(cells, axis, rate=rate, base=transfer.base_values(records, axis, rate))}
     sizes = sorted({n for by in cells.values() for n in by})
     grid = sorted({x for by in cells.values() for s in by.values() for c in s.values() for x in c})
     powers = all(abs(x - round(x)) < 1e-9 for x in grid)  # a grid of powers of two is labelled 2^k, any other as written
+    short, axis_word = transfer.SHORT.get(rate, rate), transfer.word(axis)
     fig, axes = figure(5 * max(1, len(cells)), 3.8, ncols=max(1, len(cells)), sharey=True)
-    lines = [(f"| param | {axis} | best lr | log2 | loss at best lr (mean ± sd) | best log2 lr per seed | best loss per seed "
-              f"| loss at each lr, {_rate(grid[0], powers) if grid else ''} ... {_rate(grid[-1], powers) if grid else ''} "
-              "(mean over seeds) |"),
+    lines = [(f"| param | {axis_word} | best {short} | log2 | loss at best {short} (mean ± sd) | best log2 {short} per seed | "
+              f"best loss per seed | loss at each {short}, {_rate(grid[0], powers) if grid else ''} ... "
+              f"{_rate(grid[-1], powers) if grid else ''} (mean over seeds) |"),
              "|---|---|---|---|---|---|---|---|"]
     for ax, (setting, by_size) in zip(axes, cells.items()):
         name = ", ".join(v for _, v in setting) or "all"
-        for colour, size in zip(MUP_WIDTH_COLOURS * 4, sizes):
+        param = dict(setting).get("param", name)
+        for colour, size in zip(size_colours(len(sizes)), sizes):
             seeds = by_size.get(size)
             if not seeds:
                 continue
@@ -342,23 +359,82 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
                 x0, lo, hi = row.optimum.value, row.optimum.lo, row.optimum.hi
                 xerr = [[2**x0 - 2**lo], [2**hi - 2**x0]] if _finite(lo) and _finite(hi) else None  # one seed: no interval to draw
                 ax.errorbar([2**x0], [row.fit.loss], xerr=xerr, marker="*", ms=11, capsize=3, color=colour,
-                            label=f"{axis} {size}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
+                            label=f"{transfer.value_text(axis, size)}: 2^{x0:.2f}" + ("" if row.fit.method == "parabola" else " (grid)"))
             lines.append(_best_row(name, size, seeds, xs, means, grid))
-        base = rows.get((setting, sizes[0]))
+        base = next((r for (st, _), r in rows.items() if st == setting and r.base), None)
         if base is not None and _finite(base.optimum.value):
-            ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{axis} {base.size} optimum")
-        ax.set(xscale="log", xlabel=lr_axis_label(name, axis, min(by_size)), title=panel_title(name, axis))
+            ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{transfer.value_text(axis, base.size)} optimum")
+        ax.set(xscale="log", xlabel=lr_axis_label(param, axis, min(by_size), rate),
+               title=panel_title(param, axis) + "".join(f", {plain(f'{k}={v}')}" for k, v in setting if k != "param"))
         shown = grid[::2] if len(grid) > 5 else grid
         ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" if powers else _rate(x, powers) for x in shown])
         ax.minorticks_off()
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
-    fig.suptitle(f"Loss against learning rate per {axis}: fitted optimum with its bootstrap interval, "
+    what = "learning rate" if rate == "lr" else transfer.word(rate)
+    fig.suptitle(f"Loss against {what} per {axis_word}: fitted optimum with its bootstrap interval, "
                  "band from the lowest to the highest seed\n"
-                 f"{setup_title(records, ('lr', axis, 'param'))}", fontsize=10, y=1.1)
-    stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis}"
-    text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({stem}.png)\n"
+                 f"{setup_title(records, (rate, axis, 'param'))}", fontsize=10, y=1.1)
+    stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis.rsplit('.', 1)[-1]}"
+    text = f"\n## Best {what} per {axis_word}\n\n" + "\n".join(lines) + f"\n\n![loss against {what}]({stem}.png)\n"
     return Plot(_png_svg(fig, stem), text)
+
+
+@PLOTS.register("lr_optimum")
+def lr_optimum(records: list[Record]) -> Plot:
+    """The optimum against the axis (both on log2 scales): per setting its fitted optimum with the bootstrap interval
+    at each value, the fitted exponent's line, and each rule's line through the base value's optimum (their
+    exponents less what the runs' own rule applied). A sweep over two axes draws one line per value of the first
+    along the second, so width x batch reads as the batch rule at every width. ``summary.summarize`` draws it for every
+    axis but width and depth (whose reports have their own figure) and for any sweep over two axes."""
+    axes_found = transfer.sweep_axes(records)
+    two = len(axes_found) > 1
+    axis = axes_found[1] if two else (axes_found[0] if axes_found else None)
+    rows = transfer.transfer_table(records, axis=axis) if axis else []
+    if not rows:
+        return Plot()
+    rate = transfer.SHORT.get(rows[0].rate, rows[0].rate)
+    first = axes_found[0] if two else None
+    panels: dict[tuple, dict[str, list]] = {}
+    for r in rows:
+        rest = tuple((k, v) for k, v in r.setting if k != first)
+        panels.setdefault(rest, {}).setdefault(dict(r.setting).get(first, "") if first else "", []).append(r)
+    fig, axs = figure(5 * len(panels), 3.8, ncols=len(panels), sharey=True)
+    for ax, (rest, lines) in zip(axs, panels.items()):
+        for colour, (key, rs) in zip(size_colours(len(lines)) if two else PALETTE, lines.items()):
+            inside = [r for r in rs if _finite(r.optimum.value) and r.size > 0]
+            xs = [r.size for r in inside]
+            ys = [r.optimum.value for r in inside]
+            err = [[y - r.optimum.lo if _finite(r.optimum.lo) else 0 for y, r in zip(ys, inside)],
+                   [r.optimum.hi - y if _finite(r.optimum.hi) else 0 for y, r in zip(ys, inside)]]
+            e = rs[0].exponent
+            label = (f"{transfer.value_text(first, float(key)) if first else 'optimum'}: exponent {e.value:+.2f}"
+                     + (f" {transfer.interval_text(e)}" if _finite(e.lo) else ""))
+            ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, color=colour, lw=0, elinewidth=1, label=label)
+            edge = [r for r in inside if r.edge]
+            ax.plot([r.size for r in edge], [r.optimum.value for r in edge], ls="", marker="v", ms=7, mfc="none", color=colour)
+            fitted = [r for r in inside if r.size in rs[0].fitted]
+            if len(fitted) > 1 and _finite(e.value):
+                mx = statistics.fmean(math.log2(r.size) for r in fitted)
+                my = statistics.fmean(r.optimum.value for r in fitted)
+                ends = [min(r.size for r in fitted), max(r.size for r in fitted)]
+                ax.plot(ends, [my + e.value * (math.log2(x) - mx) for x in ends], color=colour, lw=1.5)
+        base = next((r for rs in lines.values() for r in rs if r.base and _finite(r.optimum.value)), None)
+        if base is not None and not two:
+            sizes = sorted(r.size for rs in lines.values() for r in rs if r.size > 0)
+            for style, rule in zip(("--", ":", "-."), transfer.rules_for(base.rate, base.axis)):
+                slope = rule.exponent - base.applied
+                ax.plot([sizes[0], sizes[-1]], [base.optimum.value + slope * math.log2(x / base.size) for x in (sizes[0], sizes[-1])],
+                        ls=style, color="#6b7280", lw=1, label=f"{rule.name} ({slope:+.2f}; {rule.source})")
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel=transfer.word(axis), title=transfer.setting_label(rest) if rest else "all")
+        ax.legend(frameon=False, fontsize=7)
+    axs[0].set_ylabel(f"optimal log2 {rate} ({transfer.LEVEL:.0%} interval; ▽ on the grid's edge)")
+    along = f"{transfer.word(first)} x {transfer.word(axis)}" if two else transfer.word(axis)
+    fig.suptitle(f"The optimal {rate} against {along}: fitted exponent (slope of log2 {rate}* on log2 {transfer.word(axis)})"
+                 + ("" if two else " beside each rule's") + f"\n{setup_title(records, (rows[0].rate, axis, 'param', first or axis))}",
+                 fontsize=10, y=1.1)
+    return Plot(_png_svg(fig, "lr_optimum"), f"\n![the optimal {rate} against {along}](lr_optimum.png)\n")
 
 
 def _log2(x: float) -> str:

@@ -370,14 +370,20 @@ RUN_FIELDS = ["_dir", "job_num", "status", "seed"]
 RESULT_FIELDS = ["diverged", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
                  "group_ms_per_step", "group_wall_s", "error"]
 LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summary needs to be rebuilt from runs.csv alone
+# The rate and decay a job trained with after the transfer rules (its record's ``resolved``): the transfer report reads
+# what a rule applied from them. Columns only where a record has them (sweeps before the rules have none).
+RESOLVED = {"resolved_lr": "lr", "resolved_weight_decay": "weight_decay"}
 
 
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
     row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
-           **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)}}
-    group = r.get("group")
+           **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)},
+           **{col: (r.get("resolved") or {}).get(key, "") for col, key in RESOLVED.items()}}
+    group, old = r.get("group"), r.get("vectorized")
+    if isinstance(old, dict) and not isinstance(group, dict):  # a record from before the one engine: its group was "vectorized"
+        group = {"size": old.get("group_size"), "ms_per_step": old.get("group_ms_per_step")}
     if isinstance(group, dict) and isinstance(group.get("size"), int) and group["size"] > 1:
         row.update(group_size=group["size"], group_ms_per_step=group.get("ms_per_step"), group_wall_s=r.get("wall_s"), ms_per_step="",
                    wall_s="")
@@ -390,8 +396,9 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     keys = [k for k in setting_keys(records) if k not in RUN_FIELDS + RESULT_FIELDS + LISTS]
     keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
+    resolved = list(RESOLVED) if any("resolved" in r for r in records) else []
     out = io.StringIO()
-    fields = RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS
+    fields = RUN_FIELDS + keys + RESULT_FIELDS + resolved + extra + LISTS
     w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writer.writerow([csv_cell(f) for f in fields])
     for r in records:
@@ -461,12 +468,14 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
     rows = [{csv_text(k) if isinstance(k, str) else k: csv_text(v) if isinstance(v, str) else v for k, v in row.items()} for row in reader]
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
-        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS]
+        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS and k not in RESOLVED]
     else:  # the older layout: its metrics after "error", the swept keys in the folder names only
         extra = fields[fields.index("error") + 1 :] if "error" in fields else []
     records = []
     for row in rows:
-        rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS}
+        rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS and k not in RESOLVED}
+        if any(row.get(col) for col in RESOLVED):
+            rec["resolved"] = {key: _value(row[col]) for col, key in RESOLVED.items() if row.get(col)}
         rec["status"] = row.get("status") or "finished"
         if "swept" in fields:
             swept = [k for k in row["swept"].split(";") if k]

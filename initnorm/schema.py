@@ -4,7 +4,9 @@
 value the error suggests. ``check(c, base)`` runs it over a resolved config (plain dicts), then
 the rules that tie keys together (``warmup <= steps``, the model family's data, the family's own
 hook), and returns a copy with relative paths made absolute against ``base`` (the folder the
-command was started in: jobs run in their own folders). ``check_text(c)`` reads the corpus the
+command was started in: jobs run in their own folders) and the optimiser's numbers resolved by the
+transfer rules (``initnorm/transfer/rules.py``: one place, so that every launcher and the engine read
+them). ``check_text(c)`` reads the corpus the
 config names and checks that it is text and long enough for the context and the split.
 
 Every failure is a ``ConfigError`` of one line: the key, the value, what is allowed, the fix.
@@ -42,7 +44,7 @@ RULES: dict[str, KeyRule] = {
     "steps": Int(1, fix=1500),
     "lr": Num(0, lo_open=True, fix=0.01),
     "warmup": Int(0, "steps", fix=0),
-    "schedule": Choice(("cosine", "constant"), fix="cosine"),
+    "schedule": KeyRule("schedule", fix="cosine"),
     "batch_size": Int(1, fix=32),
     "norm": Choice(Names("initnorm.models.decoder", "PLACEMENTS"), fix="pre"),
     "width": Int(1, fix=16),
@@ -93,6 +95,19 @@ RULES: dict[str, KeyRule] = {
     "optim.weight_decay": Num(0, fix=0.01),
     "optim.momentum": Num(0, 1, hi_open=True, fix=0.9),
     "optim.weight_decay_mode": Choice(Names("initnorm.training.optim", "WEIGHT_DECAY_MODES"), fix="scaled"),
+    "optim.weight_decay_rule": Choice(Names("initnorm.transfer.rules", "WEIGHT_DECAY_RULES"), fix="fraction"),
+    "optim.weight_decay_timescale": Num(0, lo_open=True, null=True, fix=0.5, note="in optim.weight_decay_rule's unit"),
+    # transfer: a config tuned at a base carried to the job by the rules (initnorm/transfer/rules.py)
+    "transfer.base.width": Int(1, null=True, fix=64),
+    "transfer.base.depth": Int(1, null=True, fix=2),
+    "transfer.base.batch_size": Int(1, null=True, fix=32),
+    "transfer.base.steps": Int(1, null=True, fix=1500),
+    "transfer.batch_rule": Choice(Names("initnorm.transfer.rules", "BATCH"), fix="sqrt"),
+    "transfer.sde_betas": Bool(fix=False),
+    "transfer.sde_eps": Bool(fix=False),
+    "transfer.horizon_rule": Choice(Names("initnorm.transfer.rules", "HORIZON"), fix="power"),
+    "transfer.horizon_exponent": Num(fix=-0.32),
+    "transfer.applied.**": KeyRule("any", note="written by the resolution: what it moved"),
     # what Lightning gets (other trainer/logger/callbacks keys go to it unchecked)
     "trainer.accelerator": Choice(ACCELERATORS, fix="cpu"),
     "trainer.max_steps": Int(1, fix=1500),
@@ -248,6 +263,11 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
         if not (isinstance(value, list) and len(value) == 2 and all(_is_number(b) and math.isfinite(b) and 0 <= b < 1 for b in value)):
             raise bad_value(key, value, "two numbers in [0, 1)", f"{key}={rule.fix}")
         return value
+    if kind == "schedule":  # a name, or wsd:F with its decay fraction (training/optim.py says what is wrong)
+        from initnorm.training.optim import parse_schedule
+
+        parse_schedule(value, key)
+        return value
     if kind == "auto_bool":
         if value == "auto" or isinstance(value, bool):
             return value
@@ -271,7 +291,7 @@ def _allowed(rule: KeyRule, values: Mapping[str, Any]) -> str:
         what = {"int": "an integer", "number": "a number" if rule.lo is not None and rule.hi is not None else "a finite number",
                 "bool": "true or false", "text": "a non-empty name",
                 "path": "a path to a file", "dotted": "a dotted path like mypkg.module.function",
-                "auto_bool": "auto, true or false"}.get(rule.kind, rule.kind)
+                "auto_bool": "auto, true or false", "schedule": "a schedule"}.get(rule.kind, rule.kind)
         text = f"{what} {_range_text(rule, values)}".strip()
     if rule.note:
         text += f" ({rule.note})"
@@ -281,7 +301,8 @@ def _allowed(rule: KeyRule, values: Mapping[str, Any]) -> str:
 
 
 def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
-    """Check a resolved config (plain dicts); return a copy with ``data.path`` absolute against ``base``.
+    """Check a resolved config (plain dicts); return a copy with ``data.path`` absolute against ``base`` and its
+    lr, weight decay, betas and eps carried from ``transfer.base`` to the job by the rules (``transfer.rules.resolve``).
 
     ``data_options`` (data kind -> the ``data=`` options of that kind) lets the family/data message
     name the option to pick. Raises ``ConfigError`` (one line) for the first bad value.
@@ -294,7 +315,9 @@ def check(c: Mapping[str, Any], base: str | Path | None = None, data_options: Ma
     data = out.get("data")
     if isinstance(data, dict) and data.get("path"):
         data["path"] = str(absolute(data["path"], base))
-    return out
+    from initnorm.transfer.rules import resolve
+
+    return resolve(out)  # lr, wd, betas and eps carried from transfer.base: every launcher and the engine read these
 
 
 def check_keys(c: Mapping[str, Any], skip: Callable[[Any], bool] = lambda value: False) -> None:
@@ -383,7 +406,7 @@ def absolute(path: str, base: str | Path | None) -> Path:
 
 def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) -> None:
     """The rules that tie keys together; the model family's own check last."""
-    for key in ("steps", "lr", "batch_size", "seed", "model", "data", "init", "param", "optim", "norm_type"):
+    for key in ("steps", "lr", "batch_size", "seed", "model", "data", "init", "param", "optim", "norm_type", "transfer"):
         if key not in c:
             raise ConfigError(f"the config has no {key}; compose it from initnorm's conf/ (python -m initnorm.train), not by hand")
     family, kind = c["model"].get("family"), c["data"].get("kind")

@@ -2,8 +2,9 @@
 ``metrics.json`` below it and writes ``summary.md``, ``summary.csv`` (one row per setting: mean ± sd
 over seeds and the per-seed values, as the deck's §7b table), ``runs.csv`` (one row per job) and the
 plots the jobs name (``summary.plots``), so a crashed or resumed sweep can always be summarised again.
-A sweep over lr x width (or depth) also gets the transfer table (``initnorm.transfer``): its
-markdown at the end of summary.md and ``transfer.csv``.
+A sweep over a rate x an axis (width, depth, batch size, steps, weight decay) also gets the transfer
+table (``initnorm.transfer``): its markdown at the end of summary.md and ``transfer.csv``; over a new
+axis, or two at once, the ``lr_optimum`` figure and (two axes) the table of the optimum at every pair.
 
 A folder that keeps only ``runs.csv`` (results/ does) is summarised from it: the same summary.md,
 summary.csv and transfer table; the figures need the jobs' curves and configs, so the ones there are kept.
@@ -38,7 +39,12 @@ def summarize(folder: Path | str) -> str:
         raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
-    for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
+    moved = transfer.transfer_table(records)
+    axes = transfer.sweep_axes(records) if moved else []
+    names = [p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)]
+    if moved and (len(axes) > 1 or moved[0].axis not in ("width", "depth")):
+        names.append("lr_optimum")  # the optimum against a new axis, or two, as a figure beside the table
+    for name in dict.fromkeys(names):
         if name not in PLOTS.names():  # a name read from a record is data: never a path to import and call
             log.warning("no %s plot for %s: not a plot initnorm has (%s)", name, folder, ", ".join(PLOTS.names()))
             continue
@@ -55,9 +61,10 @@ def summarize(folder: Path | str) -> str:
             tb.write_setting_runs(folder, records)
         except Exception as exc:  # as a plot: the table stands without it
             log.warning("no per-setting TensorBoard runs for %s (%s: %s)", folder, type(exc).__name__, exc)
-    moved = transfer.transfer_table(records)
     if moved:
         table += transfer.render_markdown(moved, transfer.metric_of(records))
+        if len(axes) > 1:  # width x batch, width x horizon: the optimum at every pair, and the exponent along the second
+            table += transfer.render_two_axes(transfer.transfer_table(records, axis=axes[1]), axes[0])
         write_atomic(folder / "transfer.csv", transfer.render_csv(moved))
     write_atomic(folder / "summary.md", f"# Summary of {folder.name}\n\n{count_line(records, missing_jobs(folder, records))}\n\n{table}")
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))

@@ -100,6 +100,19 @@ def test_mup_equals_sp_at_the_base_width(tmp_path):
     assert wide_sp["val_history"] != wide_mup["val_history"]  # and differ away from it
 
 
+def test_each_schedule_at_known_steps():
+    from initnorm.training.optim import schedule_factor
+
+    # 100 steps, 10 of warmup; after it each schedule runs from 1 towards 0 at step 100.
+    assert [schedule_factor(s, 100, 10, "linear_to_zero") for s in (0, 9, 10, 55, 99)] == pytest.approx([0.1, 1.0, 1.0, 0.5, 1 / 90])
+    assert schedule_factor(55, 100, 10, "cosine") == pytest.approx(0.5) and schedule_factor(99, 100, 10, "constant") == 1.0
+    # wsd: stable at 1 until its decay, the last 20% of the run (wsd:0.5: the last half), then a straight line to 0.
+    assert [schedule_factor(s, 100, 10, "wsd") for s in (50, 79, 80, 90, 99)] == pytest.approx([1.0, 1.0, 1.0, 0.5, 0.05])
+    assert [schedule_factor(s, 100, 0, "wsd:0.5") for s in (49, 50, 75)] == pytest.approx([1.0, 1.0, 0.5])
+    # The stable phase does not depend on the horizon: a 400-step run's first 320 steps are every shorter run's stable part.
+    assert all(schedule_factor(s, 400, 10, "wsd") == schedule_factor(s, 1000, 10, "wsd") for s in range(320))
+
+
 @pytest.mark.parametrize("param, hidden_mult", [("sp", 1.0), ("mup", 0.25)])
 def test_schedule_multiplies_each_groups_own_rate(param, hidden_mult, tmp_path):
     from initnorm.training.fit import Member, assemble

@@ -7,7 +7,7 @@ import pytest
 
 from initnorm.repro import compare
 from initnorm.repro import reference as ref
-from initnorm.repro.reproduce import EXPERIMENTS, Experiment, main
+from initnorm.repro.reproduce import EXPERIMENTS, INDEX_TITLE, Experiment, main
 
 # The experiments whose comparison has no column against the documents (ours beside nothing to agree with).
 NO_AGREEMENT_COLUMN = {"deck_7d_depth", "depth_transfer"}
@@ -56,10 +56,12 @@ def test_extras_run_only_when_named_and_a_section_without_its_runs_is_kept(tmp_p
     results.mkdir()
     (results / "long").mkdir()
     (results / "long" / "timing.json").write_text(json.dumps({"command": "python -m x", "seconds": 60.0}))
-    (results / "README.md").write_text("# old\n\n## A long extra\n\nthe table from an earlier run\n")
+    (results / "README.md").write_text("# old\n\n## A long extra\n\nthe table from an earlier run\n\n"
+                                       f"## {INDEX_TITLE}\n\n- [a folder](a/README.md): written by hand\n")
     assert main(["--out", str(tmp_path / "out"), "--results", str(results)]) == 0  # the extra's module does not exist: it must not run
     report = (results / "README.md").read_text()
     assert "the table from an earlier run" in report and "## An experiment" in report
+    assert report.endswith(f"## {INDEX_TITLE}\n\n- [a folder](a/README.md): written by hand\n\n")  # the hand-written index, kept last
     assert not (tmp_path / "out" / "long").exists()
 
 

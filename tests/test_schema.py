@@ -9,7 +9,7 @@ from tests.conftest import ROOT, compose_cfg
 PRESETS = [[], ["experiment=deep_mlp_train"], ["experiment=mup_mlp_sweep"], ["experiment=regularization"], ["experiment=coord_check"],
            ["experiment=mup_sweep_wide"], ["experiment=norm_warmup"], ["experiment=norm_type"], ["data=shakespeare"], ["param=mup"],
            ["experiment=regularization", "regularizer=weight_decay_1.0"], ["init=custom", "init.fn=math.sqrt"],
-           ["optim=sgd", "init=orthogonal"]]
+           ["optim=sgd", "init=orthogonal"], ["schedule=linear_to_zero"], ["schedule=wsd:0.1", "warmup=100"]]
 
 # (overrides, what the one line must say): one entry per class of bad input.
 BAD = [
@@ -33,7 +33,10 @@ BAD = [
     (["model.n_heads=0"], "model.n_heads=0 is invalid"),
     (["experiment=regularization", "model.dropout=1.0"], "model.dropout=1.0 is invalid"),
     (["warmup=2000"], "warmup=2000 is invalid: an integer from 0 to steps=1500; fix it with `warmup=1500`"),
-    (["schedule=linear"], "schedule='linear' is invalid: one of cosine, constant"),
+    (["schedule=linear"], "schedule='linear' is invalid: one of cosine, constant, linear_to_zero, wsd, or wsd:F"),
+    (["schedule=wsd:1.5"], ("schedule='wsd:1.5' is invalid: one of cosine, constant, linear_to_zero, wsd, or wsd:F to decay over the "
+                            "last fraction F of the run (0 < F <= 1; wsd alone: 0.2); fix it with `schedule=wsd:0.2`")),
+    (["schedule=cosine:0.5"], "schedule='cosine:0.5' is invalid"),
     (["optim.betas=[0.9,1.5]"], "optim.betas=[0.9, 1.5] is invalid"),
     (["trainer.accelerator=tpu"], "trainer.accelerator='tpu' is invalid"),
     (["trainer.enable_progress_bar=maybe"], "trainer.enable_progress_bar='maybe' is invalid: true or false"),

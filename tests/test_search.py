@@ -138,6 +138,11 @@ def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
     assert checked == ["param=mup", "steps=20", "lr=0.0025,0.005,0.01,0.02,0.04", "width=256", "seed=3"]
     with pytest.raises(ConfigError, match="width=256,1024"):
         overrides_for(summary, ["seed=3"], check=False)
+    # Any axis: the search's own point becomes transfer.base, so a rule named on the command line carries its numbers.
+    at = {"width": 64, "depth": 2, "batch_size": 32, "steps": 20}
+    carried = overrides_for(summary, ["batch_size=128", "transfer.batch_rule=sqrt"], check=False, tuned_at=at)
+    assert carried == ["param=mup", "width=64", "steps=20", "lr=0.01", "seed=1,2", "transfer.base.width=64", "transfer.base.depth=2",
+                       "transfer.base.batch_size=32", "transfer.base.steps=20", "batch_size=128", "transfer.batch_rule=sqrt"]
 
 
 def test_a_diverged_seed_prunes_the_trial_and_a_crash_fails_it():

@@ -1,5 +1,5 @@
 """initnorm.transfer_report (issue 35): the transfer report of a table of runs made anywhere; on a sweep's runs.csv it
-is the report initnorm's own summary writes, since it is that report (initnorm/own_runs.py over initnorm/transfer.py)."""
+is the report initnorm's own summary writes, since it is that report (initnorm/own_runs.py over initnorm/transfer/)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,19 @@ def test_a_table_of_ones_own():
     assert report.verdicts[0].startswith("SP does not transfer") and report.verdicts[1].startswith("µP transfers")
 
 
+def test_a_table_over_batch_size_reads_the_batch_exponent():
+    """Any axis the transfer report reads, not width and depth alone: the optimum rising half an octave per doubling of
+    the batch is an exponent of +0.5, the square-root rule's (it raised "axis='batch_size' is invalid" before)."""
+    table = [{("batch_size" if k == "width" else k): (v // 8 if k == "width" else v) for k, v in r.items()} for r in runs(0.5)]
+    report = transfer_report(table, axis="batch_size", lr="learning_rate", metric="eval_loss", seed="run_seed")
+    assert report.rows[0].axis == "batch_size" and [r.size for r in report.rows] == [8, 16, 32]
+    assert report.rows[-1].exponent.value == pytest.approx(0.5, abs=1e-9) and "sqrt" in report.markdown
+
+
 def test_what_it_refuses():
     with pytest.raises(ConfigError, match=r"metric='val_loss': the table has no such column \(its columns: width, learning_rate"):
         transfer_report(runs(0.0), axis="width", lr="learning_rate", metric="val_loss", seed="run_seed")
-    with pytest.raises(ConfigError, match="axis='heads' is invalid: one of width, depth"):
+    with pytest.raises(ConfigError, match="axis='heads' is invalid: one of width, depth, batch_size, steps"):
         transfer_report(runs(0.0), axis="heads", lr="learning_rate", metric="eval_loss", seed="run_seed")
     one_width = [r for r in runs(0.0) if r["width"] == 64]
     with pytest.raises(ConfigError, match="1 value\\(s\\) of width and 9 learning rate\\(s\\)"):

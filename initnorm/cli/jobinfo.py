@@ -31,9 +31,18 @@ def job_overrides() -> tuple[dict[str, str], int, dict[str, str]]:
 
 
 def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    """The HPARAMS entry: the top-level keys, the registered names, the optimiser's resolved numbers (``lr`` and these
+    are what the job trained with, after the transfer rules; a swept ``lr`` the rules moved is kept as ``lr_given``) and
+    every other override."""
     hp = {k: c[k] for k in HPARAM_KEYS if k in c}
     hp |= {"init": c["init"]["name"], "param": c["param"]["name"], "norm_type": c["norm_type"]["name"], "model": c["model"]["family"]}
-    return hp | {k: v for k, v in overrides.items() if k not in hp}
+    optim = c["optim"]
+    hp |= {k: optim[k] for k in ("weight_decay", "eps") if k in optim}
+    if "betas" in optim:
+        hp |= {f"beta{i + 1}": b for i, b in enumerate(optim["betas"])}
+    if "lr" in overrides and "applied" in c["transfer"]:
+        hp["lr_given"] = overrides["lr"]
+    return hp | {k: v for k, v in overrides.items() if k not in hp and k != "lr"}
 
 
 def launch_folder() -> Path:

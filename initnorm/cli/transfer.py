@@ -1,12 +1,13 @@
-"""Take a search's best configuration to larger models: ``initnorm-transfer SEARCH width=256,1024 [seed=1,2,3] [--grid DIR | --check]``.
+"""Take a search's best configuration elsewhere: ``initnorm-transfer SEARCH width=256,1024 [seed=1,2,3] [--grid DIR | --check]``.
 
-Trains the best trial of ``hparams_search=...`` (its ``search.json``) at the target widths (or depths), in
+Trains the best trial of ``hparams_search=...`` (its ``search.json``) at the target widths (or depths, batch sizes,
+numbers of steps: ``batch_size=128``, ``steps=6000``), in
 ``SEARCH_FOLDER_transfer`` (beside the search, so a resumed search's summary does not count these jobs), and
 prints each target's loss beside what the search measured at its own width.
 ``--grid FOLDER`` reads a target-width grid that already exists (a sweep folder, or a results folder that keeps
 its ``runs.csv``, such as results/chapter_mup): the target's own per-lr losses for the search's param, in the
 search's metric; ``--check`` trains instead a small lr grid around the transferred value at each target
-(``SEARCH_FOLDER_check``: the rate x 2^-2 ... 2^2). Either way the transfer report's fit (initnorm/transfer.py)
+(``SEARCH_FOLDER_check``: the rate x 2^-2 ... 2^2). Either way the transfer report's fit (initnorm/transfer/)
 gives the target's own optimum, the shift of the transferred rate from it and its penalty, each with the
 report's bootstrap interval over the grid's seeds: what µP promises is small, and SP's is not.
 Every number is the experiment's own summary metric (``summary.metrics[0]``, which the search scored:
@@ -33,6 +34,7 @@ from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.search_report import SUMMARY_FILE
 from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
 
+AXES = ("width", "depth", "batch_size", "steps")  # what a target names (the first given is the report's axis)
 CHECK_OCTAVES = (-2, -1, 0, 1, 2)  # the --check grid: the transferred rate x 2^k (one octave apart, as results/ grids are)
 SEARCH_ONLY = ("hparams_search",)  # the search's own overrides, which a transfer run does not take
 
@@ -84,12 +86,15 @@ def shape_problem(summary) -> str | None:
     return f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not of a search's types" if wrong else None
 
 
-def overrides_for(summary: dict, given: list[str], check: bool, source: str = SUMMARY_FILE) -> list[str]:
-    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets. What comes
+def overrides_for(summary: dict, given: list[str], check: bool, tuned_at: dict | None = None, source: str = SUMMARY_FILE) -> list[str]:
+    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets, and
+    ``transfer.base`` at the search's own width, depth, batch and steps (``tuned_at``), so that the rules the command
+    names (``transfer.batch_rule=sqrt``, ``transfer.horizon_rule=power``, ``optim.weight_decay_rule=fraction``)
+    carry the best trial's numbers to each target (initnorm/transfer/rules.py); without a rule nothing moves. What comes
     from the file (``source``) is data only (``file_overrides.data_overrides``): one line where it would name code."""
     keys = {key_of(o) for o in given}
-    if not keys & {"width", "depth"}:
-        raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8)")
+    if not keys & set(AXES):
+        raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8, batch_size=128, steps=6000)")
     best = summary["best"]["params"]
     out = [o for o in summary["overrides"] if key_of(o) not in keys and key_of(o) not in SEARCH_ONLY and key_of(o) not in best]
     values = {k: v for k, v in best.items() if k not in keys or (k == "lr" and check)}
@@ -98,7 +103,16 @@ def overrides_for(summary: dict, given: list[str], check: bool, source: str = SU
         out.append("lr=" + ",".join(repr(v * 2.0**k) for k in CHECK_OCTAVES) if k == "lr" and check else f"{k}={v!r}")
     if "seed" not in keys:
         out.append("seed=" + ",".join(str(s) for s in summary["seeds"]))
+    out += [f"transfer.base.{k}={v}" for k, v in (tuned_at or {}).items() if f"transfer.base.{k}" not in keys]
     return out + given
+
+
+def tuned_at(folder: Path) -> dict[str, int]:
+    """The width, depth, batch size and steps the search's jobs trained at (from their records)."""
+    from initnorm.transfer.rules import POINT
+
+    config = next((r["config"] for r in read_metrics(folder) if isinstance(r.get("config"), dict)), {})
+    return {k: config[k] for k in POINT if isinstance(config.get(k), int) and not isinstance(config[k], bool)}
 
 
 def train_sweep(overrides: list[str], folder: Path) -> None:
@@ -160,12 +174,14 @@ def grid_curves(records: list[dict], where: str, axis: str, param: str, metric: 
 
 
 def means(folder: Path, axis: str, metric: str) -> dict[tuple[float, float], float]:
-    """(target, lr) -> mean ``metric`` over seeds (nan where a seed diverged)."""
+    """(target, lr given) -> mean ``metric`` over seeds (nan where a seed diverged). The lr is the one the job was given
+    (its override: the search's, which a rule may have carried to another number, ``resolved`` in its record)."""
     cells: dict[tuple[float, float], list[float]] = {}
     for r in read_metrics(folder):
         c = r.get("config") or {}
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
-        cells.setdefault((c.get(axis), c.get("lr")), []).append(loss)
+        given = float(r["overrides"]["lr"]) if "lr" in (r.get("overrides") or {}) else c.get("lr")
+        cells.setdefault((c.get(axis), given), []).append(loss)
     return {k: (statistics.fmean(v) if all(math.isfinite(x) for x in v) else math.nan) for k, v in cells.items()}
 
 
@@ -205,8 +221,13 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
     for target in sorted({t for t, _ in cells}):
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
         lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
+    moved = {(r.get("config") or {}).get(axis): (r.get("resolved") or {}).get("lr") for r in read_metrics(folder)
+             if (r.get("resolved") or {}).get("applied")}
+    if moved:  # a rule carried the search's rate: what each target trained at
+        lines += ["", "The rules carried the lr to " + ", ".join(f"{lr:.4g} at {axis} {t:g}" for t, lr in sorted(moved.items()))
+                  + " (each job's resolved numbers are in its metrics.json)."]
     if curves:
-        lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer.py); "
+        lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer/); "
                   f"shift: that optimum minus the transferred lr, in octaves; penalty: the grid's fitted {metric} at the transferred "
                   f"lr minus its best fitted; intervals: {pct} bootstrap over the grid's seeds, the transferred lr held fixed; "
                   "trained − grid's best: the transfer runs' mean minus the same best.")]
@@ -216,7 +237,8 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m initnorm.cli.transfer", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", metavar="SEARCH_FOLDER", type=Path, help="the sweep folder of an hparams_search run")
-    p.add_argument("overrides", nargs="+", metavar="KEY=VALUE", help="width=256,1024 (or depth=...), seed=1,2,3, any other override")
+    p.add_argument("overrides", nargs="+", metavar="KEY=VALUE",
+                   help="width=256,1024 (or depth=..., batch_size=..., steps=...), seed=1,2,3, any other override")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--check", action="store_true",
                      help="an lr grid around the transferred value at each target: its own optimum, the penalty")
@@ -224,10 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="an existing lr x width grid (a sweep folder or a folder with its runs.csv): the targets' own "
                           "optimum and the penalty, read from it")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    axis = "width" if any(key_of(o) == "width" for o in a.overrides) else "depth"
+    axis = next((k for k in AXES if any(key_of(o) == k for o in a.overrides)), "width")
     try:
         summary = load(a.folder)
-        overrides = overrides_for(summary, a.overrides, a.check, f"{a.folder / SUMMARY_FILE}")
+        overrides = overrides_for(summary, a.overrides, a.check, tuned_at(a.folder), f"{a.folder / SUMMARY_FILE}")
         param, metric, targets = search_param(a.folder), metric_of_search(summary), targets_of(a.overrides, axis)
         curves = grid_curves(read_sweep(a.grid)[0], str(a.grid), axis, param, metric, targets) if a.grid else None
     except ConfigError as exc:

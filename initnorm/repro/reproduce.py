@@ -199,8 +199,14 @@ def _sections(report: Path) -> dict[str, str]:
     return {p.split("\n", 1)[0].strip(): ("## " + p).rstrip("\n") + "\n" for p in parts}
 
 
+# The one section of results/README.md written by hand: the results folders no experiment here makes (sweeps run for an
+# issue, each folder with its own README), kept as it is at the end of every report.
+INDEX_TITLE = "Other results (not run by make reproduce)"
+
+
 def write_report(results: Path, out: Path) -> Path:
-    """``results/README.md`` from every experiment that has run into ``out`` (any subset, any order)."""
+    """``results/README.md`` from every experiment that has run into ``out`` (any subset, any order), then the
+    hand-written index of the other results folders (``INDEX_TITLE``) as it was."""
     sections, total, extra = [], 0.0, 0.0
     kept = _sections(results / "README.md")
     for exp in EXPERIMENTS:
@@ -236,6 +242,8 @@ def write_report(results: Path, out: Path) -> Path:
         f"Wall time of the documents' experiments below (what `make reproduce` runs): {_duration(total)} in all, on a 2-core CPU"
         + (f"; the extras, run when named: {_duration(extra)}.\n" if extra else ".\n"),
     ]
+    if INDEX_TITLE in kept:
+        sections.append(kept[INDEX_TITLE])
     report = results / "README.md"
     write_atomic(report, "\n".join(head + sections) + "\n")
     return report

@@ -122,14 +122,56 @@ def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim
     return OPTIMIZERS.get(optim_cfg["name"])(optimiser_groups(model, roles, table, lr, optim_cfg), lr=lr, **opts)
 
 
+# The schedules after the warmup, by name (``schedule=``): each a factor on every group's own peak rate.
+# ``wsd:F`` decays over the last fraction F of the run; ``wsd`` alone over the last WSD_DECAY.
+SCHEDULES = ("cosine", "constant", "linear_to_zero", "wsd")
+# Hägele et al. 2024 ("Scaling Laws and Compute-Optimal Training beyond Fixed Training Durations"): a cooldown over
+# the last 20% of the run matches cosine's loss.
+WSD_DECAY = 0.2
+
+
+def parse_schedule(schedule: str, key: str = "schedule") -> tuple[str, float]:
+    """(name, decay fraction) of ``cosine``, ``constant``, ``linear_to_zero``, ``wsd`` or ``wsd:F`` (0 < F <= 1; the
+    fraction is 1 for the schedules that decay over the whole run, 0 for constant); one line for anything else."""
+    from initnorm.errors import bad_value
+
+    name, colon, arg = str(schedule).partition(":") if isinstance(schedule, str) else ("", "", "")
+    allowed = (f"one of {', '.join(SCHEDULES)}, or wsd:F to decay over the last fraction F of the run (0 < F <= 1; wsd alone: "
+               f"{WSD_DECAY:g})")
+    if name not in SCHEDULES or (colon and name != "wsd"):
+        raise bad_value(key, schedule, allowed, f"{key}=cosine" if name not in SCHEDULES else f"{key}={name}")
+    if name != "wsd":
+        return name, 0.0 if name == "constant" else 1.0
+    try:
+        decay = float(arg) if colon else WSD_DECAY
+    except ValueError:
+        decay = math.nan
+    if not 0 < decay <= 1:
+        raise bad_value(key, schedule, allowed, f"{key}=wsd:{WSD_DECAY:g}")
+    return name, decay
+
+
 def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine") -> float:
-    """Linear warmup over ``warmup`` steps, then cosine (or constant) decay to 0 at ``steps``."""
+    """Linear warmup over ``warmup`` steps, then the schedule's factor at ``step`` of ``steps``:
+
+    - ``cosine``: half a cosine from 1 to 0 at ``steps``;
+    - ``constant``: 1;
+    - ``linear_to_zero``: a straight line from 1 to 0 at ``steps`` (Bergsma et al. 2025, "Straight to Zero: Why
+      Linearly Decaying the Learning Rate to Zero Works Best for LLMs");
+    - ``wsd`` / ``wsd:F``: warmup, stable at 1, then a straight line to 0 at ``steps`` over the last fraction F
+      of the run's steps (Hägele et al. 2024; warmup-stable-decay). The stable part is the same whatever
+      ``steps``, so a run's state before its decay begins is a state of every longer run too.
+    """
     if step < warmup:
         return (step + 1) / warmup
-    if schedule == "constant":
+    name, decay = parse_schedule(schedule)
+    if name == "constant":
         return 1.0
+    if name == "wsd":
+        start = max(warmup, steps - max(1, round(decay * steps)))  # the first step of the decay
+        return 1.0 if step < start else max(0.0, 1.0 - (step - start) / max(1, steps - start))
     progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0 - progress if name == "linear_to_zero" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def overwritten_rate(groups: Iterable[Mapping[str, Any]], lr: float, factor: float, step: int, param: str) -> str | None:

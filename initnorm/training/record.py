@@ -39,8 +39,19 @@ def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int |
         "summary_plots": list(c["summary"]["plots"]),
         "provenance": describe(),
         "config": comparable(c),  # what a rerun in this folder must match (training/resume.py)
+        "resolved": resolved(c),
     }
     return metrics | dict(meta) | dict(extra)
+
+
+def resolved(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The optimiser's numbers the job trained with, after the transfer rules (``transfer/rules.py``) carried them from
+    ``transfer.base``: lr, weight decay, betas, eps (those its optimiser has), and what moved them (``transfer.applied``)."""
+    optim = c["optim"]
+    out: dict[str, Any] = {"lr": c["lr"]} | {k: optim[k] for k in ("weight_decay", "betas", "eps", "momentum") if k in optim}
+    if "weight_decay_mode" in optim and optim["weight_decay"]:  # AdamW's averaging timescale 1 / (lr x wd), in steps
+        out["timescale_steps"] = 1 / ((c["lr"] if optim["weight_decay_mode"] != "independent" else 1.0) * optim["weight_decay"])
+    return out | ({"applied": c["transfer"]["applied"]} if "applied" in c["transfer"] else {})
 
 
 def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, float | None]:

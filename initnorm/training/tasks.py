@@ -21,15 +21,22 @@ from initnorm.registry import About, Registry, import_dotted
 if TYPE_CHECKING:
     import lightning as L
 
-    from initnorm.training.engine import Engine
+
+def one_target(c: dict[str, Any]) -> int:
+    return 1
 
 
 @dataclass(frozen=True)
 class Task:
     make_data: Callable[[dict[str, Any]], L.LightningDataModule]
-    module: type[Engine] | str  # the LightningModule class (an ``Engine`` subclass), or its ``package.module:Class`` path
+    # the LightningModule class (a ``training/engine.Engine`` subclass: named, not imported, since the transfer rules read
+    # this registry while a config is checked), or its ``package.module:Class`` path
+    module: type[L.LightningModule] | str
+    # the targets one training sample has (a character model's context: each position predicts the next), so that a
+    # report reads steps x batch as tokens (initnorm/transfer/axes.py)
+    targets: Callable[[dict[str, Any]], int] = one_target
 
-    def make_module(self, *args: Any, **kwargs: Any) -> Engine:
+    def make_module(self, *args: Any, **kwargs: Any) -> L.LightningModule:
         """The LightningModule that trains the built members on this task's data (its class imported here if named by path)."""
         cls = import_dotted(self.module, "data.kind") if isinstance(self.module, str) else self.module
         return cls(*args, **kwargs)
@@ -50,7 +57,11 @@ def _char_lm(c: dict[str, Any]):
     return CharLM(d["name"], d["context"], c["batch_size"], c["seed"], d["path"], d["val_batch_size"])
 
 
-TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL))
+def _context(c: dict[str, Any]) -> int:
+    return c["data"]["context"]
+
+
+TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL, _context))
 
 
 def _clusters(c: dict[str, Any]):
