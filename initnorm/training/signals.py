@@ -5,13 +5,18 @@ the process here. A handler only records that a stop was asked for (``requested(
 training loop acts on it at the next step boundary, where ``checkpoints.CheckpointOnSignal`` writes the
 job's checkpoint (the same consistent point a periodic one uses, so the rerun resumes bit for
 bit) and raises ``Interrupted``. Code between jobs asks ``raise_if_requested()``. A second
-Ctrl-C while the first is honoured stops at once (``KeyboardInterrupt``).
+Ctrl-C while the first is honoured stops at once (``Interrupted`` with ``hard``).
 
 Which signals are honoured: SIGTERM and SIGINT, plus the names in ``$INITNORM_STOP_SIGNALS``
 (``TERM,INT,USR2``), which ``install`` also sets so that worker processes of a parallel launcher
 honour the same ones. A cluster's preemption warning (SLURM's ``--signal=USR2@90``) is asked for
 by ``install(extra=[signal.SIGUSR2])`` and then handled as SIGTERM is. The exit status is
 ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT), as shells report a killed process.
+
+A ``KeyboardInterrupt`` is therefore never a stop signal while the handler is in place: SIGINT is recorded, not raised.
+One that reaches the training loop then was raised by the job's own code (a callback, a data module) and is that job's
+failure (``RaisedInterrupt``, recorded with its line; the sweep goes on); a stop recorded first makes it the stop.
+Without the handler (``fit`` in a notebook) it is Python's Ctrl-C and stays a ``KeyboardInterrupt`` (``interrupt_cause``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,25 @@ class Interrupted(BaseException):
     @property
     def exit_status(self) -> int:
         return exit_status(self.signum)
+
+
+class RaisedInterrupt(RuntimeError):
+    """A ``KeyboardInterrupt`` that no signal caused: raised by the job's own code, it fails that job alone."""
+
+
+def handling() -> bool:
+    """Whether this process records SIGINT (``install``) rather than raising ``KeyboardInterrupt`` on it."""
+    return signal.getsignal(signal.SIGINT) is _record
+
+
+def interrupt_cause(exc: KeyboardInterrupt, handled: bool) -> BaseException:
+    """What ``exc`` means: the stop (``Interrupted``) if a stop signal was recorded; a failure of the job
+    (``RaisedInterrupt``) where SIGINT was ``handled`` (recorded, so the job's code raised it); else Python's Ctrl-C."""
+    if _requested is not None:
+        return Interrupted(_requested, _where.get("folder"), _where.get("step"))
+    if handled:
+        return RaisedInterrupt("KeyboardInterrupt raised by the job's own code (no stop signal was received)")
+    return exc
 
 
 def exit_status(signum: int) -> int:
