@@ -7,10 +7,9 @@ job's checkpoint (the same consistent point a periodic one uses, so the rerun re
 bit) and raises ``Interrupted``. Code between jobs asks ``raise_if_requested()``. A second
 Ctrl-C while the first is honoured stops at once (``Interrupted`` with ``hard``).
 
-Which signals are honoured: SIGTERM and SIGINT, plus the names in ``$INITNORM_STOP_SIGNALS``
-(``TERM,INT,USR2``), which ``install`` also sets so that worker processes of a parallel launcher
-honour the same ones. A cluster's preemption warning (SLURM's ``--signal=USR2@90``) is asked for
-by ``install(extra=[signal.SIGUSR2])`` and then handled as SIGTERM is. The exit status is
+Which signals are honoured: SIGTERM, SIGINT and SIGUSR2 (a cluster's preemption warning, SLURM's
+``--signal=USR2@90``, handled as SIGTERM is), plus the names in ``$INITNORM_STOP_SIGNALS``, which
+``install`` also sets so that worker processes of a parallel launcher honour the same ones. The exit status is
 ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT), as shells report a killed process.
 
 A ``KeyboardInterrupt`` is therefore never a stop signal while the handler is in place: SIGINT is recorded, not raised.
@@ -31,7 +30,7 @@ from typing import Any
 from initnorm import envvars
 
 STOP_ENV = envvars.STOP_SIGNALS
-DEFAULT = (signal.SIGTERM, signal.SIGINT)
+DEFAULT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # USR2: a cluster's warning (SLURM's --signal=USR2@90)
 
 _requested: int | None = None  # the first signal received, until ``clear()``
 _where: dict[str, Any] = {}  # what the job in progress saved: folder, step
@@ -79,7 +78,7 @@ def exit_status(signum: int) -> int:
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
-    """SIGTERM, SIGINT and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
+    """SIGTERM, SIGINT, SIGUSR2 and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
     named = [s.strip().upper() for s in os.environ.get(STOP_ENV, "").split(",") if s.strip()]
     full = [n if n.startswith("SIG") else f"SIG{n}" for n in named]
     extra = [signal.Signals[n] for n in full if n in signal.Signals.__members__]
@@ -88,8 +87,10 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 
 def _record(signum: int, frame) -> None:
     global _requested
-    if _requested is not None and signum == signal.SIGINT:
-        raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
+    if _requested == signal.SIGINT and signum == signal.SIGINT:
+        # A second Ctrl-C: stop now, without the checkpoint. Only after a first SIGINT: a worker gets one from its
+        # process group and a SIGTERM from the sweep's process passing it on, in either order.
+        raise Interrupted(signum, hard=True)
     if _requested is None:
         _requested = signum
         for tell in _listeners.copy():  # a copy: a listener may leave (passed_on's exit) while it is told
@@ -110,7 +111,7 @@ def passed_on(tell: Callable[[int], None]):
 
 
 def install(extra: Iterable[int] = ()) -> tuple[signal.Signals, ...]:
-    """Record (do not act on) SIGTERM, SIGINT and ``extra`` in this process from now on; return them.
+    """Record (do not act on) SIGTERM, SIGINT, SIGUSR2 and ``extra`` in this process from now on; return them.
 
     Only the main thread may set handlers: elsewhere (a launcher's worker thread) nothing is changed.
     """
