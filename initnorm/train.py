@@ -9,9 +9,11 @@ import logging
 import sys
 
 from initnorm.cli import argv, disk, workers
+from initnorm.cli import signals as cli_signals
 
 
 def main() -> None:
+    cli_signals.record_from_now()  # first: a stop signal at any point of the command is recorded, and honoured
     disk.set_aside_compiler_cache()  # before torch is imported, here and in the workers
     # A read-only HOME: matplotlib (imported with the summary) printed two lines about its cache folder
     # before the one line that says what is wrong; it uses a temporary folder all the same.
@@ -25,7 +27,7 @@ def main() -> None:
     try:
         run(cmd)
     finally:
-        workers.stop()  # a command line that failed its checks leaves the early workers idle
+        workers.end()  # a command line that failed its checks (or a stop signal) leaves the early workers and their server idle
         # Everything is written by now. The interpreter's last garbage collections would walk every
         # object torch and Lightning made at import, ~1 s on a 2-core machine; frozen objects are skipped.
         gc.freeze()

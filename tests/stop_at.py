@@ -1,9 +1,11 @@
-"""A callback that sends a real stop signal at a known step, once: to this process, the sweep's process or its whole process group."""
+"""Callbacks that send a real stop signal at a known point, once: to this process, the sweep's process or its whole process
+group; at a training step (Lightning) or once the sweep's summary is written (Hydra)."""
 
 import os
 from pathlib import Path
 
 import lightning as L
+from hydra.experimental.callback import Callback
 
 from initnorm.cli.workers import LAUNCHER_PID_ENV
 
@@ -26,3 +28,16 @@ class StopAt(L.Callback):
             os.killpg(os.getpgid(0), self.signum)
         else:
             os.kill(int(os.environ.get(LAUNCHER_PID_ENV, os.getpid())) if self.target == "parent" else os.getpid(), self.signum)
+
+
+class StopAtSummary(Callback):
+    """A Hydra callback after the sweep's own (its summary written): ``signum`` to this process or its whole group."""
+
+    def __init__(self, signum: int, target: str = "self"):
+        self.signum, self.target = signum, target
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if self.target == "group":
+            os.killpg(os.getpgid(0), self.signum)
+        else:
+            os.kill(os.getpid(), self.signum)

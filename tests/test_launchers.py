@@ -1,5 +1,6 @@
-"""Sweeps at scale: the parallel launcher matches the sequential one, the SLURM launcher submits
-what its config says (on a fake cluster), and sweeps started in the same second never share a folder."""
+"""Sweeps at scale: the parallel launcher matches the sequential one, a job that dies costs only itself on every
+launcher, the SLURM launcher submits what its config says (on a fake cluster), and sweeps started in the same second
+never share a folder."""
 
 import json
 import os
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
@@ -48,6 +50,30 @@ def test_parallel_sweep_writes_the_sequential_summary_in_its_own_folder(tmp_path
         assert (f / "norm=post" / "seed=2" / "metrics.json").is_file()  # folder names from the swept keys
     assert table(folders[0]) == table(folders[1])
     assert "| pre |" in table(folders[0]) and "| post |" in table(folders[0])
+
+
+@pytest.mark.parametrize("launcher,how,reason", [
+    ("local_parallel", "exit", "exited with status 3"),
+    ("vectorized", "kill", "killed by SIGKILL (the out-of-memory killer's signal"),
+    ("basic", "interrupt", "RaisedInterrupt: KeyboardInterrupt raised by the job's own code"),
+])
+def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summary(tmp_path, launcher, how, reason):
+    """os._exit in a job, SIGKILL of its worker (the OOM killer's way), a KeyboardInterrupt raised by its own code: that
+    job is recorded failed with why, the other job finishes, the summary and the line that reruns it; exit 1, no
+    traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently)."""
+    sweep = tmp_path / "sweep"
+    die = ["+callbacks.die._target_=tests.die_at.DieAt", "+callbacks.die.step=2", f"+callbacks.die.how={how}", "+callbacks.die.seed=1"]
+    chosen = [] if launcher == "basic" else [f"hydra/launcher={launcher}", "hydra.launcher.n_jobs=2"]
+    chosen += ["hydra.launcher.max_group=1"] if launcher == "vectorized" else []
+    proc = start("-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}",
+                 cwd=tmp_path)
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    failed, done = (json.loads((sweep / "default" / f"seed={s}" / "metrics.json").read_text()) for s in (1, 2))
+    assert failed["status"] == "failed" and reason in failed["error"], failed.get("error")
+    assert done["status"] == "finished" and (sweep / "summary.md").is_file()
+    assert f"error: job 0 failed: {failed['error']}" in out
+    assert "this trains them again (the finished jobs are skipped): python -m initnorm.train -m seed=1,2" in out
 
 
 def test_unique_dir_never_returns_a_taken_folder(tmp_path):

@@ -232,3 +232,44 @@ def test_mup_mults_searches_lr_and_both_multipliers_and_each_trial_job_gets_them
     with pytest.raises(ConfigError, match=r"param.output_mult is not a key of this config \(param=sp has .*`param=mup`"):
         preflight.check_command_line(["-m", "hparams_search=mup_mults", "hydra.sweep.dir=/tmp/unused"])
     preflight.check_command_line(["-m", "hparams_search=umup_mults", "param=umup", "hydra.sweep.dir=/tmp/unused"])  # u-µP's keys exist
+
+
+def _asked(folder: Path, batches: int, told_last: bool = True) -> list[float]:
+    """The learning rates a search in ``folder`` asks over ``batches`` batches of 2 (Optuna in process, a quadratic
+    for the loss), as SearchSweeper.sweep asks them: the trials a killed run left running first, then new ones;
+    ``told_last=False``: the last batch is asked and never told (the run was killed while it trained)."""
+    from optuna.trial import TrialState
+
+    from initnorm.cli.search import SearchSweeper, distributions, resumed_trials
+
+    sweeper = SearchSweeper(seed=0, n_trials=100, n_jobs=2, params={"lr": "tag(log, interval(1e-4, 1.0))"})
+    space = distributions({"lr": "tag(log, interval(1e-4, 1.0))"})
+    study = sweeper.study(folder)
+    pending = resumed_trials(study, space, folder / "search.db")
+    for b in range(batches):
+        batch = pending[:2] if b == 0 else []
+        batch += [(t.number, t.params) for t in (sweeper.ask(study, space) for _ in range(2 - len(batch)))]
+        if b < batches - 1 or told_last:
+            for number, values in batch:
+                study.tell(number, (math.log10(values["lr"]) + 2) ** 2)
+    return [t.params["lr"] for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+
+
+def test_a_resumed_search_asks_the_trials_the_uninterrupted_one_asks(tmp_path):
+    """The sampler is seeded from the study's state at every ask: killed after batch 2 was asked (not told) and rerun,
+    the search asks, trial for trial, what the uninterrupted search asked (seeded once at load, it asked other values)."""
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    whole = _asked(tmp_path / "whole", 4)
+    _asked(tmp_path / "cut", 2, told_last=False)
+    resumed = _asked(tmp_path / "cut", 3)  # batch 2 launched again, then batches 3 and 4 asked
+    assert len(whole) == len(resumed) == 8 and resumed == whole
+
+
+def test_a_search_db_that_is_not_a_study_is_one_line(tmp_path):
+    from initnorm.cli.search import SearchSweeper
+    from initnorm.errors import ConfigError
+
+    (tmp_path / "search.db").write_text("not a database\n" * 100)
+    with pytest.raises(ConfigError, match=r"search.db is not a study initnorm wrote \(DatabaseError\); delete it"):
+        SearchSweeper().study(tmp_path)

@@ -1,16 +1,21 @@
-"""SIGTERM and SIGINT: the job in progress checkpoints, the sweep stops, 128 + signal, the printed command resumes."""
+"""SIGTERM, SIGINT and SIGUSR2: the job in progress checkpoints, the sweep stops, 128 + signal, the printed command
+resumes; at every phase of the command, on every launcher of this machine."""
 
 import json
 import os
+import secrets
 import shlex
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 
 from initnorm.training import signals
-from tests.conftest import TINY, run_cli
+from tests.conftest import ROOT, TINY, run_cli
+from tests.test_startup import end_marked, survivors
 
 
 class SignalAt(L.Callback):
@@ -85,3 +90,73 @@ def test_a_second_ctrl_c_stops_at_once():
         assert info.value.hard and info.value.exit_status == 130
     finally:
         signals.clear()
+
+
+LAUNCHERS = {"basic": [], "local_parallel": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=1"],
+             "vectorized": ["hydra/launcher=vectorized", "hydra.launcher.n_jobs=1", "hydra.launcher.max_group=1"]}
+# Where the test sends it: the first line the sweep prints (the checks, the workers' start), the first job's start line
+# (it trains), or a Hydra callback after the summary. To the sweep's process alone as `kill` does, or to its whole group
+# as Ctrl-C does.
+TRIGGERS = {"preflight": "sweep: composing and checking", "training": "start seed=1"}
+SENT = {"parent": signal.SIGTERM, "group": signal.SIGINT}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("phase", ["preflight", "training", "summary"])
+@pytest.mark.parametrize("target", ["parent", "group"])
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_a_stop_signal_at_any_phase_ends_the_command_in_one_line_with_the_resume_line(tmp_path, launcher, target, phase):
+    """One handler for every launcher and phase: 128 + the signal, one "stopped by" line, the resume line last, no
+    traceback, no job started after it, nothing of the command left 10 s later."""
+    signum, sweep = SENT[target], tmp_path / "sweep"
+    mark = secrets.token_hex(8)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INITNORM_TEST_MARK": mark}
+    steps = ["steps=2"] if phase == "summary" else ["steps=100000", "checkpoint.every_n_steps=0"]
+    after = ["+hydra.callbacks.stop._target_=tests.stop_at.StopAtSummary", f"+hydra.callbacks.stop.signum={int(signum)}",
+             f"+hydra.callbacks.stop.target={'group' if target == 'group' else 'self'}"] if phase == "summary" else []
+    seeds = "seed=1" if phase == "summary" else "seed=1,2"
+    command = [sys.executable, "-m", "initnorm.train", "-m", seeds, *TINY, *steps, *LAUNCHERS[launcher], *after,
+               f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out = []
+        if phase in TRIGGERS:
+            for line in proc.stdout:
+                out.append(line)
+                if TRIGGERS[phase] in line:
+                    (os.killpg if target == "group" else os.kill)(proc.pid, signum)
+                    break
+        rest, err = proc.communicate(timeout=300)
+        out = "".join(out) + rest
+        left = survivors(f"INITNORM_TEST_MARK={mark}", 10)
+    finally:
+        proc.kill()
+        end_marked(f"INITNORM_TEST_MARK={mark}")
+    assert proc.returncode == 128 + signum, out[-2000:] + err[-3000:]
+    assert "Traceback" not in out + err and err.count("stopped by ") == 1, err[-3000:]
+    assert f"stopped by {signum.name}" in err and err.strip().splitlines()[-1].startswith("resume with: python -m initnorm.train -m")
+    assert not left, f"processes of the stopped command still running 10 s after it ended: {left}"
+    assert not (sweep / "default" / "seed=2" / "metrics.json").exists()  # no job started after the signal
+    if phase == "training":
+        assert (sweep / "default" / "seed=1" / "checkpoints" / "initnorm.ckpt").is_file(), err[-2000:]
+    if phase == "summary":
+        assert (sweep / "summary.md").is_file() and f"hydra.sweep.dir={sweep.resolve()}" in err.strip().splitlines()[-1]
+
+
+def test_a_transfer_sweep_stopped_by_a_signal_ends_the_transfer_with_its_status(monkeypatch, tmp_path):
+    """initnorm-transfer ran its sweep in process and went on to write a report of nothing, exit 0, after SIGTERM."""
+    from initnorm.cli import train, transfer
+
+    def stopped() -> None:
+        signals._record(signal.SIGTERM, None)
+        sys.exit(143)
+
+    monkeypatch.setattr(train, "main", stopped)
+    signals.clear()
+    try:
+        with pytest.raises(SystemExit) as info:
+            transfer.train_sweep(["width=32"], tmp_path / "out")
+    finally:
+        signals.clear()
+    assert info.value.code == 143

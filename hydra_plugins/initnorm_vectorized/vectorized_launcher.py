@@ -1,4 +1,6 @@
-"""``hydra/launcher=vectorized``: the jobs of a sweep that share every shape train as one stacked model.
+"""``hydra/launcher=vectorized``: the jobs of a sweep that share every shape train as one stacked model;
+``hydra/launcher=local_parallel``: each job alone, in the same worker processes (initnorm/cli/pool.py: a worker's
+death costs only its jobs).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package, so this class lives here
 and hands the work to ``initnorm.cli.vectorized`` (imported when a sweep starts, so that plugin
@@ -30,3 +32,13 @@ class VectorizedLauncher(Launcher):
         from initnorm.cli.vectorized import launch
 
         return launch(self, job_overrides, initial_job_idx)
+
+
+class ParallelLauncher(VectorizedLauncher):
+    """``conf/hydra/launcher/local_parallel.yaml``: Hydra's joblib launcher's keys (``n_jobs`` is read), each job a unit
+    of the vectorised launcher's worker processes."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from initnorm.cli.vectorized import launch
+
+        return launch(self, job_overrides, initial_job_idx, grouped=False)

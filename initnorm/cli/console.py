@@ -185,9 +185,9 @@ def summary_text(folder: Path | str, table: str) -> str:
 
 
 def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
-    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``."""
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (local_parallel, 2 at a time)``."""
     total = os.environ.get(TOTAL_ENV)
     name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
     how = {"basic": "one job after another",
-           "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+           "parallel": "local_parallel, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
     return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"

@@ -25,6 +25,7 @@ PLUGINS = {
     "hydra_plugins.initnorm_launchers.CheckedSweeper": None,
     "hydra_plugins.initnorm_launchers.SearchSweeper": "optuna",
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": None,
+    "hydra_plugins.initnorm_vectorized.vectorized_launcher.ParallelLauncher": None,
     "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": SUBMITIT,
 }
 # hydra/launcher=<name> -> (module it needs, what it is, the other way to run the sweep)

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, search
+from initnorm.cli import devices, launchers, memory, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -338,7 +338,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             progress(0, len(job_lists))
             check_launcher_and_folder(primary, multirun)
             if not multirun:
-                return [check_job(primary, job_lists[0], "", {})]
+                return memory.fits([check_job(primary, job_lists[0], "", {})], primary)
             swept = parse_sweep(sweep_overrides(primary))
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
             composer, seen, jobs = Composer(loader, primary), {}, []
@@ -347,7 +347,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
                 jobs.append(check_sweep_job(composer, overrides, num, f"job {named or num}", sweep_dir, seen))
                 progress(num + 1, len(job_lists))
-            return jobs
+            return memory.fits(jobs, primary)
     finally:
         GlobalHydra.instance().clear()
         if saved_env is None:

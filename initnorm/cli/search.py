@@ -225,12 +225,23 @@ class SearchSweeper(Sweeper):
             if what := planted(folder / name):
                 raise ConfigError(f"{folder / name} is {what}, not a study initnorm wrote, and SQLite would write through it; delete "
                                   "it (or move it away), or pick another folder with `hydra.sweep.dir=...`")
-        study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{(folder / STUDY_FILE).absolute()}",
-                                    direction=self.direction, load_if_exists=True)
-        # The sampler's random draws restart with its seed: a resumed study seeded as a new one would ask
-        # its first trials' values again (measured: trial 4 repeated trial 0's lr), so the seed moves on with the study.
+        path = folder / STUDY_FILE
+        try:
+            return optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{path.absolute()}",
+                                       direction=self.direction, load_if_exists=True)
+        except Exception as exc:  # a text file, a damaged database: SQLAlchemy's 80-line traceback said only that
+            raise ConfigError(f"{path} is not a study initnorm wrote ({type(exc).__name__}); delete it (or move it away) to "
+                              "search afresh, or pick another folder with `hydra.sweep.dir=...`") from None
+
+    def ask(self, study, space: dict[str, Any]):
+        """The next trial, from a sampler seeded by the study's own state (its number of trials): a resumed search asks
+        what the uninterrupted one asked. One sampler for the whole run drew on from wherever its seed was set, so a
+        rerun (seeded at load) asked other values than the run it continued (and seeded as new, trial 4 repeated
+        trial 0's lr)."""
+        import optuna
+
         study.sampler = optuna.samplers.TPESampler(seed=self.seed + len(study.trials))
-        return study
+        return study.ask(space)
 
     def sweep(self, arguments: list[str]) -> Any:
         from initnorm.search_report import write_report
@@ -248,7 +259,7 @@ class SearchSweeper(Sweeper):
             batch = pending[: self.n_jobs]
             pending = pending[len(batch):]
             for _ in range(min(self.n_jobs - len(batch), self.n_trials - len(study.trials))):
-                trial = study.ask(space)
+                trial = self.ask(study, space)
                 batch.append((trial.number, trial.params))
             if not batch:
                 break

@@ -2,11 +2,13 @@
 the sweep's summary covers the jobs that finished, the exit status is 128 + the signal (143 for
 SIGTERM, 130 for SIGINT) and the last line is the command that resumes.
 
-``python -m initnorm.train`` runs Hydra inside ``honoured(argv)``; each job calls ``job_started()``
-first (a signal between two jobs stops before the next one) and the training loop stops through
-``initnorm.training.checkpoints.CheckpointOnSignal``. The mechanism itself (what a handler records,
-which signals, ``Interrupted``) is in ``initnorm/training/signals.py``; a cluster's own stop
-signal (SLURM's preemption warning) is added with ``honoured(argv, extra=[signal.SIGUSR2])``.
+``python -m initnorm.train`` records the stop signals from its first line (``initnorm/train.py``) and runs
+everything after the command line is read inside ``honoured(argv)``: the checks of every job (between two
+jobs' checks), the workers' start (``cli/pool.py``: no unit is handed out), Hydra's jobs (each calls
+``job_started()`` first; the training loop stops through ``initnorm.training.checkpoints.CheckpointOnSignal``;
+a parallel launcher passes the signal on to its workers) and the summary (``raise_if_requested`` after it).
+The mechanism itself (what a handler records, which signals, ``Interrupted``) is in
+``initnorm/training/signals.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from initnorm.training import signals
 
 RUN_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 _folder: dict[str, str] = {}  # {"key": "hydra.sweep.dir", "dir": absolute folder} of the latest job
+
+
+def record_from_now() -> None:
+    """The command's first act (``initnorm/train.py``): the stop signals recorded from here on, in every phase."""
+    signals.install()
 
 
 def job_started() -> None:
@@ -75,7 +82,10 @@ def report(stop: signals.Interrupted, argv: list[str], resume: str | None = None
         what = f"job {saved['folder']} saved a checkpoint at step {saved['step']}"
     else:
         what = "no job of this process was training"
-    print(f"\nstopped by {name}: {what}; no further job started.", file=sys.stderr)
+    if _folder or stop.hard or saved.get("folder"):
+        print(f"\nstopped by {name}: {what}; no further job started.", file=sys.stderr)
+    else:  # the checks of the command line, the workers' start
+        print(f"\nstopped by {name}: before any job started; nothing was trained.", file=sys.stderr)
     if _folder.get("key") == "hydra.sweep.dir":
         summary = write_summary(_folder["dir"])
         if summary:
@@ -84,6 +94,8 @@ def report(stop: signals.Interrupted, argv: list[str], resume: str | None = None
         print(f"resume with: {resume_command(argv, _folder['key'], _folder['dir'])}", file=sys.stderr)
     elif resume:
         print(resume, file=sys.stderr)
+    else:  # stopped before a folder was named (the checks, the workers' start): the same command starts it
+        print(f"resume with: {shlex.join(['python', '-m', 'initnorm.train', *argv])}", file=sys.stderr)
     return stop.exit_status
 
 

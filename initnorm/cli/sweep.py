@@ -165,6 +165,7 @@ class SummaryCallback(Callback):
         if FAILED_JOBS:
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): "
                   f"{', '.join(FAILED_JOBS)}")
+            print(f"this trains them again (the finished jobs are skipped): {resume_command(folder)}")
         stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:

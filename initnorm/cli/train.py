@@ -28,6 +28,7 @@ from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
+from initnorm.training import signals
 from initnorm.training.resume import record_failure
 
 
@@ -91,25 +92,41 @@ def main(cmd: CommandLine | None = None) -> None:
     cluster stopped it before it finished (the summary lists it and the command that resumes it)."""
     console.quiet()
     cmd = cmd or parse(sys.argv[1:])
-    try:
-        console.check_flags(cmd)
-        jobs = check_command_line(cmd, console.CheckProgress())
-    except ConfigError as exc:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    plan = describe_plan(jobs) if jobs else None
-    if plan:
-        print(plan)
-    if jobs and len(jobs) > 1:
-        os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
-    launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
-    # stop signals, full disk: one line, resume command; the checked jobs handed to the sweeper and the launcher
-    with cli_signals.honoured(sys.argv[1:]), disk.reported(sys.argv[1:]), sweeper.planned(jobs):
-        hydra_main()
+    # One handler from here to the end (cli/signals.py): a stop signal during the checks, the workers' start, training or
+    # the summary ends the command the same way (128 + signal, the resume line), never in a traceback.
+    with cli_signals.honoured(sys.argv[1:]):
+        try:
+            console.check_flags(cmd)
+            jobs = check_command_line(cmd, checked_so_far(console.CheckProgress()))
+        except ConfigError as exc:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        signals.raise_if_requested()
+        plan = describe_plan(jobs) if jobs else None
+        if plan:
+            print(plan)
+        if jobs and len(jobs) > 1:
+            os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
+        launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
+        # full disk: one line, resume command; the checked jobs handed to the sweeper and the launcher
+        with disk.reported(sys.argv[1:]), sweeper.planned(jobs):
+            hydra_main()
+        signals.raise_if_requested()  # a signal during the summary: the command still says it was stopped
     if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:
         sys.exit(1)
+
+
+def checked_so_far(progress):
+    """The preflight's progress, and a stop signal honoured between two jobs' checks (an interrupted check once
+    left Hydra's state half made: "'NoneType' object has no attribute '_invalidate_flags_cache'")."""
+
+    def tick(done: int, total: int) -> None:
+        signals.raise_if_requested()
+        progress(done, total)
+
+    return tick
 
 
 if __name__ == "__main__":

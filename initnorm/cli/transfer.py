@@ -117,12 +117,15 @@ def tuned_at(folder: Path) -> dict[str, int]:
 
 def train_sweep(overrides: list[str], folder: Path) -> None:
     from initnorm.cli import train
+    from initnorm.training import signals
 
     argv = sys.argv
     sys.argv = ["initnorm.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
     try:
         train.main()
     except SystemExit as exc:
+        if signals.requested() is not None:  # stopped by a signal (the sweep said so and how to resume): no report
+            raise
         if exc.code:  # a failed job: the sweep printed it; the report still reads what finished
             print(f"warning: the transfer sweep in {folder} exited {exc.code}", file=sys.stderr)
     finally:

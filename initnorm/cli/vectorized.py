@@ -37,8 +37,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from initnorm import schema
-from initnorm.cli import console, devices, disk, sweeper, workers
+from initnorm.cli import console, devices, disk, parallel, sweeper, workers
 from initnorm.cli.composer import Composer
+from initnorm.cli.pool import Lost
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
@@ -245,10 +246,13 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
     return rets
 
 
-def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, grouped: bool = True) -> Sequence[JobReturn]:
+    """Run the jobs as units (``grouped``: stacked groups and jobs alone; else one job a unit, ``hydra/launcher=local_parallel``)."""
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params)
+    if not grouped:
+        params |= {"engine": "joblib", "max_group": 1, "max_params": None}
     engine, max_group, max_params = params["engine"], params["max_group"], params.get("max_params")
     if engine not in ENGINES:
         raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with "
@@ -264,16 +268,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     use_cache(str(config.hydra.runtime.cwd))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    # joblib's workers import torch, Lightning and initnorm (~3 s each) while this process composes the
+    # The workers import torch, Lightning and initnorm (~3 s each) while this process composes the
     # jobs (~0.15 s a job); started by the command line (workers.start_early) where it names this launcher.
-    warming = None
     if engine == "joblib" and len(job_overrides) > 1:
-        warming = workers.started_early() or workers.warm(params["n_jobs"])
+        workers.started_early() or workers.warm(params["n_jobs"])
     else:
-        workers.stop()
+        workers.end()
     jobs, examples = classify(hydra_context, config, job_overrides, initial_job_idx)
-    if warming is not None:
-        warming.join()
     sizes: dict[tuple, int] = {}
 
     def params_of(job: PlannedJob) -> int:  # one member's parameter count, once per group key
@@ -287,8 +288,9 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         return sizes[job.key]
 
     units = units_of(jobs, max_group, max_params, params_of)
-    grouped = [u for u in units if len(u) > 1]
-    print(console.groups_line(len(jobs), [len(u) for u in grouped], len(units) - len(grouped)), flush=True)
+    stacked = [u for u in units if len(u) > 1]
+    if grouped:
+        print(console.groups_line(len(jobs), [len(u) for u in stacked], len(units) - len(stacked)), flush=True)
     for u in units:
         for j in u:
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),
@@ -305,7 +307,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         tasks = executor.map_array(run_unit, *zip(*args))
         results = [t.results()[0] for t in tasks]
     elif engine == "sequential" or len(units) == 1:
-        workers.stop()  # warmed for nothing: one unit runs here
+        workers.end()  # warmed for nothing: one unit runs here
         results = []
         for a in args:
             results.append(run_unit(*a))
@@ -313,21 +315,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
                 break  # stopped by a signal: no further unit starts
         Singleton.set_state(state)
     else:
-        from joblib import delayed
-
-        n_jobs = params["n_jobs"]
-        # Longest units first: a big group that starts last would leave the other cores idle at the end.
-        order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
-        try:
-            # A stop signal to this process alone reaches the workers too (as SIGTERM: one sent to the
-            # whole process group has reached them already, and a second SIGINT would mean "at once").
-            with signals.passed_on(lambda signum: workers.send(signal.SIGTERM)):
-                out = workers.parallel(n_jobs)(delayed(run_unit)(*args[k]) for k in order)
-        finally:
-            workers.end()  # nothing outlives the command, stopped or not
-        results = [None] * len(args)
-        for k, r in zip(order, out):
-            results[k] = r
+        results = parallel.run_units(run_unit, args, params["n_jobs"])
+        for k, r in enumerate(results):
+            if isinstance(r, Lost):  # its worker died, or it raised past every job: its jobs alone are failed
+                results[k] = (parallel.record_lost(units[k], r, sweep_dir), None)
+    unstarted = (signals.requested() or signal.SIGTERM, None, None, False)
+    results = [r if r is not None else ([], unstarted) for r in results]  # None: a stop signal kept it from starting
     stops = [stop for _, stop in results if stop is not None]
     if stops:
         saved = next((s for s in stops if s[1] is not None), stops[0])  # a unit that checkpointed, for the report

@@ -1,48 +1,43 @@
-"""The vectorised launcher's worker processes (joblib's loky workers): started early, ended promptly.
+"""A parallel sweep's worker processes (``hydra/launcher=local_parallel`` and ``=vectorized``): started early, ended promptly.
 
-A worker needs torch, Lightning and initnorm (~3 s of imports) before its first group. The parent
+A worker needs torch, Lightning and initnorm (~3 s of imports) before its first unit. The parent
 spends about as long importing the same, then composing and checking every job. So the workers are
 started first: ``start_early`` reads the command line before anything heavy is imported and, for a
-vectorised sweep on joblib, starts them in a thread; the sweep's own ``Parallel``
-(initnorm/cli/vectorized.py) finds them ready (loky reuses an executor asked for with the same
-arguments). This module imports nothing heavy: it runs first.
+parallel sweep, starts them in a thread (``pool.Pool``, which the launcher then uses). This module
+imports nothing heavy: it runs first.
 
-On Linux the workers come from a fork server (``multiprocessing``'s "forkserver" start method,
-which loky supports): one server process imports ``WORKER_MODULES`` once, on the second core while
-the parent imports on the first, and every worker is forked from it with everything imported. With
-loky's own start method each worker imported for itself: three processes importing on two cores.
-Forking from the server is safe because it has run nothing but imports (one thread, no OpenMP pool).
+On Linux the workers come from a fork server (``multiprocessing``'s "forkserver" start method):
+one server process imports ``WORKER_MODULES`` once, on the second core while the parent imports on
+the first, and every worker is forked from it with everything imported. Spawned instead, each worker
+imported for itself: three processes importing on two cores. Forking from the server is safe because
+it has run nothing but imports (one thread, no OpenMP pool).
 
 What the parent sets in its environment after the workers started (the sweep's size, its swept
-keys, the stop signals) reaches them as an argument of each unit of work instead (``shared_env``).
+keys) reaches them as an argument of each unit of work instead (``shared_env``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
+import multiprocessing
 import os
 import signal
 import sys
-import threading
 
 from initnorm import envvars
 from initnorm.cli.argv import CommandLine
 
-log = logging.getLogger(__name__)
-
 # Read by the code a worker runs, set by the parent once the sweep is known (after the workers started).
 SHARED_ENV = envvars.SHARED
-DEFAULT_N_JOBS = -1  # conf/hydra/launcher/vectorized.yaml's n_jobs
+DEFAULT_N_JOBS = -1  # conf/hydra/launcher/{local_parallel,vectorized}.yaml's n_jobs
 # What a worker imports before its first unit: the task function's module and the job's (torch, Lightning, the library).
 WORKER_MODULES = ("initnorm.cli.train", "initnorm.cli.job")
 # The launching process's pid, handed to each unit: a worker tells from it that it is a worker.
 LAUNCHER_PID_ENV = envvars.LAUNCHER_PID
-# Set to 0 for loky's own start method (every worker imports for itself), as on other platforms.
+# Set to 0 to spawn each worker (every worker imports for itself), as on other platforms.
 FORKSERVER_ENV = envvars.FORKSERVER
 
-_started: threading.Thread | None = None
-_stopping = False
+_pool = None  # the sweep's pool.Pool, once started
 
 
 def imports() -> int:
@@ -55,52 +50,45 @@ def imports() -> int:
 
 
 def start_method() -> str:
-    """How loky starts the workers: "forkserver" on Linux (``INITNORM_FORKSERVER=0`` turns it off), else loky's own."""
+    """How the workers start: "forkserver" on Linux (``INITNORM_FORKSERVER=0`` turns it off), else "spawn"."""
     if sys.platform.startswith("linux") and os.environ.get(FORKSERVER_ENV, "1") != "0":
         return "forkserver"
-    return "loky"
+    return "spawn"
 
 
-def parallel(n_jobs: int):
-    """The joblib ``Parallel`` of the vectorised launcher: the warm-up and the sweep must ask for the
-    same one, or loky makes a new pool instead of reusing the warm workers."""
-    from joblib import Parallel
-    from joblib.externals.loky.backend import context
+def pool(n_jobs: int, units: int | None = None):
+    """The sweep's pool of workers (``pool.Pool``): the one started early where there is one, else a new one, started
+    now (``n_jobs`` as joblib reads it, capped at ``units``)."""
+    global _pool
+    from initnorm.cli import pool as pools
 
-    method = start_method()
-    if method == "forkserver":
-        import multiprocessing
+    n = pools.n_workers(n_jobs, units if units is not None else 1 << 30)
+    if _pool is None or _pool.closed:
+        method = start_method()
+        if method == "forkserver":
+            # Read when the server starts (with the first worker), so set before any is started.
+            multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
+        _pool = pools.Pool(n, method, () if method == "forkserver" else WORKER_MODULES)
+    _pool.n = n
+    return _pool
 
-        # Read when the server starts (with the first worker), so set before every pool is asked for.
-        multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
-    context.set_start_method(method, force=True)  # joblib passes no start method to loky: its default
-    return Parallel(n_jobs=n_jobs, backend="loky", batch_size=1, pre_dispatch="n_jobs")
 
-
-def warm(n_jobs: int) -> threading.Thread:
-    """Start joblib's workers in a thread and let each import what it needs; ``.join()`` the result."""
-    global _stopping
-    _stopping = False
-
-    def start() -> None:
-        try:
-            from joblib import delayed, effective_n_jobs
-
-            parallel(n_jobs)(delayed(imports)() for _ in range(effective_n_jobs(n_jobs)))
-        except Exception as exc:  # only a head start: the sweep's own Parallel starts them otherwise
-            if not _stopping:  # stop() ended them on purpose (a command line that failed its checks)
-                log.warning("could not start the workers early (%s: %s)", type(exc).__name__, exc)
-
-    thread = threading.Thread(target=start, name="initnorm-warm-workers", daemon=True)
-    thread.start()
-    return thread
+def warm(n_jobs: int):
+    """Start the workers in a thread (each imports what it needs there); returns the pool."""
+    p = pool(n_jobs)
+    p.start()
+    return p
 
 
 def _launcher_args(cmd: CommandLine) -> tuple[bool, int | None]:
-    """(a vectorised sweep on joblib, its n_jobs) as far as the command line says."""
-    if not (cmd.multirun and cmd.runs_jobs) or cmd.value("hydra/launcher") != "vectorized":
+    """(a parallel sweep on worker processes of this machine, its n_jobs) as far as the command line says."""
+    if not (cmd.multirun and cmd.runs_jobs):
         return False, None
-    if cmd.value("hydra.launcher.engine", "joblib") != "joblib":
+    launcher = cmd.value("hydra/launcher")
+    if launcher == "vectorized":
+        if cmd.value("hydra.launcher.engine", "joblib") != "joblib":
+            return False, None
+    elif launcher != "local_parallel":
         return False, None
     if importlib.util.find_spec("joblib") is None:  # an install without the launchers extra: the preflight says so, in one line
         return False, None
@@ -111,125 +99,38 @@ def _launcher_args(cmd: CommandLine) -> tuple[bool, int | None]:
 
 
 def start_early(cmd: CommandLine) -> None:
-    """Start the workers of ``cmd``'s vectorised sweep now (no-op for any other command line), and
-    until the sweep's own signal handling takes over (``initnorm.training.signals.install``), end
-    them with the command on SIGTERM or SIGINT (``abort``)."""
-    global _started
+    """Start the workers of ``cmd``'s parallel sweep now (no-op for any other command line)."""
     wanted, n_jobs = _launcher_args(cmd)
-    if wanted and _started is None:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, abort)
-        _started = warm(n_jobs)
+    if wanted and _pool is None:
+        warm(n_jobs)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children ...), from /proc; [] where there is none."""
-    parents: dict[int, list[int]] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def abort(signum: int, frame) -> None:
-    """SIGTERM or SIGINT before any job started (the command line is still being checked, the
-    workers still import): kill the fork server and the workers at once (asking loky to shut down
-    from a signal handler can wait on the thread that is starting them), say so in one line and exit
-    128 + the signal. The resource trackers are left to end by themselves: they clean up joblib's
-    shared-memory folder and exit when the last process that holds their pipe is gone."""
-    for _ in range(2):  # a worker forked while the first pass ran
-        for pid in descendants(os.getpid()):
-            if not _is_resource_tracker(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-    sys.stderr.write(f"\nstopped by {signal.Signals(signum).name} before any job started; nothing was trained.\n")
-    sys.stderr.flush()
-    os._exit(128 + int(signum))
-
-
-def _is_resource_tracker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"resource_tracker" in f.read()
-    except OSError:
-        return False
-
-
-def started_early() -> threading.Thread | None:
-    return _started
+def started_early():
+    """The pool started by the command line, if any."""
+    return _pool
 
 
 def stop() -> None:
-    """End joblib's workers now, idle or still importing: left to the interpreter's exit, their
-    shutdown took 1-2 s after the summary. (They are loky's reusable workers; the next Parallel
-    starts new ones.)"""
-    _kill_workers(wait=False)
-
-
-def _kill_workers(wait: bool) -> None:
-    """Kill loky's reusable workers, if this process made any; ``wait``: until they are joined."""
-    global _started, _stopping
-    _stopping, _started = True, None
-    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")  # None: no joblib pool here
-    executor = getattr(reusable_executor, "_executor", None)
-    if executor is not None:
-        _quiet_manager_thread()
-        executor.shutdown(wait=wait, kill_workers=True)
-
-
-MANAGER_THREAD = "ExecutorManagerThread"  # loky's thread that feeds the workers (process_executor.py)
-
-
-def _quiet_manager_thread() -> None:
-    """Workers killed while the warm-up still hands them work (a command line that failed its checks within a second
-    of starting) leave loky's manager thread looking up a work item the shutdown removed: a ``KeyError`` traceback
-    after the command's one line. They were ended on purpose, so that thread's exception is dropped from then on."""
-    previous = threading.excepthook
-    if getattr(previous, "initnorm_quiet", False):
-        return
-
-    def hook(args) -> None:
-        if not (_stopping and args.thread is not None and args.thread.name == MANAGER_THREAD):
-            previous(args)
-
-    hook.initnorm_quiet = True
-    threading.excepthook = hook
+    """End the workers now, idle or still starting (a command line that failed its checks, or a sweep whose units
+    all run in this process)."""
+    global _pool
+    if _pool is not None:
+        _pool.close()
+        _pool = None
 
 
 def send(signum: int) -> None:
-    """Send ``signum`` to every loky worker of this process (a stop signal passed on); none before a pool exists."""
-    reusable_executor = sys.modules.get("joblib.externals.loky.reusable_executor")
-    executor = getattr(reusable_executor, "_executor", None)
-    for pid in list(getattr(executor, "_processes", None) or {}):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:  # ended already
-            pass
+    """Send ``signum`` to every worker of this process (a stop signal passed on); none before a pool exists."""
+    if _pool is not None:
+        _pool.send(signum)
 
 
 def end() -> None:
     """End the workers of a finished sweep and the fork server they came from, and wait for both:
     nothing outlives the command, and the workers' CPU time counts as this process's children's
     (``time``, the benchmark), which it does only once the server has reaped them and this process
-    the server. Not for a command that failed its checks (``stop``): a server still importing would
-    keep it waiting."""
-    _kill_workers(wait=True)  # joined: the server has reaped them
+    the server."""
+    stop()  # joined: the server has reaped them
     forkserver = sys.modules.get("multiprocessing.forkserver")
     server = getattr(forkserver, "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)

@@ -152,7 +152,7 @@ def prepare(m: Member, prior, log: logging.Logger) -> Prepared:
     return Prepared(m, log, built, stream, state)
 
 
-STOPS = (signals.Interrupted, KeyboardInterrupt)  # a stop is not a failure: it is to be resumed
+STOPS = (signals.Interrupted,)  # a stop is not a failure: it is to be resumed (a KeyboardInterrupt: signals.interrupt_cause)
 
 
 def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callbacks: Sequence[L.Callback] | None = None,
@@ -192,6 +192,8 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
                 ready.setdefault(p.step, []).append((i, p))
             except STOPS:
                 raise
+            except KeyboardInterrupt as exc:
+                failures[i] = _interrupt(exc)
             except Exception as exc:
                 failures[i] = exc
         for part in ready.values():
@@ -209,6 +211,14 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
         for i, r in enumerate(results):
             on_done(i, r)
     return results
+
+
+def _interrupt(exc: KeyboardInterrupt) -> Exception:
+    """A KeyboardInterrupt of the job's own code as its failure; raised where it is a stop or Python's Ctrl-C."""
+    cause = signals.interrupt_cause(exc, signals.handling())
+    if isinstance(cause, Exception):
+        return cause
+    raise cause from None
 
 
 def _failed(m: Member, exc: BaseException) -> dict[str, Any]:
@@ -311,8 +321,15 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
         "enable_checkpointing": any(isinstance(cb, ModelCheckpoint) for cb in chosen),
         "default_root_dir": str(members[0].out_dir)})
     start = time.perf_counter()
+    handled = signals.handling()  # before the fit: Lightning ignores SIGINT once it has caught a KeyboardInterrupt
     try:
-        trainer.fit(engine, datamodule=data)
+        try:
+            trainer.fit(engine, datamodule=data)
+        except SystemExit as exc:  # Lightning's answer to a KeyboardInterrupt (sys.exit(1)): the stop, or this fit's failure
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                raise
+            signals.record_again()
+            raise signals.interrupt_cause(exc.__context__, handled) from None
     except Exception:
         for m in members:  # a tracker's run is not left RUNNING; the next try (alone, or a rerun) makes its loggers again
             trackers.finish(m.loggers, "failed")

@@ -5,13 +5,17 @@ the process here. A handler only records that a stop was asked for (``requested(
 training loop acts on it at the next step boundary, where ``checkpoints.CheckpointOnSignal`` writes the
 job's checkpoint (the same consistent point a periodic one uses, so the rerun resumes bit for
 bit) and raises ``Interrupted``. Code between jobs asks ``raise_if_requested()``. A second
-Ctrl-C while the first is honoured stops at once (``KeyboardInterrupt``).
+Ctrl-C while the first is honoured stops at once (``Interrupted`` with ``hard``).
 
-Which signals are honoured: SIGTERM and SIGINT, plus the names in ``$INITNORM_STOP_SIGNALS``
-(``TERM,INT,USR2``), which ``install`` also sets so that worker processes of a parallel launcher
-honour the same ones. A cluster's preemption warning (SLURM's ``--signal=USR2@90``) is asked for
-by ``install(extra=[signal.SIGUSR2])`` and then handled as SIGTERM is. The exit status is
+Which signals are honoured: SIGTERM, SIGINT and SIGUSR2 (a cluster's preemption warning, SLURM's
+``--signal=USR2@90``, handled as SIGTERM is), plus the names in ``$INITNORM_STOP_SIGNALS``, which
+``install`` also sets so that worker processes of a parallel launcher honour the same ones. The exit status is
 ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT), as shells report a killed process.
+
+A ``KeyboardInterrupt`` is therefore never a stop signal while the handler is in place: SIGINT is recorded, not raised.
+One that reaches the training loop then was raised by the job's own code (a callback, a data module) and is that job's
+failure (``RaisedInterrupt``, recorded with its line; the sweep goes on); a stop recorded first makes it the stop.
+Without the handler (``fit`` in a notebook) it is Python's Ctrl-C and stays a ``KeyboardInterrupt`` (``interrupt_cause``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from initnorm import envvars
 
 STOP_ENV = envvars.STOP_SIGNALS
-DEFAULT = (signal.SIGTERM, signal.SIGINT)
+DEFAULT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)  # USR2: a cluster's warning (SLURM's --signal=USR2@90)
 
 _requested: int | None = None  # the first signal received, until ``clear()``
 _where: dict[str, Any] = {}  # what the job in progress saved: folder, step
@@ -49,13 +53,32 @@ class Interrupted(BaseException):
         return exit_status(self.signum)
 
 
+class RaisedInterrupt(RuntimeError):
+    """A ``KeyboardInterrupt`` that no signal caused: raised by the job's own code, it fails that job alone."""
+
+
+def handling() -> bool:
+    """Whether this process records SIGINT (``install``) rather than raising ``KeyboardInterrupt`` on it."""
+    return signal.getsignal(signal.SIGINT) is _record
+
+
+def interrupt_cause(exc: KeyboardInterrupt, handled: bool) -> BaseException:
+    """What ``exc`` means: the stop (``Interrupted``) if a stop signal was recorded; a failure of the job
+    (``RaisedInterrupt``) where SIGINT was ``handled`` (recorded, so the job's code raised it); else Python's Ctrl-C."""
+    if _requested is not None:
+        return Interrupted(_requested, _where.get("folder"), _where.get("step"))
+    if handled:
+        return RaisedInterrupt("KeyboardInterrupt raised by the job's own code (no stop signal was received)")
+    return exc
+
+
 def exit_status(signum: int) -> int:
     """``128 + signum``: what a shell reports for a process ended by that signal (143, 130)."""
     return 128 + int(signum)
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
-    """SIGTERM, SIGINT and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
+    """SIGTERM, SIGINT, SIGUSR2 and those named in ``$INITNORM_STOP_SIGNALS`` (``TERM,INT,USR2``)."""
     named = [s.strip().upper() for s in os.environ.get(STOP_ENV, "").split(",") if s.strip()]
     full = [n if n.startswith("SIG") else f"SIG{n}" for n in named]
     extra = [signal.Signals[n] for n in full if n in signal.Signals.__members__]
@@ -64,8 +87,10 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 
 def _record(signum: int, frame) -> None:
     global _requested
-    if _requested is not None and signum == signal.SIGINT:
-        raise Interrupted(signum, hard=True)  # a second Ctrl-C: stop now, without the checkpoint
+    if _requested == signal.SIGINT and signum == signal.SIGINT:
+        # A second Ctrl-C: stop now, without the checkpoint. Only after a first SIGINT: a worker gets one from its
+        # process group and a SIGTERM from the sweep's process passing it on, in either order.
+        raise Interrupted(signum, hard=True)
     if _requested is None:
         _requested = signum
         for tell in _listeners.copy():  # a copy: a listener may leave (passed_on's exit) while it is told
@@ -86,7 +111,7 @@ def passed_on(tell: Callable[[int], None]):
 
 
 def install(extra: Iterable[int] = ()) -> tuple[signal.Signals, ...]:
-    """Record (do not act on) SIGTERM, SIGINT and ``extra`` in this process from now on; return them.
+    """Record (do not act on) SIGTERM, SIGINT, SIGUSR2 and ``extra`` in this process from now on; return them.
 
     Only the main thread may set handlers: elsewhere (a launcher's worker thread) nothing is changed.
     """
