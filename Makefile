@@ -3,13 +3,14 @@
 #   make test    install into .venv (with test tools), then lint (ruff, the rules in pyproject.toml) and run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
+#   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases (make test runs 9 of the 18)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test test-slurm sweep bench reproduce clean
+.PHONY: install train test test-slurm test-signals sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ test: install
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
+
+# The stop-signal matrix in full: every launcher x target (the sweep's process, its group) x phase, 18 sweeps
+# (`make test` runs 9 of them, each launcher, target and phase at least once).
+test-signals: install
+	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) tests/test_signals.py -k any_phase
 
 # outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/performance.md);
 # .pytest_cache/ the test suite's compiler cache

@@ -53,7 +53,7 @@ def run_units(fn: Callable[..., Any], args: Sequence[tuple], n_jobs: int) -> lis
 
 def record_lost(jobs: Sequence[Any], lost: Lost, sweep_dir: Path) -> list[JobReturn]:
     """Each job of a lost unit recorded failed with ``lost.reason`` in its folder; its ``JobReturn`` (a loss of nan, as
-    a failed job's) so that the sweeper sees every job it launched. ``jobs``: the launcher's ``Job`` records."""
+    a failed job's) so that the sweeper sees every job it launched. ``jobs``: the launcher's ``PlannedJob`` records."""
     rets = []
     for job in jobs:
         cfg = job.composer.job_config(job.overrides)
