@@ -19,11 +19,13 @@ from initnorm.plots import PLOTS
 from initnorm.results import (
     METRICS_FILE,
     RUNS_FILE,
+    differing_keys,
     group_rows,
     read_sweep,
     render_csv,
     render_markdown,
     render_runs_csv,
+    swept_keys,
     write_atomic,
 )
 
@@ -37,7 +39,7 @@ def summarize(folder: Path | str) -> str:
     if not records:
         raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
-    table = render_markdown(keys, metrics, rows)
+    table = render_markdown(keys, metrics, rows) + differing_note(records)
     for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
         if name not in PLOTS.names():  # a name read from a record is data: never a path to import and call
             log.warning("no %s plot for %s: not a plot initnorm has (%s)", name, folder, ", ".join(PLOTS.names()))
@@ -63,6 +65,16 @@ def summarize(folder: Path | str) -> str:
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
     write_atomic(folder / "runs.csv", render_runs_csv(records))
     return table
+
+
+def differing_note(records: list[dict]) -> str:
+    """The line under the table naming the keys that split its rows though nobody swept them (results.differing_keys):
+    jobs of one folder whose recorded configs differ (a rerun with another lr) are never averaged as one setting."""
+    differing = differing_keys(records, swept_keys(records))
+    if not differing:
+        return ""
+    return (f"\nNot swept, yet set differently between jobs of this folder (a rerun with other values?): {', '.join(differing)}. "
+            "Each value is its own row: no row averages jobs whose configs differ.\n")
 
 
 def missing_jobs(folder: Path, records: list[dict]) -> list[str]:

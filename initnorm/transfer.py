@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import random
 import statistics
@@ -34,7 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
-from initnorm.results import csv_cell
+from initnorm.results import csv_cell, differing_keys, row_value
+
+log = logging.getLogger(__name__)
 
 PARAM_KEYS = ("param", "param.name")  # a swept parameterisation: a conf/param option, or a table's name or dotted path
 
@@ -300,7 +303,7 @@ def swept_value(record: dict, key: str) -> str:
         return str(overrides[key])
     if key == "param":
         return str(((record.get("config") or {}).get("param") or {}).get("name", "sp"))
-    return ""
+    return row_value(record, key)  # a key no job overrode that its config recorded differently (results.differing_keys)
 
 
 def metric_of(records: list[dict]) -> str:
@@ -320,15 +323,21 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
             if k not in ("lr", "seed", axis) and k not in keys:
                 keys.append(k)
     varying = [k for k in keys if k == "param" or len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
+    varying += differing_keys(records, [*varying, axis, "lr"])  # never one curve of jobs whose configs differ
     cells: dict[tuple, dict[int, dict[Any, dict[float, float]]]] = {}
     for r in records:
         ov = r.get("overrides", {})
         if r.get("status") != "finished" or "lr" not in ov or axis not in ov:
             continue
+        try:
+            size, log2_lr = int(ov[axis]), math.log2(float(ov["lr"]))
+        except (TypeError, ValueError):  # a record's text, not the command line's: no number, no point on a curve
+            log.warning("ignored %s: its %s=%r, lr=%r are not a size and a rate", r.get("_dir", "a job"), axis, ov[axis], ov["lr"])
+            continue
         setting = tuple((k, swept_value(r, k)) for k in varying)
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         loss = loss if _finite(loss) else math.nan
-        cells.setdefault(setting, {}).setdefault(int(ov[axis]), {}).setdefault(r.get("seed"), {})[math.log2(float(ov["lr"]))] = loss
+        cells.setdefault(setting, {}).setdefault(size, {}).setdefault(r.get("seed"), {})[log2_lr] = loss
     if axis == "depth":  # at the base depth a depth variant is its width-only table exactly: one run may serve them all
         share_base_depth(cells)
     return axis, cells
