@@ -101,7 +101,8 @@ def overrides_for(summary: dict, given: list[str], check: bool, source: str = SU
     return out + given
 
 
-def train_sweep(overrides: list[str], folder: Path) -> None:
+def train_sweep(overrides: list[str], folder: Path) -> int:
+    """The sweep's exit status: 2 where its preflight refused a value (its one line printed, nothing trained or written)."""
     from initnorm.cli import train
 
     argv = sys.argv
@@ -109,10 +110,13 @@ def train_sweep(overrides: list[str], folder: Path) -> None:
     try:
         train.main()
     except SystemExit as exc:
+        if exc.code == 2:  # a bad value (width=15): no job ran, so there is no report to write
+            return 2
         if exc.code:  # a failed job: the sweep printed it; the report still reads what finished
             print(f"warning: the transfer sweep in {folder} exited {exc.code}", file=sys.stderr)
     finally:
         sys.argv = argv
+    return 0
 
 
 def metric_of_search(summary: dict) -> str:
@@ -235,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = next((r["config"][axis] for r in read_metrics(a.folder) if _number(r.get("config", {}).get(axis))), math.nan)
     out = Path(f"{a.folder}_{'check' if a.check else 'transfer'}")
-    train_sweep(overrides, out)
+    if train_sweep(overrides, out) == 2:
+        return 2
     where = str(a.grid) if a.grid else f"{out} (--check)" if a.check else ""
     if a.check:
         try:
