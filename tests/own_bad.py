@@ -4,7 +4,6 @@ raises or whose batches are wrong; callbacks that are no Callback or raise when 
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from tests.own_data import Tokens
@@ -71,5 +70,3 @@ class CallbackRaises:
     def __init__(self):
         raise RuntimeError("my callback cannot start")
 
-
-__all__ = ["torch"]
