@@ -191,7 +191,15 @@ def fmt_mean_sd(mean: float | None, sd: float | None, n: int, missing: str = "na
 
 def setting_keys(records: list[dict[str, Any]]) -> list[str]:
     """The keys that tell a table's rows apart: the swept keys other than the seed, in sweep order
-    (outside a multirun, the overridden keys whose values differ between the records)."""
+    (outside a multirun, the overridden keys whose values differ between the records), then the keys
+    ``differing_keys`` finds: jobs whose recorded configs differ never share a row, swept or not."""
+    keys = swept_keys(records)
+    return keys + differing_keys(records, keys)
+
+
+def swept_keys(records: list[dict[str, Any]]) -> list[str]:
+    """The swept keys other than the seed, in sweep order (outside a multirun, the overridden keys whose values
+    differ between the records)."""
     keys: list[str] = []
     for r in records:
         swept = r.get("swept")
@@ -201,6 +209,68 @@ def setting_keys(records: list[dict[str, Any]]) -> list[str]:
     if not any("swept" in r for r in records):
         keys = [k for k in keys if len({str(r.get("overrides", {}).get(k)) for r in records}) > 1]
     return keys
+
+
+def differing_keys(records: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    """The keys, other than ``keys`` and the seed, whose recorded value (``recorded``: the job's config, else its
+    override) differs between jobs that agree on every value of ``keys``: a rerun of a sweep's folder with another
+    lr, a seed added with another warmup. Averaging such jobs would report one setting that never ran, so these
+    keys split the rows too. A key implied by one already found (``model.width`` by ``width``) is not repeated;
+    keys that do not change the experiment (``config.IGNORED``: callbacks, loggers ...) are not compared."""
+    candidates = dict.fromkeys(k for r in records for k in _leaf_keys(r) if k not in keys and not _watch_only(k))
+    found: list[str] = []
+    if len(records) < 2:
+        return found
+    values = {k: [_canonical(recorded(r, k)) for r in records] for k in candidates}
+    group = [tuple(row_value(r, k) for k in keys) for r in records]
+    for k in candidates:
+        if len(set(values[k])) < 2:  # the same in every job: nothing to split (most keys; cheap)
+            continue
+        seen: dict[tuple, str] = {}
+        if any(seen.setdefault(g, v) != v for g, v in zip(group, values[k])):
+            found.append(k)
+            group = [(*g, v) for g, v in zip(group, values[k])]
+    return found
+
+
+def _leaf_keys(record: Mapping[str, Any]) -> list[str]:
+    """The dotted keys a record's config sets (``optim.eps``; a list is one value), else its overrides' keys (a record
+    read back from runs.csv has no config)."""
+    config = record.get("config")
+    if not isinstance(config, Mapping):
+        return [k for k in record.get("overrides") or {} if isinstance(k, str)]
+    out: list[str] = []
+    stack: list[tuple[str, Mapping]] = [("", config)]
+    while stack:
+        prefix, node = stack.pop()
+        for k, v in node.items():
+            if isinstance(v, Mapping) and v:
+                stack.append((f"{prefix}{k}.", v))
+            else:
+                out.append(f"{prefix}{k}")
+    return sorted(out, key=lambda k: (k.count("."), k))  # ``width`` before ``model.width``: the key a user sets is shown
+
+
+def _watch_only(key: str) -> bool:
+    """The seed (what a row averages over), Hydra's own keys and the keys that change how a run is watched, not the
+    experiment (``config.IGNORED``, which a resume does not compare either)."""
+    from initnorm.config import IGNORED
+
+    return key in ("seed", "experiment") or key.startswith("hydra.") or any(key == i or key.startswith(f"{i}.") for i in IGNORED)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def row_value(record: Mapping[str, Any], key: str) -> str:
+    """A job's value of a setting key as a table shows it: its override (``setting_value``), else the value its config
+    recorded (a key it did not set on its command line: a rerun's ``lr`` left at its default)."""
+    overrides = record.get("overrides") or {}
+    if key in overrides:
+        return setting_value(overrides, key)
+    value = recorded(record, key)
+    return "" if value is None else value if isinstance(value, str) else _canonical(value)
 
 
 def setting_value(overrides: Mapping[str, Any], key: str) -> str:
@@ -218,7 +288,7 @@ def settings(records: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[s
     out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "finished":
-            out.setdefault(tuple(f"{k}={setting_value(r.get('overrides', {}), k)}" for k in keys), []).append(r)
+            out.setdefault(tuple(f"{k}={row_value(r, k)}" for k in keys), []).append(r)
     return out
 
 
@@ -238,8 +308,7 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
                 metrics.append(m)
     rows: dict[tuple, dict[str, Any]] = {}
     for r in records:
-        ov = r.get("overrides", {})
-        key = tuple(setting_value(ov, k) for k in keys)
+        key = tuple(row_value(r, k) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0,
                                     "diverged_at": [], "failed": []})
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
@@ -378,7 +447,7 @@ RESOLVED = {"resolved_lr": "lr", "resolved_weight_decay": "weight_decay"}
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
-    row = {**r, **{k: setting_value(r.get("overrides", {}), k) for k in keys},
+    row = {**r, **{k: row_value(r, k) for k in keys},
            **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)},
            **{col: (r.get("resolved") or {}).get(key, "") for col, key in RESOLVED.items()}}
     group, old = r.get("group"), r.get("vectorized")
@@ -450,11 +519,18 @@ def read_sweep(folder: Path) -> tuple[list[dict[str, Any]], bool]:
 MAX_RUNS_BYTES = 64 * 2**20
 
 
+# The runs.csv cells that hold numbers (the summary metrics' columns too): text there (``=1+1`` a spreadsheet left) is no result.
+NUMBER_FIELDS = ("job_num", "seed", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
+                 "group_ms_per_step", "group_wall_s", "lr", "width", "depth")
+
+
 def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
     """The job records a sweep's ``runs.csv`` holds (a folder that keeps only it, as results/ does):
     status, seed, overrides, swept keys, the summary's metrics and each job's numbers. Curves and
     configs are not in it, so plots that need them draw nothing. One that is not a regular UTF-8 file of
-    at most ``MAX_RUNS_BYTES`` is refused in one line (``ConfigError``)."""
+    at most ``MAX_RUNS_BYTES``, or not laid out as initnorm writes it (a table of runs made elsewhere), is refused in
+    one line (``ConfigError``); a cell that should hold a number and does not (a formula) is read as missing, with one
+    warning line for the file."""
     from initnorm.errors import ConfigError
 
     path = Path(folder) / RUNS_FILE
@@ -463,16 +539,36 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
     except (NotAFile, UnicodeDecodeError) as exc:
         what = exc if isinstance(exc, NotAFile) else "not UTF-8 text"
         raise ConfigError(f"{path} is {what}, not a runs.csv initnorm wrote; delete it or move it away") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    fields = [csv_text(f) for f in reader.fieldnames or []]
-    rows = [{csv_text(k) if isinstance(k, str) else k: csv_text(v) if isinstance(v, str) else v for k, v in row.items()} for row in reader]
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        fields = [csv_text(f) for f in reader.fieldnames or []]
+        # A row longer than the header has its rest under None, a shorter one None for its missing cells: both dropped.
+        rows = [{csv_text(k): csv_text(v or "") for k, v in row.items() if isinstance(k, str) and isinstance(v, (str, type(None)))}
+                for row in reader]
+    except csv.Error as exc:
+        raise ConfigError(f"{path} is not CSV ({exc}), not a runs.csv initnorm wrote; delete it or move it away") from None
+    layout = ("_dir", "seed", "diverged", "error") if "swept" in fields else ("_dir",)
+    missing = [f for f in layout if f not in fields]
+    if missing or ("swept" in fields and fields.index("seed") > fields.index("diverged")):
+        raise ConfigError(f"{path} is not a runs.csv initnorm wrote (no {', '.join(missing) or 'seed before diverged'} column; its "
+                          f"columns: {', '.join(fields[:8])}{' ...' * (len(fields) > 8)}); a table of runs made elsewhere goes "
+                          "through initnorm.transfer_report (docs/transfer.md), else delete it or move it away")
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
         extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS and k not in RESOLVED]
     else:  # the older layout: its metrics after "error", the swept keys in the folder names only
         extra = fields[fields.index("error") + 1 :] if "error" in fields else []
-    records = []
-    for row in rows:
+    records, bad = [], []
+    for n, row in enumerate(rows, start=2):  # the file's line numbers (one line a row): the header is line 1
+        metrics = [v for v in row.get("summary_metrics", "").split(";") if v] or [m for m in extra if m not in fixed]
+        for k in (*NUMBER_FIELDS, *metrics):
+            if row.get(k, "") != "" and (isinstance(_value(row[k]), str) or (k in ("job_num", "seed", "group_size") and
+                                                                          not isinstance(_value(row[k]), int))):
+                bad.append(f"line {n} {k} {row[k]!r}")
+                row[k] = ""
+        if row.get("diverged", "") not in ("", "True", "False"):
+            bad.append(f"line {n} diverged {row['diverged']!r}")
+            row["diverged"] = ""
         rec = {k: _value(v) for k, v in row.items() if v != "" and k not in LISTS and k not in RESOLVED}
         if any(row.get(col) for col in RESOLVED):
             rec["resolved"] = {key: _value(row[col]) for col, key in RESOLVED.items() if row.get(col)}
@@ -480,7 +576,7 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
         if "swept" in fields:
             swept = [k for k in row["swept"].split(";") if k]
             settings = fields[fields.index("seed") + 1 : fields.index("diverged")]
-            rec["overrides"] = {k: row[k] for k in settings if row[k] != ""} | {"seed": row.get("seed", "")}
+            rec["overrides"] = {k: row[k] for k in settings if row.get(k, "") != ""} | {"seed": row.get("seed", "")}
         else:
             rec["overrides"] = _dir_overrides(row["_dir"])
             swept = list(rec["overrides"])
@@ -492,4 +588,7 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
             rec["group"] = {"size": rec.pop("group_size", None), "ms_per_step": rec.pop("group_ms_per_step", None)}
             rec["wall_s"] = rec.pop("group_wall_s")
         records.append(rec)
+    if bad:
+        log.warning("ignored %d cell%s of %s that should hold a number (%s%s): each read as missing; fix or delete %s",
+                    len(bad), "s" * (len(bad) > 1), path, ", ".join(bad[:3]), " ..." * (len(bad) > 3), "them" if len(bad) > 1 else "it")
     return records

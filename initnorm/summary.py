@@ -20,11 +20,13 @@ from initnorm.plots import PLOTS
 from initnorm.results import (
     METRICS_FILE,
     RUNS_FILE,
+    differing_keys,
     group_rows,
     read_sweep,
     render_csv,
     render_markdown,
     render_runs_csv,
+    swept_keys,
     write_atomic,
 )
 
@@ -38,7 +40,7 @@ def summarize(folder: Path | str) -> str:
     if not records:
         raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
-    table = render_markdown(keys, metrics, rows)
+    table = render_markdown(keys, metrics, rows) + differing_note(records)
     moved = transfer.transfer_table(records)
     axes = transfer.sweep_axes(records) if moved else []
     names = [p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)]
@@ -70,6 +72,16 @@ def summarize(folder: Path | str) -> str:
     write_atomic(folder / "summary.csv", render_csv(keys, metrics, rows))
     write_atomic(folder / "runs.csv", render_runs_csv(records))
     return table
+
+
+def differing_note(records: list[dict]) -> str:
+    """The line under the table naming the keys that split its rows though nobody swept them (results.differing_keys):
+    jobs of one folder whose recorded configs differ (a rerun with another lr) are never averaged as one setting."""
+    differing = differing_keys(records, swept_keys(records))
+    if not differing:
+        return ""
+    return (f"\nNot swept, yet set differently between jobs of this folder (a rerun with other values?): {', '.join(differing)}. "
+            "Each value is its own row: no row averages jobs whose configs differ.\n")
 
 
 def missing_jobs(folder: Path, records: list[dict]) -> list[str]:

@@ -251,3 +251,25 @@ def test_umup_on_a_model_whose_blocks_do_not_declare_their_residual_adds_is_one_
     with pytest.raises(ConfigError, match=r"param=umup weights each residual add .* Block \(GPT.h\) .* RESIDUAL_SUMS") as err:
         built(32, "param=umup", "model.base_width=16")
     assert "\n" not in str(err.value) and "param=mup" in str(err.value)
+
+
+def test_a_readout_made_by_hand_from_a_tied_weight_is_refused_under_mup_and_a_tied_head_is_scaled(tmp_path):
+    # Issue 34: logits as h @ emb.weight.T leave no readout: µP's 1/m (Yang et al. 2022, Table 3) applied nowhere, silently.
+    from initnorm.models.parameterize import parameterize
+    from tests.own_tied import TiedByHand, TiedHead
+
+    kw = {"width": 64, "base_width": 16, "width_arg": "width", "vocab_size": VOCAB}
+    for param in ("mup", {"name": "mup", "readout": "zero"}, "umup"):  # readout=zero: its zero start and lr / m, nowhere too
+        name = param if isinstance(param, str) else param["name"]
+        with pytest.raises(ConfigError, match=rf"own_tied.TiedByHand has no readout under param={name}: .*self.head.weight = "
+                                              r"self.emb.weight.*model.roles=\{<its weight>:readout\}.*param=sp") as err:
+            parameterize(TiedByHand, **kw, param=param)
+        assert "\n" not in str(err.value)
+    assert parameterize(TiedByHand, **kw, param="sp").roles["emb.weight"] == Role.EMBEDDING
+    with pytest.raises(ConfigError, match=r"emb.weight is named the readout, but it is an nn.Embedding's table"):
+        parameterize(TiedByHand, **kw, param="mup", roles={"emb.weight": "readout"})
+    p = parameterize(TiedHead, **kw, param="mup")
+    x = torch.randint(0, VOCAB, (2, 8))
+    h = torch.tanh(p.model.mix(p.model.emb(x)))
+    assert torch.allclose(p.model(x), h @ p.model.emb.weight.T / 4)  # the head reads its input x 1/m, m = 64/16
+    assert "head (module)" in str(p) and "0.25" in str(p)

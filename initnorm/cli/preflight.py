@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, memory, search
+from initnorm.cli import devices, launchers, memory, preflight_own, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -166,8 +166,8 @@ def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
         schema.check_text(c)
     if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
         check_compiler_cache(Path.cwd())
-    check_own_code(c, seen)
     trackers.check(c.get("logger"))  # logger=mlflow without mlflow installed: one line, before anything trains
+    check_own_code(c, seen)
     return c
 
 
@@ -181,10 +181,13 @@ def own_code(c: dict[str, Any]) -> bool:
 
 
 def check_own_code(c: dict[str, Any], seen: dict[Any, Any]) -> None:
-    """A user's own code is built once per distinct model on the meta device (no memory, no numbers) before
-    anything exists: the model's own one-line refusals (an init that changes a weight's shape, a parameter
-    without a role) stop the command here rather than in a job folder. Anything else it raises on the meta
-    device is left to the job, which builds it for real."""
+    """What the user brought (``cli/preflight_own.py``: callbacks, trackers, a data module, a model's forward) and a
+    user's own code built once per distinct model on the meta device (no memory, no numbers) before anything exists:
+    the model's own one-line refusals (an init that changes a weight's shape, a parameter without a role) stop the
+    command here rather than in a job folder. Anything else the meta build raises is left to the real build of
+    ``model=custom`` at its base width (``preflight_own.check_model``: the user's exception, named as theirs), or to
+    the job, which builds it for real."""
+    data = preflight_own.check(c, seen)
     if not own_code(c):
         return
     import json
@@ -198,15 +201,18 @@ def check_own_code(c: dict[str, Any], seen: dict[Any, Any]) -> None:
     from initnorm.models.build import build_model
     from initnorm.training.tasks import TASKS
 
-    data = TASKS.get(c["data"]["kind"]).make_data(c)
-    data.setup("fit")
+    if data is None:
+        data = TASKS.get(c["data"]["kind"]).make_data(c)
+        data.setup("fit")
     try:
         with torch.device("meta"):
             build_model(c["model"], c["init"], c["param"], data.vocab_size)
     except ConfigError:
         raise
-    except Exception:  # e.g. an init drawing from a CPU generator: the job builds it for real, and says so there
+    except Exception:  # e.g. an init drawing from a CPU generator: the build below, or the job, builds it for real
+        preflight_own.check_model(c, data, seen)
         return
+    preflight_own.check_model(c, data, seen)
 
 
 def unexpected(exc: BaseException) -> ConfigError:

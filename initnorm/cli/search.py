@@ -32,7 +32,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from initnorm.cli.launchers import installed
 from initnorm.errors import ConfigError
@@ -189,6 +189,9 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
     fixed_overrides(arguments, params)
     space = space_of(arguments, params)
     distributions(space)
+    if config is not None:
+        check_counts(config.hydra.sweeper)
+        check_space_values(space, config)
     if folder is not None:
         check_study(folder, space)
     absent = object()
@@ -199,6 +202,48 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
             has = f"{group}={node.get('name')} has {', '.join(map(str, node))}" if group and hasattr(node, "keys") else "no such key"
             raise ConfigError(f"the search space's {key} is not a key of this config ({has}); fix it with "
                               + (" or ".join(f"`{group}={o}`" for o in options_with(group, leaf)) or f"a space without {key}"))
+
+
+def check_counts(sweeper: DictConfig) -> None:
+    """``hydra.sweeper.n_trials`` and ``n_jobs`` positive integers, ``seeds`` a list of at least one seed; one line each."""
+    from initnorm import schema
+
+    for key in ("n_trials", "n_jobs"):
+        value = sweeper.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: a positive integer; fix it with `hydra.sweeper.{key}=4`")
+    seeds = sweeper.get("seeds")
+    if not isinstance(seeds, (list, tuple, ListConfig)) or not seeds:
+        raise ConfigError(f"hydra.sweeper.seeds={_shown(seeds)} is invalid: a list of at least one seed; fix it with "
+                          "`hydra.sweeper.seeds=[1,2]`")
+    for seed in seeds:
+        try:
+            schema.check_value("seed", seed, schema.RULES["seed"])
+        except ConfigError as exc:
+            raise ConfigError(f"hydra.sweeper.seeds={_shown(seeds)}: {exc}") from None
+
+
+def _shown(value: Any) -> str:
+    return str(OmegaConf.to_container(value)) if isinstance(value, ListConfig) else repr(value)
+
+
+def check_space_values(space: dict[str, str], config: DictConfig) -> None:
+    """Every value the space could ask (an interval's ends, each choice) is one the key's rule allows (``lr`` above 0,
+    ``warmup`` from 0 to ``steps``): one line naming the space, not a failed trial after the search began."""
+    from initnorm import schema
+
+    values = {k: config.get(k) for k in ("steps", "batch_size", "width", "depth") if k in config}
+    for key, text in space.items():
+        rule = schema.RULES.get(key)
+        if rule is None:
+            continue
+        sweep = OverridesParser.create().parse_override(f"{key}={text}").value()
+        ends = [sweep.start, sweep.end] if isinstance(sweep, IntervalSweep) else list(sweep.list)
+        for value in ends:
+            try:
+                schema.check_value(key, value, rule, values)
+            except ConfigError as exc:
+                raise ConfigError(f"hydra.sweeper.params.{key}={text!r} could ask {value!r}: {exc}") from None
 
 
 class SearchSweeper(Sweeper):

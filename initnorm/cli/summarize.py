@@ -10,6 +10,7 @@ import sys
 
 from initnorm.cli.console import summary_text
 from initnorm.cli.disk import cannot_write
+from initnorm.errors import ConfigError
 from initnorm.summary import summarize
 
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         print(summary_text(a.folder, summarize(a.folder)), end="")
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ConfigError) as exc:  # no sweep there, or a runs.csv initnorm did not write
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a read-only folder, a full disk: where, and what to do

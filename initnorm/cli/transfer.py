@@ -115,7 +115,8 @@ def tuned_at(folder: Path) -> dict[str, int]:
     return {k: config[k] for k in POINT if isinstance(config.get(k), int) and not isinstance(config[k], bool)}
 
 
-def train_sweep(overrides: list[str], folder: Path) -> None:
+def train_sweep(overrides: list[str], folder: Path) -> int:
+    """The sweep's exit status: 2 where its preflight refused a value (its one line printed, nothing trained or written)."""
     from initnorm.cli import train
     from initnorm.training import signals
 
@@ -126,10 +127,13 @@ def train_sweep(overrides: list[str], folder: Path) -> None:
     except SystemExit as exc:
         if signals.requested() is not None:  # stopped by a signal (the sweep said so and how to resume): no report
             raise
+        if exc.code == 2:  # a bad value (width=15): no job ran, so there is no report to write
+            return 2
         if exc.code:  # a failed job: the sweep printed it; the report still reads what finished
             print(f"warning: the transfer sweep in {folder} exited {exc.code}", file=sys.stderr)
     finally:
         sys.argv = argv
+    return 0
 
 
 def metric_of_search(summary: dict) -> str:
@@ -260,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = next((r["config"][axis] for r in read_metrics(a.folder) if _number(r.get("config", {}).get(axis))), math.nan)
     out = Path(f"{a.folder}_{'check' if a.check else 'transfer'}")
-    train_sweep(overrides, out)
+    if train_sweep(overrides, out) == 2:
+        return 2
     where = str(a.grid) if a.grid else f"{out} (--check)" if a.check else ""
     if a.check:
         try:

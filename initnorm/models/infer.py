@@ -151,6 +151,9 @@ def infer(build: Callable[[int], nn.Module], base_width: int, delta_width: int, 
     overrides = dict(overrides or {})
     with torch.device("meta"):
         base, delta, target = build(base_width), build(delta_width), build(width)
+    if not isinstance(base, nn.Module):
+        raise ConfigError(f"{what} returned a {type(base).__name__}, not a torch.nn.Module; fix it with `model._target_=<a class or "
+                          "function that returns one>`")
     shapes = [{n: tuple(p.shape) for n, p in m.named_parameters()} for m in (base, delta)]
     uses: dict[int, list[str]] = {}
     for n, p in target.named_parameters(remove_duplicate=False):

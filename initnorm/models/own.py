@@ -36,7 +36,7 @@ from torch import nn
 from initnorm.errors import ConfigError
 from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
-from initnorm.nn.param import Table, in_block, refuse_unplaced
+from initnorm.nn.param import PARAMS, SP_RULE, Table, in_block, refuse_unplaced, stable_across
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import import_dotted
 
@@ -181,6 +181,7 @@ def build(m: Mapping[str, Any], n_out: int, logits: bool = True) -> nn.Module:
         raise ConfigError(f"{what} returned a {type(model).__name__}, not a torch.nn.Module; fix it with `model._target_=<a class or "
                           "function that returns one>`")
     model.role_table = table
+    model.initnorm_target = target_name(m)  # how errors about the built model name it
     model.BLOCKS = blocks_path(m["blocks"])
     if model.BLOCKS:
         try:
@@ -226,6 +227,7 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
     and where none is named in a model with an attention module (a class named ``...Attention``), is
     reported in one line, not applied."""
     refuse_unplaced(model, table, roles)
+    refuse_missing_readout(model, table, roles)
     for name, module, role in forward_sites(model, roles, model.role_table.forward_roles):
         mult = table.rule(role, in_block(model, name)).forward
         if hasattr(module, "forward_mult"):
@@ -252,6 +254,37 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
         log.warning("param=%s scales attention scores by %.4g (1/d_k at this width); %s computes its own attention scale, which is kept "
                     "(1/sqrt(d_k) unless it says otherwise): name the attribute it multiplies its scores by with model.attn_mult_attr",
                     table.name, scores, type(model).__name__)
+
+
+def refuse_missing_readout(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
+    """Under a µP-family table (one whose kind is stable across width, or whose readout rule is not SP's here) a model
+    must have a readout the table can reach: µP's readout is the one matrix whose fan-out is the output's, and its
+    1/fan_in output multiplier (Yang et al. 2022, Tensor Programs V, Table 3; microsoft/mup's ``MuReadout``) keeps the
+    logits from growing with width. Logits made from a tied weight by hand (``h @ emb.weight.T``) leave no module to
+    put it on, and the table would train as SP's readout with µP elsewhere: refused in one line, never applied nowhere.
+    A readout named on an ``nn.Embedding`` (``model.roles``) is refused too: its input is token ids, which no
+    multiplier may scale."""
+    readouts = [n for n, r in {**roles, **model.role_table.forward_roles}.items() if r == Role.READOUT]
+    try:
+        rule = table.rule(Role.READOUT)
+    except ConfigError:  # a table with no readout rule asks nothing of one
+        return
+    family = stable_across(PARAMS.about(table.name, strict=False).kind, "width") or rule != SP_RULE
+    what = f"model._target_={model.initnorm_target}" if hasattr(model, "initnorm_target") else type(model).__name__
+    if not readouts and family:
+        raise ConfigError(
+            f"{what} has no readout under param={table.name}: no matrix maps the width to the logits (a Linear whose fan-out does not "
+            f"grow), so µP's 1/m readout multiplier (Yang et al. 2022, Table 3) would apply nowhere; logits made by hand from a tied "
+            f"weight (h @ emb.weight.T) go through a module: `self.head = nn.Linear(width, vocab, bias=False); self.head.weight = "
+            f"self.emb.weight` (the weight keeps the embedding's init and lr, the head scales its input by 1/m: microsoft/mup's "
+            f"MuSharedReadout); another module's readout is named with `model.roles={{<its weight>:readout}}`; or train it with param=sp")
+    for name in readouts:
+        module = owner(model, name) if name in roles else model.get_submodule(name)
+        if isinstance(module, nn.Embedding) and family:
+            raise ConfigError(f"{what}: {name} is named the readout, but it is an nn.Embedding's table, whose input is token ids: the "
+                              f"readout's 1/m multiplier of param={table.name} cannot scale them; make the readout a module that reads the "
+                              "table as its weight (`self.head = nn.Linear(width, vocab, bias=False); self.head.weight = self.emb.weight`) "
+                              "and drop its model.roles entry")
 
 
 def describe(model: nn.Module, table: Table) -> str:

@@ -66,7 +66,7 @@ def check(node: Mapping[str, Any] | None) -> None:
                                   "logger=[tensorboard,csv])")
 
 
-def _uri(uri: str | None, base: Path) -> str | None:
+def store_uri(uri: str | None, base: Path) -> str | None:
     """A tracking URI without a scheme is a path from the launch folder (a job runs in its own folder): ``*.db`` an
     SQLite store, anything else a folder (MLflow's file store, which MLflow 3 refuses unless MLFLOW_ALLOW_FILE_STORE=true)."""
     if not uri or ":" in uri:
@@ -90,7 +90,7 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
         if "run_name" in n:
             n["run_name"] = n["run_name"] or run_name
         if "tracking_uri" in n:
-            n["tracking_uri"] = _uri(n["tracking_uri"], Path(base))
+            n["tracking_uri"] = store_uri(n["tracking_uri"], Path(base))
         if n["_target_"] in RESUMABLE:
             n["resume_id"] = prior.get(name)
         out.append(logger := instantiate(n, save_dir=str(save_dir)))

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
+from initnorm.results import differing_keys, row_value
 from initnorm.transfer.axes import RATES, SWEPT_AXES, axis_value, config_value, number, slope
 from initnorm.transfer.fit import finite
 from initnorm.transfer.rows import Row, transfer_rows
@@ -69,7 +70,7 @@ def swept_value(record: dict, key: str) -> str:
         return str(overrides[key])
     if key == "param":
         return str(((record.get("config") or {}).get("param") or {}).get("name", "sp"))
-    return ""
+    return row_value(record, key)  # a key no job overrode that its config recorded differently (results.differing_keys)
 
 
 def metric_of(records: list[dict]) -> str:
@@ -97,6 +98,7 @@ def cells_from_records(records: list[dict], axis: str | None = None, metric: str
     if axis is None:
         return None, {}
     varying = setting_keys(records, axis, rate)
+    varying += differing_keys(records, [*varying, axis, rate])  # never one curve of jobs whose configs differ
     cells: dict[tuple, dict[Any, dict[Any, dict[float, float]]]] = {}
     for r in records:
         ov = _overrides(r)
