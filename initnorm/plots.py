@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initnorm import transfer
+from initnorm import results, transfer
 from initnorm.nn.param import PARAMS
 from initnorm.registry import GROUPS, Registry, is_dotted
 from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, recorded, settings
@@ -120,6 +120,14 @@ def plain(setting: str) -> str:
     return f"{key.rsplit('.', 1)[-1].replace('_', ' ')} {value}"
 
 
+def labels(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """Each setting's legend entry in plain words, a search's 18-digit rates to the digits that tell them apart
+    (``lr 0.00443``)."""
+    columns = [results.short_values(v.partition("=")[2] for v in col) for col in zip(*keys)]
+    return {key: ", ".join(plain(f"{v.partition('=')[0]}={columns[i][v.partition('=')[2]]}") for i, v in enumerate(key)) or "run"
+            for key in keys}
+
+
 def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
     """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, batch 32, AdamW peak lr
     0.01, 3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
@@ -169,14 +177,16 @@ def val_curves(records: list[Record]) -> Plot:
     fig, (ax, tail) = figure(11.0, 4.4, ncols=2)
     fig.set_layout_engine("constrained")
     curves = []
-    for i, (key, runs) in enumerate(settings(records).items()):
+    found = settings(records)
+    names = labels(list(found))
+    for i, (key, runs) in enumerate(found.items()):
         by_step: dict[int, list[float]] = {}
         for r in runs:
             for step, loss, *_ in r.get("val_history", []):
                 if _finite(loss):
                     by_step.setdefault(int(step), []).append(loss)
         if by_step:
-            curves.append((i, ", ".join(map(plain, key)) or "run", runs, by_step))
+            curves.append((i, names[key], runs, by_step))
     last = max((max(b) for *_, b in curves), default=0)
     lows: list[float] = []
     highs: list[float] = []
@@ -186,8 +196,7 @@ def val_curves(records: list[Record]) -> Plot:
         mean, lo, hi = ([f(by_step[s]) for s in steps] for f in (statistics.fmean, min, max))
         finals = [r["final_val_loss"] for r in runs if _finite(r.get("final_val_loss")) and not r.get("diverged")]
         for a in (ax, tail):
-            a.plot(steps, mean, color=colour, lw=1.6, ls=ls,
-                   label=label if a is ax else f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
+            a.plot(steps, mean, color=colour, lw=1.6, ls=ls, label=f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
             if len(runs) > 1:
                 a.fill_between(steps, lo, hi, color=colour, alpha=0.15, lw=0)
         shown = [k for k, s in enumerate(steps) if s >= (1 - TAIL) * last]
@@ -200,12 +209,13 @@ def val_curves(records: list[Record]) -> Plot:
     ax.set(xlabel="training step", ylabel="validation loss (nats per character)", title="the whole run")
     fig.suptitle(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}", fontsize=10)
     if curves:
-        ax.legend()
         pad = 0.08 * max(1e-3, max(highs) - min(lows))
         tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))),
                  ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
         tail.set_title(f"the last {TAIL:.0%}: final loss mean ± sd (legend), bars from the lowest to the highest seed")
-        tail.legend(fontsize=7)
+        # one legend, beside the panels: over the curves it hid them (a search's 24 rates)
+        tail.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, title="final loss, mean ± sd", title_fontsize=7,
+                    ncol=2 if len(curves) > 16 else 1)
     return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
 
 
@@ -225,8 +235,10 @@ def train_val_curves(records: list[Record]) -> Plot:
     """Chapter 003, step 3: training loss (dashed, the fixed training sample) and validation
     loss (solid) against step, one colour per setting, mean over seeds."""
     fig, (ax,) = figure(7.5, 4.2)
-    for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
-        label = ", ".join(map(plain, key)) or "run"
+    found = settings(records)
+    names = labels(list(found))
+    for colour, (key, runs) in zip(PALETTE * 4, found.items()):
+        label = names[key]
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
     ax.set(xlabel="training step", ylabel="loss (nats per character), mean over seeds", ylim=(0, 4.5))

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from initnorm.results import setting_value
+from initnorm.results import setting_value, short_values
 
 TRAIN_LOSS = "Loss/train"
 VAL_LOSS = "Loss/validation"
@@ -38,7 +38,8 @@ NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
 
 def _label_parts(overrides: Mapping[str, Any], varying: Iterable[str] | None) -> list[tuple[str, str]]:
     keys = list(overrides) if varying is None else list(varying)
-    return [(k, setting_value(overrides, k)) for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+    values = [(k, setting_value(overrides, k)) for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+    return [(k, short_values([v])[v]) for k, v in values]  # a search's lr=0.004430375245218269 as lr=0.00443
 
 
 def run_label(overrides: Mapping[str, Any], varying: Iterable[str] | None, seed: Any) -> str:

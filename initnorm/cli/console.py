@@ -182,10 +182,14 @@ def summary_text(folder: Path | str, table: str) -> str:
     return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 
 
-def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
-    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``."""
+def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any, trials: tuple[int, int] | None = None) -> str:
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``; a search (``trials``: trials, seeds):
+    ``search of 24 trials x 2 seeds = 48 jobs -> ...``."""
     total = os.environ.get(TOTAL_ENV)
     name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
     how = {"basic": "one job after another",
            "joblib": "joblib, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    if trials is not None:
+        n, seeds = trials
+        return f"search of {n} trial{'s' * (n != 1)} x {seeds} seed{'s' * (seeds != 1)} = {n * seeds} jobs -> {sweep_dir} ({how})"
     return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"
