@@ -54,14 +54,16 @@ DPI = 120
 
 
 def grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: bool | str = False):
-    """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style."""
+    """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style, laid out
+    by matplotlib's constrained layout: titles, axis labels, a suptitle and legends outside the axes clear of each other
+    (by hand, a row's x-labels printed over the titles of the row below: tests/test_figure_text.py)."""
     import matplotlib
     from cycler import cycler
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context({**STYLE, "axes.prop_cycle": cycler(color=PALETTE)}):
-        fig = Figure(figsize=(width, height))
+        fig = Figure(figsize=(width, height), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
     return fig, axes
@@ -175,7 +177,6 @@ def val_curves(records: list[Record]) -> Plot:
     panel shows the last ``TAIL`` of training on its own scale, with each setting's final loss as
     mean ± sd over seeds (the legend) and its seeds' spread as an error bar at the last step."""
     fig, (ax, tail) = figure(11.0, 4.4, ncols=2)
-    fig.set_layout_engine("constrained")
     curves = []
     found = settings(records)
     names = labels(list(found))
@@ -212,7 +213,7 @@ def val_curves(records: list[Record]) -> Plot:
         pad = 0.08 * max(1e-3, max(highs) - min(lows))
         tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))),
                  ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
-        tail.set_title(f"the last {TAIL:.0%}: final loss mean ± sd (legend), bars from the lowest to the highest seed")
+        tail.set_title(f"the last {TAIL:.0%}, bars: lowest to highest seed")
         # one legend, beside the panels: over the curves it hid them (a search's 24 rates)
         tail.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, title="final loss, mean ± sd", title_fontsize=7,
                     ncol=2 if len(curves) > 16 else 1)
@@ -241,8 +242,8 @@ def train_val_curves(records: list[Record]) -> Plot:
         label = names[key]
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
-    ax.set(xlabel="training step", ylabel="loss (nats per character), mean over seeds", ylim=(0, 4.5))
-    ax.set_title(f"Training (dashed) and validation (solid) loss\n{setup_title(records)}")
+    ax.set(xlabel="training step", ylabel="loss (nats per character)", ylim=(0, 4.5))
+    fig.suptitle(f"Training (dashed) and validation (solid) loss, mean over seeds\n{setup_title(records)}", fontsize=10)
     ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     return Plot(_png_svg(fig, "train_val_curves"), "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
 
@@ -265,7 +266,7 @@ def train_curves(records: list[Record]) -> Plot:
         ax.set(title=panel, xlabel="training step", ylim=(0, 3))
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel("training loss, mean over seeds (clipped at 3)")
-    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10, y=1.1)
+    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10)
     return Plot(_png_svg(fig, "train_curves"), "![training loss per setting](train_curves.png)\n")
 
 
@@ -367,7 +368,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     axes[0].set_ylabel(f"{LABELS.get(metric, metric).lower()} (mean over seeds)")
     fig.suptitle(f"Loss against learning rate per {axis}: fitted optimum with its bootstrap interval, "
                  "band from the lowest to the highest seed\n"
-                 f"{setup_title(records, ('lr', axis, 'param'))}", fontsize=10, y=1.1)
+                 f"{setup_title(records, ('lr', axis, 'param'))}", fontsize=10)
     stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis}"
     text = f"\n## Best learning rate per {axis}\n\n" + "\n".join(lines) + f"\n\n![loss against learning rate]({stem}.png)\n"
     return Plot(_png_svg(fig, stem), text)
