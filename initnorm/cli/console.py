@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import envvars
-from initnorm.results import PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
+from initnorm.results import LABELS, PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
 TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
@@ -151,16 +151,26 @@ def job_started(label: str, job_num: int) -> None:
     print(f"start {label}{of}", flush=True)
 
 
+def metric_name(metric: str, metrics: dict[str, Any]) -> str:
+    """The score in words, as the summary table heads its column: ``final validation loss``; the chapter's
+    ``final_loss`` with its window (``final loss (mean of the last 50 training batches)``)."""
+    name = LABELS.get(metric, metric).lower()
+    tail = ((metrics.get("config") or {}).get("summary") or {}).get("tail_steps")
+    return f"{name} (mean of the last {tail} training batches)" if metric == "final_loss" and tail else name
+
+
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
-    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
+    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
+    The loss is the one the sweep's table scores (``summary.metrics``), named."""
     # .get: a finished record written by an older version may lack keys
     if metrics.get("status") == "stopped":
         status = f"stopped: {metrics.get('stopped')}"
     elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
-        status = f"final validation loss {fmt(metrics.get('final_val_loss'), 4)}"
+        metric = (metrics.get("summary_metrics") or ["final_val_loss"])[0]  # what the sweep's table scores
+        status = f"{metric_name(metric, metrics)} {fmt(metrics.get(metric), 4)}"
     done = "already finished: " if metrics.get("skipped") else ""
     line = f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
     if sweep_dir is None:
