@@ -124,6 +124,16 @@ def test_single_runs_are_named_by_what_sets_them_apart():
     overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
     assert what_sets_apart(overrides) == ["norm", "data.path"]
     assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"
+    # A long command line (issue 36: cut at 120 characters, mid-value: ...context_arg=block_): whole overrides, then
+    # how many more and a hash of them all, so two such commands never share a name.
+    own = ["model=custom", "model._target_=mymodels.TinyGPT", "model.width_arg=n_embd", "model.depth_arg=n_layer",
+           "+model.n_head=2", "model.context_arg=block_size", "model.vocab_arg=vocab_size", "param=mup", "width=64"]
+    name = run_name(own)
+    head, _, rest = name.rpartition(",")
+    kept = head.split(",")
+    assert len(name) <= 120 and set(kept) <= {o.lstrip("+") for o in own} and rest.startswith(f"+{9 - len(kept)}_more_")
+    assert run_name([*own[:-1], "width=128"]) != name
+    assert run_name(["model._target_=" + "x" * 200, "width=64"]).startswith("model._target_,+2_more_")
 
 
 def test_the_readme_commands_table_names_every_console_script():
