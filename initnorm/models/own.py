@@ -36,7 +36,7 @@ from torch import nn
 from initnorm.errors import ConfigError
 from initnorm.keyrules import Bool, Int, KeyRule, Text
 from initnorm.models.infer import RoleTable, format_table, infer, owner
-from initnorm.nn.param import Table, in_block, refuse_unplaced
+from initnorm.nn.param import Table, in_block, make_table, refuse_unplaced
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import import_dotted
 
@@ -111,13 +111,29 @@ def check_signature(m: Mapping[str, Any], n_out: int = 2) -> None:
 
 
 def check(cfg: Mapping[str, Any]) -> None:
-    """Before anything is built: the constructor imports, takes what we pass; the widths are ordered."""
+    """Before anything is built: the constructor imports, takes what we pass; the widths are ordered; the table is one
+    whose every rule lands on a model of one's own."""
     m = cfg["model"]
     check_signature(m)
     delta = m["delta_width"] or 2 * m["base_width"]
     if delta == m["base_width"]:
         raise ConfigError(f"model.delta_width={delta} equals model.base_width: no dimension could be seen to grow; "
                           f"fix it with `model.delta_width={2 * m['base_width']}`")
+    check_table(make_table(cfg["param"], width=m["width"], depth=m["depth"]))
+
+
+def check_table(table: Table) -> None:
+    """u-µP acts inside the layers (each residual add's τ weights, the GELU's and the attention's output scales, every
+    matrix's output x fan_in^-1/2: ``nn.umup``), which a model of one's own does not expose: applied in part it is not
+    u-µP (issue 36, a model without ``model.blocks``, which was taken: qkv outputs at RMS 3.9 and 15.9 at widths 16 and 256
+    where u-µP keeps them near 1, a validation loss of 20 after 10 steps). Refused in one line, before anything is built."""
+    fan_in = sorted({r.value for rules in (table.rules, table.block_rules or {}) for r, rule in rules.items() if rule.forward_fan_in})
+    if table.layers is None and not fan_in:
+        return
+    what = "its unit-scaled ops" if table.layers is not None else f"forward multipliers by fan-in ({', '.join(fan_in)})"
+    raise ConfigError(f"param={table.name} on model=custom: {what} act inside the layers of the model, which initnorm can set only "
+                      "on its own families, and half of them would train as neither SP nor u-µP; use param=mup (or sp, depth_mup, "
+                      "completep), or param=umup with model=decoder")
 
 
 def logits_of(out):
