@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -101,14 +102,26 @@ class Registry(Generic[T]):
             return entry
         raise ConfigError(f"unknown {self.kind} {self.key}={name!r}; {self._known()}; {self._fix(name)}")
 
+    def known(self, name: Any) -> T | None:
+        """The entry ``name`` names, found without importing anything: a registered name, or a dotted path into a module
+        this process imported already (the command line named it, and the schema's check imported it); else None. What is
+        read back from files (a record's param, a family in its config) is looked up so: a name in a file never imports
+        the code it names (STYLE.md 19)."""
+        if isinstance(name, str) and name in self._entries:
+            return self._entries[name]
+        if not is_dotted(name):
+            return None
+        module_name, attr = split_dotted(name)
+        module = sys.modules.get(module_name)
+        return getattr(module, attr, None) if module is not None and attr else None
+
     def about(self, name: Any, strict: bool = True) -> About:
         """What the entry says of itself (``About``); one without a description is shown by its name.
-        ``strict=False`` (reports over old records): an entry that no longer resolves is shown by its name."""
-        try:
+        ``strict=False`` (reports over records, and the schema after its names are checked): the entry is looked up
+        without importing (``known``), and one that does not resolve is shown by its name."""
+        if strict:
             entry = self.get(name)
-        except ConfigError:
-            if strict:
-                raise
+        elif (entry := self.known(name)) is None:
             return About(str(name))
         registered = next((n for n, e in self._entries.items() if e is entry), None)  # a shipped entry named by its path
         about = self._about.get(registered) if registered else None

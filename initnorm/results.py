@@ -14,12 +14,13 @@ import logging
 import math
 import os
 import re
-import stat
 import statistics
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from initnorm.safe_files import NotAFile, read_bounded
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
@@ -79,46 +80,14 @@ def write_metrics(folder: Path, metrics: dict[str, Any]) -> Path:
 MAX_RECORD_BYTES = 16 * 2**20
 
 
-class NotARecord(Exception):
-    """A ``metrics.json`` that is not read: not a regular file (a FIFO, a device, a folder), or too big."""
-
-
-def file_kind(mode: int) -> str:
-    """``a FIFO``, ``a folder``, ``a character device`` ...: what a non-regular file is, for a line."""
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def read_small_file(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
-    """The bytes of ``path`` where it is a regular file of at most ``limit`` bytes, else ``NotARecord``.
-    Opened without blocking and checked on the open file: a FIFO put there (or a link to one, or to
-    /dev/zero) cannot hang the reader or fill its memory, nor be swapped in after a check."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotARecord(file_kind(mode))
-        chunks, size = [], 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-        data = b"".join(chunks)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise NotARecord(f"larger than {limit // 2**20} MiB")
-    return data
-
-
 def read_record(path: Path) -> dict[str, Any] | None:
     """One ``metrics.json`` as a dict; None, with one warning line naming the file and what to do,
     for a file that is not a JSON object (damaged, or foreign: written by something else), not a
     regular file of a sane size, or whose fields have the wrong types."""
     fix = "delete it or move it away (a rerun of that job trains it again)"
     try:
-        rec = json.loads(read_small_file(path).decode("utf-8"))
-    except NotARecord as exc:  # a FIFO, device or folder cannot be replaced by a rerun's record: the rerun refuses it (training.resume)
+        rec = json.loads(read_bounded(path, MAX_RECORD_BYTES).decode("utf-8"))
+    except NotAFile as exc:  # a link, FIFO, device or folder: the rerun refuses it (training.resume)
         then = fix if str(exc).startswith("larger") else (
             "delete it or move it away (until then a rerun of the sweep refuses that job's folder)")
         log.warning("ignored %s: %s, not a job's record; %s", path, exc, then)
@@ -139,7 +108,7 @@ NUMBER = (int, float, type(None))  # NaN is a float; null where nothing was meas
 # The fields summaries read, and the type each must have where present (an older record may lack some).
 SHAPE = {
     "status": str, "overrides": dict, "swept": (list, type(None)), "summary_metrics": list, "summary_plots": list,
-    "choices": dict, "val_history": list,
+    "choices": dict, "val_history": list, "config": dict,
     "final_val_loss": NUMBER, "best_val_loss": NUMBER, "diverged": bool, "diverged_step": (int, type(None)),
     "steps": (int, type(None)), "job_num": int,
     "seed": (int, type(None)), "ms_per_step": NUMBER, "wall_s": NUMBER,
@@ -407,16 +376,37 @@ def _first(items: list[str], sep: str) -> str:
     return sep.join(items[:HANDFUL]) + (f"{sep}and {len(items) - HANDFUL:,} more (runs.csv)" if len(items) > HANDFUL else "")
 
 
+# What a spreadsheet takes for the start of a formula in a CSV cell (CSV injection): such a text cell is written with a leading '.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet shows as text: a text that starts like a formula (``=cmd|...``, ``@SUM(...)``,
+    from a swept value or an error line a record holds) gets a leading ``'``; a number (``-0.5``) is left as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def csv_text(text: str) -> str:
+    """A cell ``csv_cell`` wrote, back as it was."""
+    return text[1:] if text.startswith("'") and csv_cell(text[1:]) != text[1:] else text
+
+
 def render_csv(keys, metrics, rows) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(list(keys) + [f"{m}_{s}" for m in metrics for s in ("mean", "sd", "n", "per_seed")] + ["seeds", "diverged", "failed"])
+    head = list(keys) + [f"{m}_{s}" for m in metrics for s in ("mean", "sd", "n", "per_seed")] + ["seeds", "diverged", "failed"]
+    w.writerow([csv_cell(h) for h in head])
     for r in rows:
         cells = [r[k] for k in keys]
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             cells += [mu, sd, n, ";".join("diverged" if v is None else repr(v) for v in r["values"][m])]
-        w.writerow(cells + [";".join(str(s) for s in r["seeds"]), r["diverged"], " | ".join(r["failed"])])
+        w.writerow([csv_cell(c) for c in cells + [";".join(str(s) for s in r["seeds"]), r["diverged"], " | ".join(r["failed"])]])
     return out.getvalue()
 
 
@@ -451,10 +441,11 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
+    fields = RUN_FIELDS + keys + RESULT_FIELDS + extra + LISTS
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writer.writerow([csv_cell(f) for f in fields])
     for r in records:
-        w.writerow(_run_row(r, keys))
+        w.writerow({k: csv_cell(v) for k, v in _run_row(r, keys).items()})
     return out.getvalue()
 
 
@@ -498,14 +489,26 @@ def read_sweep(folder: Path) -> tuple[list[dict[str, Any]], bool]:
     return (read_runs_csv(folder) if from_csv else records), from_csv
 
 
+# A runs.csv is a few hundred bytes a job; a bigger file is not one.
+MAX_RUNS_BYTES = 64 * 2**20
+
+
 def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
     """The job records a sweep's ``runs.csv`` holds (a folder that keeps only it, as results/ does):
     status, seed, overrides, swept keys, the summary's metrics and each job's numbers. Curves and
-    configs are not in it, so plots that need them draw nothing."""
-    with open(Path(folder) / RUNS_FILE, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        fields = list(reader.fieldnames or [])
-        rows = list(reader)
+    configs are not in it, so plots that need them draw nothing. One that is not a regular UTF-8 file of
+    at most ``MAX_RUNS_BYTES`` is refused in one line (``ConfigError``)."""
+    from initnorm.errors import ConfigError
+
+    path = Path(folder) / RUNS_FILE
+    try:
+        text = read_bounded(path, MAX_RUNS_BYTES).decode("utf-8")
+    except (NotAFile, UnicodeDecodeError) as exc:
+        what = exc if isinstance(exc, NotAFile) else "not UTF-8 text"
+        raise ConfigError(f"{path} is {what}, not a runs.csv initnorm wrote; delete it or move it away") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    fields = [csv_text(f) for f in reader.fieldnames or []]
+    rows = [{csv_text(k) if isinstance(k, str) else k: csv_text(v) if isinstance(v, str) else v for k, v in row.items()} for row in reader]
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
         extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import plots
+from initnorm.results import write_atomic
 
 SUMMARY_FILE = "search.json"
 
@@ -93,12 +94,12 @@ def write_report(study, folder: Path, fixed: list[str], seeds: list[int], metric
     s = summary(study, fixed, seeds, metric)
     imp = importances(study)
     s["importances"] = imp
-    (folder / SUMMARY_FILE).write_text(json.dumps(s, indent=1) + "\n")
-    (folder / "search.md").write_text(markdown(s, imp))
+    write_atomic(folder / SUMMARY_FILE, json.dumps(s, indent=1) + "\n")  # renamed into place: never through a planted link
+    write_atomic(folder / "search.md", markdown(s, imp))
     try:
         png = figure(s["trials"], s["best"], metric, s["log_scale"])
         if png is not None:
-            (folder / "search.png").write_bytes(png)
+            write_atomic(folder / "search.png", png)
     except Exception as exc:  # the figure is a convenience: the summary stands without it
         print(f"warning: no search figure ({type(exc).__name__}: {exc})")
     best = s["best"]

@@ -39,6 +39,9 @@ def summarize(folder: Path | str) -> str:
     keys, metrics, rows = group_rows(records)
     table = render_markdown(keys, metrics, rows)
     for name in dict.fromkeys(p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)):
+        if name not in PLOTS.names():  # a name read from a record is data: never a path to import and call
+            log.warning("no %s plot for %s: not a plot initnorm has (%s)", name, folder, ", ".join(PLOTS.names()))
+            continue
         try:
             plot = PLOTS.get(name)(records)  # PNGs into the folder, markdown after the table
         except Exception as exc:  # a record from another version must not cost the table

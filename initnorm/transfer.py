@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from initnorm.nn.param import PARAMS, stable_across
+from initnorm.results import csv_cell
 
 PARAM_KEYS = ("param", "param.name")  # a swept parameterisation: a conf/param option, or a table's name or dotted path
 
@@ -569,11 +570,12 @@ def render_csv(rows: list[Row]) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     setting_keys = list(dict.fromkeys(k for r in rows for k, _ in r.setting))
-    w.writerow(setting_keys + ["axis", "size", "seeds", "log2_lr", "log2_lr_lo", "log2_lr_hi", "lr", "method", "note", "best_loss",
-                               "fitted_loss", "shift", "shift_lo", "shift_hi", "penalty", "penalty_lo", "penalty_hi"])
+    w.writerow([csv_cell(k) for k in setting_keys] + ["axis", "size", "seeds", "log2_lr", "log2_lr_lo", "log2_lr_hi", "lr", "method",
+                                                     "note", "best_loss", "fitted_loss", "shift", "shift_lo", "shift_hi", "penalty",
+                                                     "penalty_lo", "penalty_hi"])
     for r in rows:
         s = dict(r.setting)
-        w.writerow([s.get(k, "") for k in setting_keys] + [
+        w.writerow([csv_cell(s.get(k, "")) for k in setting_keys] + [
             r.axis, r.size, r.seeds, r.optimum.value, r.optimum.lo, r.optimum.hi,
             2**r.optimum.value if _finite(r.optimum.value) else math.nan,
             r.fit.method, r.fit.note, r.fit.measured, r.fit.loss, r.shift.value, r.shift.lo, r.shift.hi,

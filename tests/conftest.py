@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,12 @@ def whole_and_resumed(overrides, tmp_path: Path) -> tuple[dict, dict]:
 @pytest.fixture
 def tiny():
     return list(TINY)
+
+
+@pytest.fixture
+def alarm():
+    """Fail instead of hanging: opening a FIFO for reading blocks until someone opens it for writing."""
+    signal.signal(signal.SIGALRM, lambda *a: pytest.fail("a read hung"))
+    signal.alarm(20)
+    yield
+    signal.alarm(0)

@@ -34,7 +34,7 @@ def test_tags_in_the_event_files_on_logging_steps_only(tmp_path):
 
 
 def test_hooks_are_gone_after_training(tmp_path, monkeypatch):
-    import initnorm.cli.job as tr
+    import initnorm.training.fit as tr
 
     built, real = [], tr.build_model
     monkeypatch.setattr(tr, "build_model", lambda *a: built.append(real(*a)) or built[-1])

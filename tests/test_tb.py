@@ -154,5 +154,5 @@ def test_a_sweep_summary_writes_one_tensorboard_run_per_setting_with_its_seeds_m
     assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_lowest")] == [5.0, 0.4333]
     assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_highest")] == [5.0, 3.1]
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.hparams["lr"].string_value == "0.1" and start.hparams["seeds"].number_value == 9
+    assert start.hparams["lr"].string_value == "0.1" and start.hparams["seeds"].string_value == "9"  # an integer as text (tb.py)
     assert tb.write_setting_runs(tmp_path / "few", [r for r in read_metrics(tmp_path) if r["seed"] <= 3]) is None

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 pytest.importorskip("mlflow")
@@ -224,13 +225,17 @@ def test_a_resumed_job_writes_on_into_the_run_it_started(tmp_path, monkeypatch):
     node = to_plain(compose_cfg("logger=[mlflow,wandb]", f"logger.mlflow.tracking_uri={uri}"))["logger"]
     job = tmp_path / "job"
     started = []
-    for step in (5, 10):  # the first start logs step 5 and is cut off; the resumed one logs step 10 and ends
+    for step in (5, 10):  # the first start logs step 5 and is cut off after its checkpoint; the resumed one logs step 10 and ends
         loggers = trackers.make(node, job, "seed=1")
         for writer in trackers.writers(loggers):
             writer.add_scalar("Loss/train", float(step), step)
         trackers.finish(loggers, "failed" if step == 5 else "success")
         started.append((loggers[0].run_id, loggers[1].experiment.id))
-    assert started[0] == started[1] and json.loads((job / trackers.RUN_IDS).read_text()) == dict(zip(("mlflow", "wandb"), started[0]))
+        (job / "checkpoints").mkdir(exist_ok=True)
+        torch.save({"global_step": step}, job / "checkpoints" / "initnorm.ckpt")  # what vouches for the kept run ids
+    assert started[0] == started[1]
+    kept = json.loads((job / trackers.RUN_IDS).read_text())
+    assert kept == {"folder": str(job.resolve()), "runs": dict(zip(("mlflow", "wandb"), started[0]))}
     (name, (client, run)), = mlflow_runs(uri).items()
     assert name == "seed=1" and run.info.status == "FINISHED" and mlflow_series(client, run, "Loss/train") == [(5, 5.0), (10, 10.0)]
     logs = list(job.glob("wandb/offline-run-*/run-*.wandb"))  # run-<id>.wandb in each start's folder

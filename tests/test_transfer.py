@@ -353,7 +353,8 @@ def test_a_folder_that_keeps_only_runs_csv_gives_the_same_summary(tmp_path):
         job = f"param={r['overrides']['param']},width={r['overrides']['width']},lr={r['overrides']['lr']}"
         write_metrics(tmp_path / job / f"seed={r['seed']}",
                       {**r, "job_num": i, "summary_plots": ["lr_transfer"],
-                       "vectorized": {"group_size": 4, "group_ms_per_step": 8.0}, "wall_s": 3.0})
+                       "group": {"size": 4, "member": i % 4, "forward": "vmap", "ms_per_step": 8.0, "device": "cpu"},
+                       "wall_s": 3.0})
     summarize(tmp_path)
     before = {f: (tmp_path / f).read_text() for f in ("summary.md", "summary.csv", "transfer.csv", "runs.csv")}
     runs = list(csv.DictReader(io.StringIO(before["runs.csv"])))

@@ -118,7 +118,8 @@ class Composer:
         self.loader = loader
         self.master = master
         self.config_name = master.hydra.job.config_name
-        self.hydra_lines = [str(o) for o in master.hydra.overrides.hydra]
+        # unresolved, as Hydra reads them: reading an element resolves it, and ${initnorm.unique_dir:...} reserves a folder
+        self.hydra_lines = [str(o) for o in OmegaConf.to_container(master.hydra.overrides.hydra, resolve=False)]
         self._parsed: dict[str, Override] = {}
         self._parser: OverridesParser | None = None
         self._is_group: dict[str, bool] = {}

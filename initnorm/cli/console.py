@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import envvars
-from initnorm.results import LABELS, PROGRESS_FILE, NotARecord, duration, fmt, read_small_file
+from initnorm.results import LABELS, MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt
+from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
 TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
 START_ENV = envvars.SWEEP_START  # time.time() when the sweep started
+PROGRESS_BYTES = 1024  # a .progress is ``step steps``: a few bytes
 # Loggers whose INFO lines are noise in every job: accelerator banners, "Trainer.fit stopped", tips.
 QUIET_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
 QUIET_WARNINGS = (
@@ -49,9 +51,9 @@ def quiet() -> None:
 
 def _share_done(folder: Path) -> float:
     """How much of an unfinished job is done, from the ``.progress`` its group writes (0: none)."""
-    try:
-        step, steps = (int(v) for v in (folder / PROGRESS_FILE).read_text(encoding="utf-8").split()[:2])
-    except (OSError, ValueError):
+    try:  # read_bounded: a FIFO there hung the sweep (and a stop signal with it), a link to /dev/zero filled its memory
+        step, steps = (int(v) for v in read_bounded(folder / PROGRESS_FILE, PROGRESS_BYTES).decode("utf-8").split()[:2])
+    except (OSError, ValueError, NotAFile):
         return 0.0
     return min(1.0, max(0.0, step / steps)) if steps > 0 else 0.0
 
@@ -67,9 +69,9 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
 
     done, finished = 0, set()
     for path in launch_relative(sweep_dir).rglob("metrics.json"):
-        try:  # read_small_file: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
-            rec = json.loads(read_small_file(path))
-        except (OSError, ValueError, NotARecord):
+        try:  # read_bounded: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
+            rec = json.loads(read_bounded(path, MAX_RECORD_BYTES))
+        except (OSError, ValueError, NotAFile):
             continue
         if isinstance(rec, dict) and rec.get("status") in ("finished", "failed"):
             done += 1

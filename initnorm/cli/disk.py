@@ -22,6 +22,7 @@ from pathlib import Path
 from initnorm import envvars
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
+from initnorm.safe_files import real_folder
 
 # Out of space, out of quota, a read-only file system, a file too large: the disk, not the job, is at fault.
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
@@ -128,7 +129,8 @@ def check_compiler_cache(folder: str | Path) -> None:
 
 def hydra_saves_atomically() -> None:
     """Make Hydra write a job's ``.hydra/*.yaml`` atomically (it writes them in place, so a full
-    disk leaves a 0-byte ``config.yaml``); a disk error there becomes ``DiskError``. And keep
+    disk leaves a 0-byte ``config.yaml``, and a link planted there is followed) into a real ``.hydra``
+    folder (a link in its place is taken away); a disk error there becomes ``DiskError``. And keep
     TensorBoard's writer thread quiet about a full disk (``quiet_writer_thread``)."""
     import hydra.core.utils as hydra_utils
     from omegaconf import OmegaConf
@@ -138,8 +140,8 @@ def hydra_saves_atomically() -> None:
     quiet_writer_thread()
 
     def _save_config(cfg, filename: str, output_dir: Path) -> None:
-        try:
-            write_atomic(Path(output_dir) / filename, OmegaConf.to_yaml(cfg))
+        try:  # .hydra/ a real folder (a link there taken away, not followed); the file renamed into place
+            write_atomic(real_folder(output_dir) / filename, OmegaConf.to_yaml(cfg))
         except OSError as exc:
             raise (disk_error(exc, within=output_dir) or exc) from exc
 

@@ -6,7 +6,9 @@ takes an exclusive ``flock`` on ``<folder>/.initnorm.lock`` before the first job
 it until it exits; a second command on that folder is refused in one line and trains nothing. The
 kernel drops the lock with the process that held it, so the lock of a command that was killed (even
 with ``kill -9``) is taken over by the next one, without a stale file to delete. Where ``flock``
-does not exist (Windows), nothing is locked.
+does not exist (Windows), nothing is locked. The lock file is opened without following a link and
+only where it is a regular file (``safe_files.open_no_follow``): anything else standing at its name
+is refused in one line, never written through.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from pathlib import Path
 
 from initnorm.errors import ConfigError
+from initnorm.safe_files import NotAFile, open_no_follow
 
 LOCK_FILE = ".initnorm.lock"
 _held: dict[str, int] = {}  # folder -> the open lock file of this process (one per folder, held to the end)
@@ -31,7 +34,11 @@ def claim(folder: str | Path, key: str) -> None:
     if str(path) in _held:
         return
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # a link planted at its name (to another sweep's metrics.json) was followed and its target truncated to our pid
+        fd = open_no_follow(path / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    except NotAFile as exc:
+        raise ConfigError(f"{path / LOCK_FILE} is {exc}, not initnorm's lock file, and is not opened (a command would write through "
+                          f"it); delete it (or move it away), or pick another folder with `{key}=...`") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held by a live process (a dead one's lock is gone with it)

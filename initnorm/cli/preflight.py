@@ -5,7 +5,8 @@ the way Hydra will (with Hydra's own loader: every job of a ``-m`` sweep, preset
 ``hydra.sweeper.params`` included), then for each job runs ``initnorm.schema`` (every key's type and
 range, the relations between keys, the family's own check, the text: found, UTF-8, long enough),
 asks for the device the job will get, and looks into its folder (finished: skipped; killed: resumed; a different
-config's work: refused). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
+config's work: refused; a link, FIFO or device anywhere in a named output folder: refused, since a job would write
+through it). So a typo in job 40 of 54 stops the sweep before job 1 trains, and a
 Hydra composition error (``init=xavir``) becomes one line that lists the known options, not
 Hydra's page of search paths.
 """
@@ -41,6 +42,7 @@ from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.safe_files import planted_below
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
@@ -245,6 +247,22 @@ def output_base(node: DictConfig) -> Path:
     return Path(fixed or ".")
 
 
+def named_folder(node: DictConfig) -> Path | None:
+    """The folder ``node`` (``hydra.sweep``, ``hydra.run``) names on the command line; None for a generated one (new, empty)."""
+    raw = str(OmegaConf.to_container(node, resolve=False).get("dir"))
+    return None if "${" in raw else Path(raw)
+
+
+def check_planted(folder: Path | None, key: str) -> None:
+    """A named output folder (one a command made before, or a copy) holds only files and folders: a link, FIFO, socket or
+    device anywhere below it was put there, and a job would write through it (Hydra's multirun.yaml, train.log and
+    .hydra/, a job folder, its checkpoints/, a logger's files) or hang reading it; one line naming it (safe_files.py)."""
+    if folder is not None and (found := planted_below(folder)):
+        path, what = found
+        raise ConfigError(f"{path} is {what}, which no initnorm command makes in an output folder: a job would write through it or "
+                          f"read it; delete it (or move it away), or pick another folder with `{key}=...`")
+
+
 def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     """The launcher's values and whether the output folder can be written, once per command line."""
     try:
@@ -252,12 +270,14 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
     schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.db
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
-        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary)
+        search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary,
+                     named_folder(primary.hydra.sweep))
     vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
 
 

@@ -17,7 +17,9 @@ is refused.
 The study lives in ``<sweep folder>/search.db`` (SQLite). The same command again (with
 ``hydra.sweep.dir`` pinned) loads it: trials it finished are not asked again, trials a killed run
 left running are launched again with their own values (their job folders skip or resume, as in
-any sweep), and it asks only the trials still missing up to ``n_trials``.
+any sweep), and it asks only the trials still missing up to ``n_trials``. The study is a file of the
+sweep folder, so a trial launched again must hold exactly the space's keys, each value one the space
+could ask (``resumed_trials``): a study can never name a key or a value the command line did not.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from initnorm.cli.launchers import installed
 from initnorm.errors import ConfigError
-from initnorm.results import read_record
+from initnorm.results import read_record, write_atomic
+from initnorm.safe_files import planted
 
 EXTRA = "pip install 'initnorm[search]'"
 STUDY_FILE = "search.db"
 STUDY_NAME = "search"
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite keeps beside search.db while it writes
 
 
 def missing_extra() -> str | None:
@@ -119,6 +123,59 @@ def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
     return out
 
 
+def _in_space(value: Any, dist) -> bool:
+    """Whether ``value`` is one a search over ``dist`` (an Optuna distribution the command line made) could have asked."""
+    import optuna.distributions as d
+
+    if isinstance(dist, d.CategoricalDistribution):
+        return any(type(value) is type(c) and value == c for c in dist.choices)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(dist, d.IntDistribution) and not isinstance(value, int):
+        return False
+    return number and dist.low <= value <= dist.high
+
+
+def resumed_trials(study, space: dict[str, Any], where: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(number, values) of each trial a killed run left running, to launch again. The study is a file of the sweep
+    folder, so its values are data: each trial must hold exactly the search space's keys (the command line's and the
+    config's, ``space``), each value one the space could have asked; else ``ConfigError``, one line naming the file."""
+    from optuna.trial import TrialState
+
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        params = dict(t.params)
+        if set(params) != set(space):
+            problem = f"the keys {', '.join(sorted(params)) or '(none)'}, not the search space's ({', '.join(sorted(space))})"
+        else:
+            problem = next((f"{k}={v!r}, which the search space ({k}: {space[k]}) cannot ask" for k, v in params.items()
+                            if not _in_space(v, space[k])), None)
+        if problem:
+            raise ConfigError(f"{where}: its trial {t.number}, left running, holds {problem}; a study's values are data and only "
+                              "the command line sets what is searched: delete that file (or move it away) to search afresh, "
+                              "or pick another folder with `hydra.sweep.dir=...`")
+        out.append((t.number, params))
+    return out
+
+
+def check_study(folder: Path, space: dict[str, str]) -> None:
+    """The trials a rerun would launch again from ``folder``'s study (``resumed_trials``), before Hydra starts; a file
+    there that is not an Optuna study is one line."""
+    path = Path(folder) / STUDY_FILE
+    if not path.is_file():
+        return
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{path.absolute()}")
+    except KeyError:  # no study of that name in it: the search makes one
+        return
+    except Exception as exc:
+        raise ConfigError(f"{path} is not a study initnorm wrote ({type(exc).__name__}); delete it (or move it away) to search "
+                          "afresh, or pick another folder with `hydra.sweep.dir=...`") from None
+    resumed_trials(study, distributions(space), path)
+
+
 def options_with(group: str, leaf: str) -> list[str]:
     """The options of config group ``group`` (conf/<group>/*.yaml) that have the key ``leaf``, their defaults included."""
     from initnorm.cli.compose import CONF_DIR
@@ -132,14 +189,17 @@ def options_with(group: str, leaf: str) -> list[str]:
     return out
 
 
-def check(arguments: list[str], params: dict[str, str], config: DictConfig | None = None) -> None:
+def check(arguments: list[str], params: dict[str, str], config: DictConfig | None = None, folder: Path | None = None) -> None:
     """What the preflight asks before Hydra starts: Optuna installed, the overrides and the space valid, every searched
-    key one the composed ``config`` has (``param.output_mult`` exists under param=mup, not under param=sp); one line each."""
+    key one the composed ``config`` has (``param.output_mult`` exists under param=mup, not under param=sp), the trials a
+    rerun in ``folder`` (a named sweep folder) would launch again; one line each."""
     if problem := missing_extra():
         raise ConfigError(problem)
     fixed_overrides(arguments, params)
     space = space_of(arguments, params)
     distributions(space)
+    if folder is not None:
+        check_study(folder, space)
     absent = object()
     for key in space if config is not None else ():
         if OmegaConf.select(config, key, default=absent) is absent:
@@ -170,6 +230,10 @@ class SearchSweeper(Sweeper):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sweep prints one line per job (initnorm/cli/console.py)
+        for name in (STUDY_FILE, *(STUDY_FILE + end for end in SQLITE_SIDE_FILES)):  # SQLite writes through a link
+            if what := planted(folder / name):
+                raise ConfigError(f"{folder / name} is {what}, not a study initnorm wrote, and SQLite would write through it; delete "
+                                  "it (or move it away), or pick another folder with `hydra.sweep.dir=...`")
         study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{(folder / STUDY_FILE).absolute()}",
                                     direction=self.direction, load_if_exists=True)
         # The sampler's random draws restart with its seed: a resumed study seeded as a new one would ask
@@ -178,18 +242,16 @@ class SearchSweeper(Sweeper):
         return study
 
     def sweep(self, arguments: list[str]) -> Any:
-        from optuna.trial import TrialState
-
         from initnorm.search_report import write_report
 
         folder = Path(str(self.config.hydra.sweep.dir))
         folder.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, folder / "multirun.yaml")
+        write_atomic(folder / "multirun.yaml", OmegaConf.to_yaml(self.config))  # a rename: never through a planted link
         fixed, space = fixed_overrides(arguments, self.params), distributions(space_of(arguments, self.params))
         metric = str(self.config.summary.metrics[0])  # what the experiment's summary and transfer report score
         study = self.study(folder)
-        # A killed run's trials were asked, not told: launch them again with their own values.
-        pending = [(t.number, t.params) for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        # A killed run's trials were asked, not told: launch them again with their own values (checked: the file is data).
+        pending = resumed_trials(study, space, folder / STUDY_FILE)
         job_idx, returns = 0, []
         while True:
             batch = pending[: self.n_jobs]

@@ -58,4 +58,11 @@ class CheckedSweeper(Sweeper):
         self.basic.setup(**kwargs)
 
     def sweep(self, arguments: list[str]) -> Any:
+        from pathlib import Path
+
+        from initnorm.safe_files import remove_planted
+
+        # The basic sweeper writes multirun.yaml in place (open for writing follows a link): a link put there is taken
+        # away first, never its target (the preflight refuses one in a named folder; this covers a later one).
+        remove_planted(Path(str(self.basic.config.hydra.sweep.dir)) / "multirun.yaml")
         return self.basic.sweep(arguments)

@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
 
+from initnorm.cli.file_overrides import data_overrides
 from initnorm.errors import ConfigError
-from initnorm.results import read_metrics, read_sweep
+from initnorm.results import MAX_RECORD_BYTES, read_metrics, read_sweep, write_atomic
+from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.search_report import SUMMARY_FILE
 from initnorm.transfer import LEVEL, Estimate, Seeds, cells_from_records, metric_of, swept_value, transferred
 
@@ -40,28 +43,59 @@ def key_of(override: str) -> str:
 
 def load(folder: Path) -> dict:
     path = folder / SUMMARY_FILE
-    if not path.is_file():
+    try:
+        summary = json.loads(read_bounded(path, MAX_RECORD_BYTES).decode("utf-8"))
+    except FileNotFoundError:
         raise ConfigError(f"{path} is missing: SEARCH_FOLDER must be the sweep folder of an `initnorm-train -m hparams_search=...` "
-                          "run (it writes search.json at its end); fix it with the folder that search printed")
-    summary = json.loads(path.read_text())
+                          "run (it writes search.json at its end); fix it with the folder that search printed") from None
+    except (NotAFile, OSError, ValueError) as exc:
+        what = exc if isinstance(exc, NotAFile) else f"not readable JSON ({type(exc).__name__})"
+        raise ConfigError(f"{path} is {what}, not a search.json initnorm wrote; delete it (or move it away) and rerun the search "
+                          "with its folder pinned (`hydra.sweep.dir=...`) to write it again") from None
+    if problem := shape_problem(summary):
+        raise ConfigError(f"{path}: {problem}, not what a search writes; delete it (or move it away) and rerun the search with its "
+                          "folder pinned (`hydra.sweep.dir=...`) to write it again")
     if summary.get("best") is None:
         raise ConfigError(f"{folder}: no trial of the search completed (search.md lists them); rerun the search with a narrower "
                           "lr range, e.g. 'hydra.sweeper.params.lr=\"tag(log, interval(1e-4, 1e-2))\"'")
     return summary
 
 
-def overrides_for(summary: dict, given: list[str], check: bool) -> list[str]:
-    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets."""
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def shape_problem(summary) -> str | None:
+    """What makes a ``search.json`` other than a search's (its fields' types), or None. Its overrides and best values are
+    checked as data where they are used (``overrides_for``)."""
+    if not isinstance(summary, dict):
+        return f"a JSON {type(summary).__name__}"
+    best = summary.get("best")
+    checks = [
+        ("best", best is None or (isinstance(best, dict) and isinstance(best.get("params"), dict) and _number(best.get("loss"))
+                                  and all(isinstance(k, str) for k in best["params"]))),
+        ("overrides", isinstance(summary.get("overrides"), list) and all(isinstance(o, str) for o in summary["overrides"])),
+        ("seeds", isinstance(summary.get("seeds"), list) and bool(summary["seeds"])
+         and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in summary["seeds"])),
+        ("metric", isinstance(summary.get("metric", ""), str) and re.fullmatch(r"\w*", summary.get("metric", "")) is not None),
+        ("objective", isinstance(summary.get("objective", ""), str)),
+    ]
+    wrong = [name for name, ok in checks if not ok]
+    return f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} not of a search's types" if wrong else None
+
+
+def overrides_for(summary: dict, given: list[str], check: bool, source: str = SUMMARY_FILE) -> list[str]:
+    """The train command's overrides: the search's fixed ones, the best trial's values, the seeds, the targets. What comes
+    from the file (``source``) is data only (``file_overrides.data_overrides``): one line where it would name code."""
     keys = {key_of(o) for o in given}
     if not keys & {"width", "depth"}:
         raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8)")
     best = summary["best"]["params"]
     out = [o for o in summary["overrides"] if key_of(o) not in keys and key_of(o) not in SEARCH_ONLY and key_of(o) not in best]
-    for k, v in best.items():
-        if k == "lr" and check:
-            out.append("lr=" + ",".join(repr(v * 2.0**k) for k in CHECK_OCTAVES))
-        elif k not in keys:
-            out.append(f"{k}={v!r}")
+    values = {k: v for k, v in best.items() if k not in keys or (k == "lr" and check)}
+    data_overrides(out + [f"{k}={v!r}" for k, v in values.items()], source)
+    for k, v in values.items():
+        out.append("lr=" + ",".join(repr(v * 2.0**k) for k in CHECK_OCTAVES) if k == "lr" and check else f"{k}={v!r}")
     if "seed" not in keys:
         out.append("seed=" + ",".join(str(s) for s in summary["seeds"]))
     return out + given
@@ -193,13 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     axis = "width" if any(key_of(o) == "width" for o in a.overrides) else "depth"
     try:
         summary = load(a.folder)
-        overrides = overrides_for(summary, a.overrides, a.check)
+        overrides = overrides_for(summary, a.overrides, a.check, f"{a.folder / SUMMARY_FILE}")
         param, metric, targets = search_param(a.folder), metric_of_search(summary), targets_of(a.overrides, axis)
         curves = grid_curves(read_sweep(a.grid)[0], str(a.grid), axis, param, metric, targets) if a.grid else None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    base = next((r["config"][axis] for r in read_metrics(a.folder) if axis in (r.get("config") or {})), math.nan)
+    base = next((r["config"][axis] for r in read_metrics(a.folder) if _number(r.get("config", {}).get(axis))), math.nan)
     out = Path(f"{a.folder}_{'check' if a.check else 'transfer'}")
     train_sweep(overrides, out)
     where = str(a.grid) if a.grid else f"{out} (--check)" if a.check else ""
@@ -210,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     text = report(summary, out, axis, base, curves, where)
-    (out / "transfer_report.md").write_text(text)
+    write_atomic(out / "transfer_report.md", text)
     print(f"\n{text}(also in {out / 'transfer_report.md'})")
     return 0
 

@@ -21,7 +21,7 @@ import torch
 
 from initnorm import envvars
 from initnorm.errors import ConfigError
-from initnorm.results import file_kind
+from initnorm.safe_files import file_kind
 
 # The sentence end the Alice normaliser keeps: a run of non-letters that ends a sentence becomes
 # "." instead of " ". It is the Decoder's 28th symbol (the deck counts 28 but does not name it).

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from initnorm.config import comparable
+from initnorm.safe_files import real_folder
 from initnorm.training import signals
 from initnorm.training.resume import FORMAT, checkpoint_path
 
@@ -56,7 +57,7 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 def save_atomically(path: Path, write: Callable[[Path], None]) -> None:
     """``write(tmp)`` into a temporary file beside ``path`` (a name no other process uses), on disk, then renamed onto ``path``:
     a reader sees the old file or the new one, never half; a failed write leaves neither a half file nor the temporary one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real_folder(path.parent)  # checkpoints/ itself: a link planted there would carry the file into its target
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)

@@ -216,6 +216,8 @@ class Engine(L.LightningModule):
     def on_fit_start(self) -> None:
         if self.resumed:
             resume_loop_at(self.trainer, self.resumed)  # before any callback's on_train_start reads the step
+        # The rates are set before any callback's on_train_start, so one that sets them is caught at the first step.
+        self._set_rates(self.trainer.global_step)
 
     def on_train_start(self) -> None:
         if at_start(self, [h.val for h in self.history]):

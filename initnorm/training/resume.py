@@ -23,6 +23,7 @@ restores the member's weights, optimiser state, history and random stream (``tra
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import traceback
 from collections.abc import Mapping
@@ -34,7 +35,8 @@ import torch
 
 from initnorm.config import comparable
 from initnorm.errors import ConfigError
-from initnorm.results import METRICS_FILE, file_kind, read_record, write_metrics
+from initnorm.results import METRICS_FILE, read_record, write_metrics
+from initnorm.safe_files import NotAFile, open_no_follow, planted
 from initnorm.training import trackers
 
 log = logging.getLogger(__name__)
@@ -92,9 +94,8 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
     not one initnorm wrote for this job, raises ``ConfigError``."""
     folder = Path(folder)
     record = folder / METRICS_FILE
-    if record.exists() and not record.is_file():  # a FIFO would hang the job's read, a folder its write
-        raise ConfigError(f"{record} is {file_kind(record.stat().st_mode)}, not a job's record; delete it (or move it away) to train "
-                          f"{folder} again")
+    if what := planted(record):  # a FIFO would hang the job's read, a folder its write, a link be followed
+        raise ConfigError(f"{record} is {what}, not a job's record; delete it (or move it away) to train {folder} again")
     done = read_json(record)
     if done is not None and done.get("status") == "finished":
         if diff := differences(done.get("config") if isinstance(done.get("config"), dict) else None, c):
@@ -112,6 +113,12 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
 def checkpoint_path(folder: Path | str) -> Path:
     """Where a job's checkpoint lives in its folder."""
     return Path(folder) / CKPT_DIR / CKPT_FILE
+
+
+def has_checkpoint(folder: Path | str) -> bool:
+    """Whether ``folder`` holds a job's checkpoint as a regular file (a link or a FIFO there is not one)."""
+    path = checkpoint_path(folder)
+    return os.path.lexists(path) and planted(path) is None
 
 
 def read_member(path: Path, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,8 +146,11 @@ def load_checkpoint(ckpt: Path) -> dict[str, Any]:
     """A checkpoint's content, read with ``weights_only=True``: tensors and plain values only, so a
     file planted in a shared folder cannot run code when it is read. Anything else is refused in one line."""
     refuse = f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
-    try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    try:  # a link or a FIFO at its name is not opened (initnorm/safe_files.py)
+        with open(open_no_follow(ckpt), "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+    except NotAFile as exc:
+        raise ConfigError(f"{ckpt} is {exc}, not a checkpoint initnorm wrote; {refuse}") from None
     except pickle.UnpicklingError:
         raise ConfigError(f"{ckpt} is not a checkpoint initnorm wrote: it holds more than tensors and plain values, so it is not "
                           f"loaded (loading it could run code); {refuse}") from None

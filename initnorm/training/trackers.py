@@ -11,7 +11,11 @@ request per tag). The record at the end (``record``) is TensorBoard's HPARAMS en
 others the same hyperparameters (``log_hyperparams``) and final metrics (``log_metrics``). A
 stacked group's members each get their own loggers, so each is its own run. A job that resumes (a
 checkpoint in its folder) writes on into the run it started: ``make`` keeps each tracker's run id in the
-job folder (``RUN_IDS``) and hands it back to MLflow (``run_id``) and W&B (``id``, ``resume="allow"``). A job
+job folder (``RUN_IDS``) and hands it back to MLflow (``run_id``) and W&B (``id``, ``resume="allow"``).
+That file is data in a folder others may write (STYLE.md 19), so an id in it is trusted only where the job's
+own record vouches for it (``stored_runs``): the folder holds the job's checkpoint, which the resume accepted
+(the same config: ``training/resume.inspect_folder``), the file names this folder, and an MLflow run carries
+this folder's tag. A fresh job, or a file planted beside another's checkpoint, starts new runs and says so. A job
 that fails before ``finish`` (``training/resume.record_failure`` calls ``fail``) ends its runs as failed, so
 no try is left RUNNING.
 
@@ -32,6 +36,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,14 +44,18 @@ from urllib.parse import urlparse
 
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
+from initnorm.safe_files import NotAFile, open_no_follow, read_bounded
 
 # The module each tracker needs, and the extra that installs it (pyproject.toml).
 EXTRAS = {"mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
-RUN_IDS = "trackers.json"  # in the job folder: {logger name: run id} of the trackers that have runs
+RUN_IDS = "trackers.json"  # in the job folder: {"folder": the job folder, "runs": {logger name: run id}}
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # MLflow's (32 hex digits) and W&B's (8 base-36 characters) run ids
+MAX_IDS_BYTES = 64 * 2**10
+JOB_TAG = "initnorm.job_folder"  # an MLflow run's tag: the job folder that made it
+log = logging.getLogger(__name__)
 RESUMABLE = ("initnorm.training.trackers.mlflow_logger", "initnorm.training.trackers.wandb_logger")
 DEFAULT_STORE = "outputs/mlflow.db"  # under the launch folder, beside outputs/runs and outputs/multirun (and ignored by git)
 URI_ENV = "MLFLOW_TRACKING_URI"
-log = logging.getLogger(__name__)
 _OPEN: dict[str, list] = {}  # job folder -> the loggers ``make`` gave it that ``finish`` has not ended yet
 
 
@@ -88,7 +97,7 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
 
     check(node)
     ids_file = Path(save_dir) / RUN_IDS
-    prior = json.loads(ids_file.read_text()) if ids_file.is_file() else {}
+    prior = stored_runs(Path(save_dir))
     out, ids = [], {}
     for name, n in nodes(node).items():
         n = dict(n)
@@ -101,14 +110,39 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
         out.append(logger := instantiate(n, save_dir=str(save_dir)))
         if n["_target_"] in RESUMABLE:
             ids[name] = logger.run_id if hasattr(logger, "run_id") else logger.experiment.id
-    if ids and ids != prior:
-        write_atomic(ids_file, json.dumps(ids) + "\n")  # a kill mid-write must not leave the resume a broken file
+    if ids and ids != prior:  # atomic: a kill mid-write must not leave the resume a broken file
+        write_atomic(ids_file, json.dumps({"folder": str(Path(save_dir).resolve()), "runs": ids}) + "\n")
     _OPEN.setdefault(_key(save_dir), []).extend(out)
     return out
 
 
 def _key(folder: str | Path) -> str:
     return str(Path(folder).resolve())
+
+
+def stored_runs(folder: Path) -> dict[str, str]:
+    """The run ids an earlier start of the job in ``folder`` kept in ``RUN_IDS``, where its own record vouches for them: the
+    folder holds the job's checkpoint (accepted by the resume before the loggers are made: the same config) and the file
+    names this folder and holds run ids only. Else none (new runs), with one warning line where such a file was there."""
+    from initnorm.training.resume import has_checkpoint
+
+    path = folder / RUN_IDS
+    if not os.path.lexists(path):
+        return {}
+    if not has_checkpoint(folder):
+        log.warning("ignored %s: the job folder holds no checkpoint of this job, so it starts new tracker runs (a job that "
+                    "starts afresh never writes into runs another start, or another job, made)", path)
+        return {}
+    try:
+        data = json.loads(read_bounded(path, MAX_IDS_BYTES))
+    except (NotAFile, OSError, ValueError) as exc:
+        data = f"not readable ({exc})"
+    runs = data.get("runs") if isinstance(data, dict) and data.get("folder") == str(folder.resolve()) else None
+    if not isinstance(runs, dict) or not all(isinstance(k, str) and isinstance(v, str) and RUN_ID.fullmatch(v) for k, v in runs.items()):
+        log.warning("ignored %s: not this job's run ids (%s), so it starts new tracker runs", path,
+                    data if isinstance(data, str) else "written for another folder, or not the file initnorm writes")
+        return {}
+    return runs
 
 
 def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str, run_name: str, resume_id: str | None = None,
@@ -120,10 +154,13 @@ def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str,
     from mlflow.tracking import MlflowClient
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its INFO lines (tables, experiment created) would break a sweep's lines
-    tags = {"initnorm.job_folder": str(Path(save_dir).resolve())} | dict(kwargs.pop("tags", None) or {})
+    tags = {JOB_TAG: str(Path(save_dir).resolve())} | dict(kwargs.pop("tags", None) or {})
     env = os.environ.get(URI_ENV)
     try:
         with _store_lock(tracking_uri):  # the store's tables, the experiment and this run made now, one job at a time
+            if resume_id is not None and not _made_here(tracking_uri, resume_id, tags[JOB_TAG]):
+                log.warning("MLflow run %s was not made in %s (its %s tag): this job starts a new run", resume_id, save_dir, JOB_TAG)
+                resume_id = None
             client = MlflowClient(tracking_uri)
             if client.get_experiment_by_name(experiment_name) is None:  # made here, not by Lightning: its own line came twice
                 made = client.create_experiment(experiment_name, artifact_location=_artifact_root(tracking_uri))
@@ -156,6 +193,16 @@ def _artifact_root(uri: str) -> str | None:
     return None
 
 
+def _made_here(uri: str | None, run_id: str, folder: str) -> bool:
+    """Whether the MLflow run ``run_id`` exists in the store and was made by the job in ``folder`` (its ``JOB_TAG``)."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(uri).get_run(run_id).data.tags.get(JOB_TAG) == folder
+    except Exception:  # no such run in this store
+        return False
+
+
 @contextlib.contextmanager
 def _store_lock(uri: str | None):
     """An flock beside a local MLflow store: jobs that start together (local_parallel, a vectorised group's
@@ -167,7 +214,12 @@ def _store_lock(uri: str | None):
         return
     path = Path(local)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as f:
+    lock = path.with_name(path.name + ".lock")
+    try:  # not through a link planted at its name (initnorm/safe_files.py)
+        fd = open_no_follow(lock, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except NotAFile as exc:
+        raise ConfigError(f"{lock} is {exc}, not the lock initnorm keeps beside the MLflow store; delete it (or move it away)") from None
+    with os.fdopen(fd, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,14 @@ from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.figure import coord_check_png
 from initnorm.nn.param import KINDS, PARAMS, stable_across
 from initnorm.results import write_atomic
+from initnorm.safe_files import NotAFile, read_bounded
 
+log = logging.getLogger(__name__)
 COORD_FILE = "coord.csv"  # what CoordCheck (callback.py) writes into each job folder, one row per step x probe point
 FIELDS = ["width", "depth", "param", "seed", "step", "layer", "role", "value"]
 STAT = "coord_delta_rms"  # the one statistic the check records: each probe point's RMS change from step 0
 
+MAX_COORD_BYTES = 256 * 2**20  # a job's coord.csv: one row per step x probe point (a few MB for the largest checks)
 BLOCK_UPDATE = "blocks/update_x_depth"
 KEY_LAYERS = ("logits/output", "stream/last", BLOCK_UPDATE)
 
@@ -59,10 +63,14 @@ def read_rows(folder: Path) -> list[dict]:
     for path in sorted(Path(folder).rglob(COORD_FILE)):
         if path.parent == Path(folder):
             continue
-        with path.open(newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]) if r["depth"] else None, "step": int(r["step"]),
-                             "statistic": STAT, "value": float(r["value"])})
+        try:  # a file of the job folder: a FIFO or a link there is not read (initnorm/safe_files.py)
+            text = read_bounded(path, MAX_COORD_BYTES).decode("utf-8")
+        except (NotAFile, UnicodeDecodeError) as exc:
+            log.warning("ignored %s: %s, not a coord.csv initnorm wrote", path, exc if isinstance(exc, NotAFile) else "not UTF-8")
+            continue
+        for r in csv.DictReader(io.StringIO(text, newline="")):
+            rows.append({**r, "width": int(r["width"]), "depth": int(r["depth"]) if r["depth"] else None, "step": int(r["step"]),
+                         "statistic": STAT, "value": float(r["value"])})
     if not rows:
         raise ConfigError(f"no {COORD_FILE} below {folder}; run `python -m initnorm.coord_check` or a multirun with experiment=coord_check "
                           "first")
@@ -213,8 +221,14 @@ UNIT_FILE = "unit_scale.txt"
 
 def unit_lines(folder: Path) -> str:
     """One line per job below ``folder`` that ran the unit-scale check (``-- +callbacks.unit._target_=...``): its verdict."""
-    found = sorted(folder.rglob(UNIT_FILE))
-    return "".join(f"unit scale, {f.parent.relative_to(folder)}: {f.read_text().splitlines()[0]}\n" for f in found)
+    out = []
+    for f in sorted(folder.rglob(UNIT_FILE)):
+        try:
+            first = (read_bounded(f, MAX_COORD_BYTES).decode("utf-8").splitlines() or ["(empty)"])[0]
+        except (NotAFile, UnicodeDecodeError) as exc:
+            first = f"not read ({exc if isinstance(exc, NotAFile) else 'not UTF-8'})"
+        out.append(f"unit scale, {f.parent.relative_to(folder)}: {first}\n")
+    return "".join(out)
 
 
 @dataclass(frozen=True)

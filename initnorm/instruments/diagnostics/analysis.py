@@ -11,6 +11,7 @@ learning rate compared at is, per setting, the base size's optimal rate from the
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ from pathlib import Path
 
 from initnorm import transfer
 from initnorm.results import read_metrics, recorded
+from initnorm.safe_files import planted
+
+log = logging.getLogger(__name__)
 
 STATS = ("eff_lr", "eps_frac", "sigma_w", "sigma_dw", "update_ratio", "act_rms", "grad_rms")
 FACTOR = 2.0
@@ -30,6 +34,11 @@ def read_events(job_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
     out: dict[str, list[tuple[int, float]]] = {}
     for folder in sorted({p.parent for p in Path(job_dir).rglob("events.out.tfevents.*")}):
+        # TensorBoard's reader opens every *tfevents* file of the folder: one that is a FIFO would hang it, a link be
+        # followed (initnorm/safe_files.py), so such a folder is not read.
+        if odd := [(p.name, what) for p in folder.iterdir() if "tfevents" in p.name and (what := planted(p)) is not None]:
+            log.warning("ignored the events in %s: %s is %s, not an event file", folder, *odd[0])
+            continue
         acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
