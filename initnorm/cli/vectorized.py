@@ -211,7 +211,9 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
     try:
         # one set for the group: each sees every member (members_of)
         callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
-        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
+        sweep_dir = str(config.hydra.sweep.dir)
+        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}",
+                      status=lambda: console.sweep_progress(sweep_dir))  # the group's lines carry the sweep's done/total
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
