@@ -278,3 +278,16 @@ def test_a_failed_try_ends_its_runs_and_leaves_the_address_as_it_was(tmp_path, m
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     assert {n: r.info.status for n, (_, r) in runs.items()} == {"width=8": "FAILED", "width=16": "FAILED"}
     assert not trackers._OPEN
+
+
+def test_what_the_trackers_write_at_the_launch_folder_is_ignored_by_git():
+    """Issue 36: mlflow.db and mlflow.db.lock landed at the repository root and .gitignore did not cover them. The default
+    store now sits in outputs/; a path given without it (``logger.mlflow.tracking_uri=mlflow.db``), MLflow's own folders and
+    W&B's are ignored too, wherever the command starts in the checkout."""
+    root = Path(__file__).resolve().parents[1]
+    names = ["mlflow.db", "mlflow.db.lock", "outputs/mlflow.db", "outputs/mlflow.db.lock", "mlruns/0/meta.yaml",
+             "mlartifacts/1/a.txt", "outputs/mlartifacts/1/a.txt", "wandb/latest-run", "examples/mlflow.db"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=root, capture_output=True, text=True)
+    if proc.returncode == 128:  # not a git checkout (an unpacked sdist): nothing to commit by mistake
+        pytest.skip(proc.stderr.strip())
+    assert proc.stdout.split() == names, proc.stdout + proc.stderr
