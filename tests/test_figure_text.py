@@ -133,3 +133,19 @@ def test_no_two_texts_overlap(name, monkeypatch):
                 t = title.get_window_extent(renderer)
                 slack = 0.05 * box.width
                 assert box.x0 - slack <= t.x0 and t.x1 <= box.x1 + slack, f"{name}: {title.get_text()!r} is wider than its panel"
+
+
+def test_every_figure_the_project_writes_is_measured_above():
+    """A figure added later is measured too: every sweep plot in the registry has an entry in FIGURES, and every module of
+    initnorm that renders a figure (``plots.png`` or ``savefig``) is one whose ``png`` the test above intercepts, or draws
+    through one that is (``search_report``: ``plots.png``; ``own_runs``: the registry's plots)."""
+    import pathlib
+    import re
+
+    import initnorm
+
+    assert set(plots.PLOTS.names()) <= {name.split(" (")[0] for name in FIGURES}, "a sweep plot FIGURES does not draw"
+    root = pathlib.Path(initnorm.__file__).parent
+    renders = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                     if re.search(r"\.savefig\(|import [^\n]*\bpng\b|plots\.png\(", p.read_text(encoding="utf-8")))
+    assert renders == ["instruments/coord/figure.py", "instruments/probe/figure.py", "plots.py", "search_report.py"], renders
