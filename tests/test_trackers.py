@@ -264,17 +264,18 @@ def test_mlflow_under_the_vectorised_launcher_at_the_default_address(tmp_path, m
 
 def test_a_failed_try_ends_its_runs_and_leaves_the_address_as_it_was(tmp_path, monkeypatch):
     """A job that fails after its loggers are made and before they are finished (the engine ends them itself only
-    when Lightning's fit raises) leaves no run RUNNING: recording the failure ends them; making a logger does not set
+    when Lightning's fit raises) leaves no run RUNNING: recording the failure ends them (fit's record of a failed member,
+    as the launchers' records do: trackers.fail, then resume.record_failure); making a logger does not set
     MLFLOW_TRACKING_URI for the next job, which would then compose another config."""
-    from initnorm.training.resume import record_failure
+    from initnorm.training.fit import Member, _failed
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    node = to_plain(compose_cfg("logger=mlflow"))["logger"]
+    cfg = to_plain(compose_cfg("logger=mlflow"))
     for width in (8, 16):
-        trackers.make(node, tmp_path / f"w{width}", f"width={width}", base=tmp_path)
+        trackers.make(cfg["logger"], tmp_path / f"w{width}", f"width={width}", base=tmp_path)
         assert "MLFLOW_TRACKING_URI" not in os.environ
     for width in (8, 16):
-        record_failure(tmp_path / f"w{width}", RuntimeError("the group could not be built"), {"seed": 1})
+        _failed(Member(cfg, tmp_path / f"w{width}"), RuntimeError("the group could not be built"))
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     assert {n: r.info.status for n, (_, r) in runs.items()} == {"width=8": "FAILED", "width=16": "FAILED"}
     assert not trackers._OPEN

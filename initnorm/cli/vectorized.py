@@ -42,7 +42,7 @@ from initnorm.cli.composer import Composer
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
-from initnorm.training import signals
+from initnorm.training import signals, trackers
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import group_key, parameter_count
 from initnorm.training.resume import inspect_folder, record_failure
@@ -228,6 +228,7 @@ def _run(unit: list[Job], unit_index: int, hydra_context, config: DictConfig, ta
         if err := disk.disk_error(exc):  # a full disk: the next group would fail the same way; one line, the sweep stops
             raise err from exc
         for m, ret in zip(members, rets):
+            trackers.fail(m.out_dir)  # the group's Trainer has no loggers of its own to end each member's runs
             try:
                 line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
             except OSError as write_exc:

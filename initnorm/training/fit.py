@@ -215,6 +215,7 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
 
 def _failed(m: Member, exc: BaseException) -> dict[str, Any]:
     """Member ``m``'s folder records ``exc`` (unless it holds a finished result); its record says so."""
+    trackers.fail(m.out_dir)  # its tracker runs still open end as failed, none left RUNNING
     line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
     return {"status": "failed", "error": line, "seed": m.cfg["seed"], **m.meta}
 

@@ -37,7 +37,6 @@ from initnorm.config import comparable
 from initnorm.errors import ConfigError
 from initnorm.results import METRICS_FILE, read_record, write_metrics
 from initnorm.safe_files import NotAFile, open_no_follow, planted
-from initnorm.training import trackers
 
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
@@ -225,9 +224,9 @@ def error_line(exc: BaseException) -> str:
 
 def record_failure(folder: Path | str, exc: BaseException, job: Mapping[str, Any]) -> str:
     """Write ``status: failed`` with the error line (and the traceback) into the job's metrics.json,
-    unless the folder already holds a finished result; the job's tracker runs still open end as failed. Returns the error line."""
+    unless the folder already holds a finished result. Returns the error line. (The job's tracker runs still open: ``trackers.fail``,
+    called by the callers; trackers reads this module's ``has_checkpoint``.)"""
     folder = Path(folder)
-    trackers.fail(folder)
     line = error_line(exc)
     done = read_json(folder / METRICS_FILE)
     if done is None or done.get("status") != "finished":
