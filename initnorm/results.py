@@ -176,6 +176,21 @@ def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
     return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
 
+def metric_name(metric: str, metrics: Mapping[str, Any]) -> str:
+    """The score in words, as the summary table heads its column: ``final validation loss``; the chapter's
+    ``final_loss`` with its window (``final loss (mean of the last 50 training batches)``)."""
+    name = LABELS.get(metric, metric).lower()
+    tail = metrics.get("summary_tail_steps") or ((metrics.get("config") or {}).get("summary") or {}).get("tail_steps")
+    return f"{name} (mean of the last {tail} training batches)" if metric == "final_loss" and tail else name
+
+
+def scored(metrics: Mapping[str, Any]) -> str:
+    """``final validation loss 2.5382``: the loss the sweep's table scores (``summary.metrics[0]``), named, as a job's
+    done line and its train.log's end line print it."""
+    metric = (metrics.get("summary_metrics") or ["final_val_loss"])[0]
+    return f"{metric_name(metric, metrics)} {fmt(metrics.get(metric), 4)}"
+
+
 def fmt_mean_sd(mean: float | None, sd: float | None, n: int, missing: str = "nan") -> str:
     """Mean ± sd, both with the same decimals: enough for the sd's first significant digit, at least
     3 and at most 6 (``2.233 ± 0.004``, ``2.8560 ± 0.0007``); one value alone without ±."""

@@ -194,3 +194,15 @@ def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_pat
     assert all(", 2/2 alive, about " in line and line.endswith("left [3/8 done, about 20s left]") for line in lines[1:])
     last = steps[-1].split("/")[0]  # 9, or a later step where 10 s passed since (a loaded machine)
     assert [(m.out_dir / ".progress").read_text() for m in group] == [f"{last} 12\n"] * 2
+
+
+def test_a_members_train_log_ends_on_the_loss_the_sweeps_table_scores(tmp_path):
+    """Issue 36: the done line names the loss the table scores (the chapter's training tail under mup_mlp_sweep); the
+    member's train.log said 'final validation loss' beside it, another number."""
+    cfg = compose_cfg("experiment=mup_mlp_sweep", "steps=12", "width=16", "batch_size=8", "summary.tail_steps=5",
+                      "checkpoint.every_n_steps=0", *QUIET)
+    m = Member(to_plain(cfg), tmp_path / "m")
+    r = fit([m])[0]
+    end = (m.out_dir / "train.log").read_text().splitlines()[-1]
+    assert f"final loss (mean of the last 5 training batches) {r['final_loss']:.4f} (12 steps" in end, end
+    assert "validation" not in end and r["final_loss"] != r["final_val_loss"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import envvars
-from initnorm.results import LABELS, MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt
+from initnorm.results import MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt, scored
 from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
@@ -153,14 +153,6 @@ def job_started(label: str, job_num: int) -> None:
     print(f"start {label}{of}", flush=True)
 
 
-def metric_name(metric: str, metrics: dict[str, Any]) -> str:
-    """The score in words, as the summary table heads its column: ``final validation loss``; the chapter's
-    ``final_loss`` with its window (``final loss (mean of the last 50 training batches)``)."""
-    name = LABELS.get(metric, metric).lower()
-    tail = ((metrics.get("config") or {}).get("summary") or {}).get("tail_steps")
-    return f"{name} (mean of the last {tail} training batches)" if metric == "final_loss" and tail else name
-
-
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
@@ -171,8 +163,7 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
-        metric = (metrics.get("summary_metrics") or ["final_val_loss"])[0]  # what the sweep's table scores
-        status = f"{metric_name(metric, metrics)} {fmt(metrics.get(metric), 4)}"
+        status = scored(metrics)
     done = "already finished: " if metrics.get("skipped") else ""
     line = f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
     if sweep_dir is None:
