@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initnorm import transfer
+from initnorm import results, transfer
 from initnorm.nn.param import PARAMS
 from initnorm.registry import GROUPS, Registry, is_dotted
 from initnorm.results import LABELS, best_lr, fmt_mean_sd, mean_sd, recorded, settings
@@ -54,14 +54,16 @@ DPI = 120
 
 
 def grid(width: float, height: float, nrows: int = 1, ncols: int = 1, sharey: bool | str = False):
-    """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style."""
+    """A figure on the Agg canvas (no pyplot) with an ``nrows`` x ``ncols`` array of axes in the house style, laid out
+    by matplotlib's constrained layout: titles, axis labels, a suptitle and legends outside the axes clear of each other
+    (by hand, a row's x-labels printed over the titles of the row below: tests/test_figure_text.py)."""
     import matplotlib
     from cycler import cycler
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context({**STYLE, "axes.prop_cycle": cycler(color=PALETTE)}):
-        fig = Figure(figsize=(width, height))
+        fig = Figure(figsize=(width, height), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
     return fig, axes
@@ -120,6 +122,14 @@ def plain(setting: str) -> str:
     return f"{key.rsplit('.', 1)[-1].replace('_', ' ')} {value}"
 
 
+def labels(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """Each setting's legend entry in plain words, a search's 18-digit rates to the digits that tell them apart
+    (``lr 0.00443``)."""
+    columns = [results.short_values(v.partition("=")[2] for v in col) for col in zip(*keys)]
+    return {key: ", ".join(plain(f"{v.partition('=')[0]}={columns[i][v.partition('=')[2]]}") for i, v in enumerate(key)) or "run"
+            for key in keys}
+
+
 def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
     """What the runs share, in words (``Decoder, width 16, 6 blocks, Alice, 1,500 steps, batch 32, AdamW peak lr
     0.01, 3 seeds``); swept keys and ``leave_out`` are left out (they are in the legend or on an axis)."""
@@ -167,16 +177,17 @@ def val_curves(records: list[Record]) -> Plot:
     panel shows the last ``TAIL`` of training on its own scale, with each setting's final loss as
     mean ± sd over seeds (the legend) and its seeds' spread as an error bar at the last step."""
     fig, (ax, tail) = figure(11.0, 4.4, ncols=2)
-    fig.set_layout_engine("constrained")
     curves = []
-    for i, (key, runs) in enumerate(settings(records).items()):
+    found = settings(records)
+    names = labels(list(found))
+    for i, (key, runs) in enumerate(found.items()):
         by_step: dict[int, list[float]] = {}
         for r in runs:
             for step, loss, *_ in r.get("val_history", []):
                 if _finite(loss):
                     by_step.setdefault(int(step), []).append(loss)
         if by_step:
-            curves.append((i, ", ".join(map(plain, key)) or "run", runs, by_step))
+            curves.append((i, names[key], runs, by_step))
     last = max((max(b) for *_, b in curves), default=0)
     lows: list[float] = []
     highs: list[float] = []
@@ -186,8 +197,7 @@ def val_curves(records: list[Record]) -> Plot:
         mean, lo, hi = ([f(by_step[s]) for s in steps] for f in (statistics.fmean, min, max))
         finals = [r["final_val_loss"] for r in runs if _finite(r.get("final_val_loss")) and not r.get("diverged")]
         for a in (ax, tail):
-            a.plot(steps, mean, color=colour, lw=1.6, ls=ls,
-                   label=label if a is ax else f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
+            a.plot(steps, mean, color=colour, lw=1.6, ls=ls, label=f"{label}: {fmt_mean_sd(*mean_sd(finals))}" if finals else label)
             if len(runs) > 1:
                 a.fill_between(steps, lo, hi, color=colour, alpha=0.15, lw=0)
         shown = [k for k, s in enumerate(steps) if s >= (1 - TAIL) * last]
@@ -200,12 +210,13 @@ def val_curves(records: list[Record]) -> Plot:
     ax.set(xlabel="training step", ylabel="validation loss (nats per character)", title="the whole run")
     fig.suptitle(f"Validation loss: mean over seeds, band from the lowest to the highest seed\n{setup_title(records)}", fontsize=10)
     if curves:
-        ax.legend()
         pad = 0.08 * max(1e-3, max(highs) - min(lows))
         tail.set(xlim=((1 - TAIL) * last, last * (1 + 0.012 * (len(curves) + 1))),
                  ylim=(min(lows) - pad, max(highs) + pad), xlabel="training step")
-        tail.set_title(f"the last {TAIL:.0%}: final loss mean ± sd (legend), bars from the lowest to the highest seed")
-        tail.legend(fontsize=7)
+        tail.set_title(f"the last {TAIL:.0%}, bars: lowest to highest seed")
+        # one legend, beside the panels: over the curves it hid them (a search's 24 rates)
+        tail.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, title="final loss, mean ± sd", title_fontsize=7,
+                    ncol=2 if len(curves) > 16 else 1)
     return Plot(_png_svg(fig, "val_curves"), "![validation loss per setting, mean over seeds, band over seeds](val_curves.png)\n")
 
 
@@ -225,12 +236,14 @@ def train_val_curves(records: list[Record]) -> Plot:
     """Chapter 003, step 3: training loss (dashed, the fixed training sample) and validation
     loss (solid) against step, one colour per setting, mean over seeds."""
     fig, (ax,) = figure(7.5, 4.2)
-    for colour, (key, runs) in zip(PALETTE * 4, settings(records).items()):
-        label = ", ".join(map(plain, key)) or "run"
+    found = settings(records)
+    names = labels(list(found))
+    for colour, (key, runs) in zip(PALETTE * 4, found.items()):
+        label = names[key]
         ax.plot(*_mean_curve(runs, "val"), color=colour, label=f"{label}: validation")
         ax.plot(*_mean_curve(runs, "train"), color=colour, ls="--", lw=1, label=f"{label}: training")
-    ax.set(xlabel="training step", ylabel="loss (nats per character), mean over seeds", ylim=(0, 4.5))
-    ax.set_title(f"Training (dashed) and validation (solid) loss\n{setup_title(records)}")
+    ax.set(xlabel="training step", ylabel="loss (nats per character)", ylim=(0, 4.5))
+    fig.suptitle(f"Training (dashed) and validation (solid) loss, mean over seeds\n{setup_title(records)}", fontsize=10)
     ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     return Plot(_png_svg(fig, "train_val_curves"), "![training (dashed) and validation (solid) loss](train_val_curves.png)\n")
 
@@ -253,7 +266,7 @@ def train_curves(records: list[Record]) -> Plot:
         ax.set(title=panel, xlabel="training step", ylim=(0, 3))
         ax.legend(frameon=False, fontsize=8)
     axes[0].set_ylabel("training loss, mean over seeds (clipped at 3)")
-    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10, y=1.1)
+    fig.suptitle(f"Training loss per initialisation\n{setup_title(records)}", fontsize=10)
     return Plot(_png_svg(fig, "train_curves"), "![training loss per setting](train_curves.png)\n")
 
 
@@ -374,7 +387,7 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
     what = "learning rate" if rate == "lr" else transfer.word(rate)
     fig.suptitle(f"Loss against {what} per {axis_word}: fitted optimum with its bootstrap interval, "
                  "band from the lowest to the highest seed\n"
-                 f"{setup_title(records, (rate, axis, 'param'))}", fontsize=10, y=1.1)
+                 f"{setup_title(records, (rate, axis, 'param'))}", fontsize=10)
     stem = "lr_transfer" if axis == "width" else f"lr_transfer_{axis.rsplit('.', 1)[-1]}"
     text = f"\n## Best {what} per {axis_word}\n\n" + "\n".join(lines) + f"\n\n![loss against {what}]({stem}.png)\n"
     return Plot(_png_svg(fig, stem), text)

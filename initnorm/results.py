@@ -176,6 +176,21 @@ def fmt(x: float | None, digits: int = 3, missing: str = "nan") -> str:
     return f"{x:.{digits}g}" if x and not 1e-2 <= abs(x) < 1e4 else f"{x:.{digits}f}"
 
 
+def metric_name(metric: str, metrics: Mapping[str, Any]) -> str:
+    """The score in words, as the summary table heads its column: ``final validation loss``; the chapter's
+    ``final_loss`` with its window (``final loss (mean of the last 50 training batches)``)."""
+    name = LABELS.get(metric, metric).lower()
+    tail = metrics.get("summary_tail_steps") or ((metrics.get("config") or {}).get("summary") or {}).get("tail_steps")
+    return f"{name} (mean of the last {tail} training batches)" if metric == "final_loss" and tail else name
+
+
+def scored(metrics: Mapping[str, Any]) -> str:
+    """``final validation loss 2.5382``: the loss the sweep's table scores (``summary.metrics[0]``), named, as a job's
+    done line and its train.log's end line print it."""
+    metric = (metrics.get("summary_metrics") or ["final_val_loss"])[0]
+    return f"{metric_name(metric, metrics)} {fmt(metrics.get(metric), 4)}"
+
+
 def fmt_mean_sd(mean: float | None, sd: float | None, n: int, missing: str = "nan") -> str:
     """Mean ± sd, both with the same decimals: enough for the sd's first significant digit, at least
     3 and at most 6 (``2.233 ± 0.004``, ``2.8560 ± 0.0007``); one value alone without ±."""
@@ -283,13 +298,61 @@ def setting_value(overrides: Mapping[str, Any], key: str) -> str:
 
 
 def settings(records: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
-    """Finished jobs by setting (``("norm=pre", "warmup=0")``: the swept values but the seed), in job order."""
+    """Finished jobs by setting (``("norm=pre", "warmup=0")``: the swept values but the seed), in ``in_order``."""
     keys = setting_keys(records)
     out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("status") == "finished":
             out.setdefault(tuple(f"{k}={row_value(r, k)}" for k in keys), []).append(r)
-    return out
+    order = in_order([tuple(v.partition("=")[2] for v in key) for key in out])
+    return dict(sorted(out.items(), key=lambda kv: order[tuple(v.partition("=")[2] for v in kv[0])]))
+
+
+def _number(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def in_order(settings: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple]:
+    """Each setting's place in a table (a sort key): column by column, a column of numbers by value (a search's
+    trials, ``lr=0.03,0.01``), any other column in the order its values came (the sweep's: ``norm=pre,post``)."""
+    columns = list(zip(*settings))
+    numeric = [all(_number(v) is not None for v in col) for col in columns]
+    first = [{v: i for i, v in reversed(list(enumerate(col)))} for col in columns]
+    return {s: tuple(_number(v) if numeric[i] else first[i][v] for i, v in enumerate(s)) for s in settings}
+
+
+def significant(text: str) -> int:
+    """How many significant digits a number is written with (``0.004430375245218269``: 16, ``3e-4``: 1)."""
+    return len(re.sub(r"[eE].*", "", text).lstrip("+-").replace(".", "").lstrip("0")) if _number(text) is not None else 0
+
+
+LONG = 12  # a number written with more significant digits than this is rounded where people read it: a search's draw
+# (a float's repr, 15-17 digits), not a rate typed on a grid (2^-15 = 0.000030517578125 has 11)
+
+
+def short_values(texts: Iterable[str], least: int = 4) -> dict[str, str]:
+    """Each value as tables, legends and run labels show it: a number written with more than ``LONG``
+    significant digits (a search's ``lr=0.004430375245218269``) with the fewest, at least ``least``, that
+    keep the different numbers among ``texts`` apart (``0.00443``, ``0.01398``); every other value as it was written."""
+    texts = list(dict.fromkeys(texts))
+    long = [t for t in texts if significant(t) > LONG]
+    if not long:
+        return {t: t for t in texts}
+    for digits in range(least, 18):
+        shown = {t: f"{float(t):.{digits}g}" for t in long}
+        numbers: dict[str, float] = {}  # text shown -> the number it stands for: two numbers may not share one
+        clash = False
+        for t in texts:
+            x, text = _number(t), shown.get(t, t)
+            clash = clash or (text in numbers and numbers[text] != x)
+            numbers.setdefault(text, x)
+        if not clash:
+            break
+    return {t: shown.get(t, t) for t in texts}
 
 
 def best_lr(curve: Mapping[float, float | None]) -> float | None:
@@ -322,7 +385,8 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
             value = r.get(m)  # a record from an older version may lack it: nan, not "diverged"
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             row["values"][m].append(None if r.get("diverged") else value if number else math.nan)
-    return keys, metrics, list(rows.values())
+    order = in_order(list(rows))
+    return keys, metrics, [rows[k] for k in sorted(rows, key=order.get)]
 
 
 def mean_sd(values: Iterable[float | None]) -> tuple[float, float, int]:
@@ -354,8 +418,9 @@ def render_markdown(keys, metrics, rows) -> str:
     head += ["Diverged"] * show_div + ["Failed"] * show_fail
     out = io.StringIO()
     out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
+    shown = {k: short_values(r[k] for r in rows) for k in keys}  # a search's lrs to the digits that tell them apart
     for r in rows:
-        cells = [r[k] for k in keys]
+        cells = [shown[k][r[k]] for k in keys]
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
             empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average

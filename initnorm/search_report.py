@@ -59,9 +59,14 @@ def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None, metric: st
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())  # a range under a decade labels every minor tick, on top of each other
         ax.set_xlabel(name)
-    axes[0].set_ylabel(f"mean {metric} over seeds")
+    axes[0].set_ylabel(f"{plots.LABELS.get(metric, metric).lower()}, mean over seeds")
     axes[0].legend()
     return plots.png(fig)
+
+
+def values(params: dict[str, Any]) -> str:
+    """``lr=0.01398``: a trial's values as people read them (search.json keeps every digit)."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def markdown(s: dict[str, Any], imp: dict[str, float]) -> str:
@@ -72,8 +77,7 @@ def markdown(s: dict[str, Any], imp: dict[str, float]) -> str:
     if best is None:
         lines.append("No trial completed.")
     else:
-        values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best["params"].items())
-        lines.append(f"Best: trial {best['number']}, {values}, loss {best['loss']:.4f}.")
+        lines.append(f"Best: trial {best['number']}, {values(best['params'])}, loss {best['loss']:.4f}.")
     if imp:
         lines += ["", "Parameter importances (Optuna, fANOVA): " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + "."]
     lines += ["", "| trial | state | " + " | ".join(sorted({k for t in s["trials"] for k in t["params"]})) + " | loss |"]
@@ -99,6 +103,6 @@ def write_report(study, folder: Path, fixed: list[str], seeds: list[int], metric
     except Exception as exc:  # the figure is a convenience: the summary stands without it
         print(f"warning: no search figure ({type(exc).__name__}: {exc})")
     best = s["best"]
-    print(f"\nSearch of {folder}: " + (f"best trial {best['number']} {best['params']} loss {best['loss']:.4f}"
+    print(f"\nSearch of {folder}: " + (f"best trial {best['number']}, {values(best['params'])}, loss {best['loss']:.4f}"
                                          if best else "no trial completed") + " (search.md, search.json, search.png)")
     return s

@@ -8,10 +8,13 @@ sorts hyperparameters that differ first and ticks the first five columns, whatev
 a single run), marked as differing: a key every run shares is never ticked beside them (all of them
 are in each run's .hydra/config.yaml and metrics.json). It names the trial by their values in
 order, then the seed (``post 200 3``): the table's trial-ID column is 10 em wide and cut longer
-names (``norm=post war…``), and the columns beside it name each key. The seed is a name, not a
-quantity: written as text (``3``, not ``3.0000``). The final metrics are written at the last
-step; a metric without a value (``diverged_step`` of a run that did not diverge) is left out
-rather than written as NaN.
+names (``norm=post war…``), and the columns beside it name each key. TensorBoard has no integer
+type and prints every number to five significant digits (a warmup of 200 as ``200.00``, the seed 3
+as ``3.0000``): an integer (the seed, warmup, width, steps) is written as text, which shows it as
+written and filters it by its values (a column of them sorts as text); a float stays a number, a
+bool a bool. Whether the run diverged is a true/false column beside them, not a 0/1 metric. The
+final metrics are written at the last step; a metric without a value (``diverged_step`` of a run
+that did not diverge) is left out rather than written as NaN.
 
 Tags: the training loop writes ``Loss/train``, ``Loss/validation`` and ``Schedule/learning_rate``;
 TensorBoard orders card groups by name with capitals first, so these come before the per-layer
@@ -26,7 +29,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from initnorm.results import setting_value
+from initnorm.results import setting_value, short_values
 
 TRAIN_LOSS = "Loss/train"
 VAL_LOSS = "Loss/validation"
@@ -38,7 +41,8 @@ NOT_IN_LABEL = {"hydra.sweep.dir", "hydra.run.dir", "seed"}
 
 def _label_parts(overrides: Mapping[str, Any], varying: Iterable[str] | None) -> list[tuple[str, str]]:
     keys = list(overrides) if varying is None else list(varying)
-    return [(k, setting_value(overrides, k)) for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+    values = [(k, setting_value(overrides, k)) for k in keys if k in overrides and k not in NOT_IN_LABEL and not k.startswith("hydra.")]
+    return [(k, short_values([v])[v]) for k, v in values]  # a search's lr=0.004430375245218269 as lr=0.00443
 
 
 def run_label(overrides: Mapping[str, Any], varying: Iterable[str] | None, seed: Any) -> str:
@@ -53,24 +57,29 @@ def trial_id(label: str) -> str:
     return " ".join(part.partition("=")[2] or part for part in label.split(" "))
 
 
+DIVERGED = "hp/diverged"  # a 0/1 metric for the other trackers; in HPARAMS the bool column ``diverged``
+
+
 def _value(v: Any, key: str = ""):
-    """An hparam value as TensorBoard stores it: bool, number or string (a seed as text: a name, not a quantity)."""
-    if key == "seed":
-        return str(v)
+    """An hparam value as TensorBoard stores it: bool, number or string (an integer as text: shown as written, not 200.00)."""
     if isinstance(v, bool):
         return v
-    if isinstance(v, (int, float)):
-        return float(v)
+    if key == "seed" or isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return v
     return str(v)
 
 
 def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varying: Iterable[str], label: str,
-                      start_time: float | None = None) -> list:
-    """The three ``Summary`` protos of one run's HPARAMS row (experiment, session start, session end)."""
+                      start_time: float | None = None, after: Iterable[str] = ()) -> list:
+    """The three ``Summary`` protos of one run's HPARAMS row (experiment, session start, session end); ``after``: columns
+    shown after the varying ones (not marked as varying: TensorBoard lists the varying ones first, then by name)."""
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-    order = [k for k in varying if k in hparams]  # only what varies: the tab ticks its first five columns, constant or not
+    varying = list(varying)
+    order = [k for k in [*varying, *after] if k in hparams]  # only what varies: the tab ticks its first five columns, constant or not
     infos = []
     for k in order:
         v = _value(hparams[k], k)
@@ -108,8 +117,11 @@ def write_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, floa
     values = {k: float(v) for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
     for tag, value in values.items():
         writer.add_scalar(tag, value, step)
+    after = []
+    if values.get(DIVERGED) is not None:  # true/false in the table (a metric showed 0.0000)
+        hparams, after = {**hparams, "diverged": bool(values[DIVERGED])}, ["diverged"]
     file_writer = writer._get_file_writer()  # SummaryWriter writes Summary protos through its file writer
-    for s in hparams_summaries(hparams, list(metrics), varying, label):
+    for s in hparams_summaries(hparams, [m for m in metrics if m != DIVERGED], varying, label, after=after):
         file_writer.add_summary(s, step)
     writer.flush()
 

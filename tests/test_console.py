@@ -124,6 +124,16 @@ def test_single_runs_are_named_by_what_sets_them_apart():
     overrides = ["norm=post", "trainer.enable_progress_bar=false", "threads=2", "data.path=/my text.txt"]
     assert what_sets_apart(overrides) == ["norm", "data.path"]
     assert run_name(overrides) == "norm=post,data.path=_my_text.txt" and run_name([]) == "default"
+    # A long command line (issue 36: cut at 120 characters, mid-value: ...context_arg=block_): whole overrides, then
+    # how many more and a hash of them all, so two such commands never share a name.
+    own = ["model=custom", "model._target_=mymodels.TinyGPT", "model.width_arg=n_embd", "model.depth_arg=n_layer",
+           "+model.n_head=2", "model.context_arg=block_size", "model.vocab_arg=vocab_size", "param=mup", "width=64"]
+    name = run_name(own)
+    head, _, rest = name.rpartition(",")
+    kept = head.split(",")
+    assert len(name) <= 120 and set(kept) <= {o.lstrip("+") for o in own} and rest.startswith(f"+{9 - len(kept)}_more_")
+    assert run_name([*own[:-1], "width=128"]) != name
+    assert run_name(["model._target_=" + "x" * 200, "width=64"]).startswith("model._target_,+2_more_")
 
 
 def test_the_readme_commands_table_names_every_console_script():
@@ -133,3 +143,16 @@ def test_the_readme_commands_table_names_every_console_script():
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Commands"):readme.index("### Tab completion")]
     assert all(f"| `{name}" in table for name in scripts), [n for n in scripts if f"| `{n}" not in table]
+
+
+def test_the_done_line_prints_the_metric_the_table_scores_named(tmp_path, capsys):
+    """Issue 36: under experiment=mup_mlp_sweep each done line printed the validation loss (2.5382) while the table
+    scores the training tail's (2.607)."""
+    record = {"summary_metrics": ["final_loss"], "final_loss": 2.607, "final_val_loss": 2.5382, "steps": 250, "ms_per_step": 3.0,
+              "config": {"summary": {"tail_steps": 50}}}
+    console.job_finished("lr=0.01 seed=0", record, tmp_path, None)
+    console.job_finished("seed=1", {"summary_metrics": ["final_val_loss"], "final_val_loss": 1.8157, "steps": 1500, "ms_per_step": 6.5},
+                         tmp_path, None)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("final loss (mean of the last 50 training batches) 2.6070 (250 steps") and "2.5382" not in out[0]
+    assert out[1].startswith("final validation loss 1.8157 (1500 steps")

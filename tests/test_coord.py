@@ -45,9 +45,24 @@ def test_depth_verdict_fails_where_a_depth_variant_is_not_flat():
     flat = {d: 3.5 for d in (2, 4, 8)}
     grows = {2: 3.3, 4: 5.6, 8: 7.4}
     ok, line = depth_verdict({"mup": {"stream/last": grows}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
-    assert ok and line.endswith("Verdict: PASS")
+    assert ok and "Verdict: PASS (rule: a depth-stable parameterisation" in line
     ok, line = depth_verdict({"mup": {"stream/last": grows},
                               "depth_mup": {"stream/last": {2: 3.6, 4: 2.7, 8: 2.0}, BLOCK_UPDATE: flat}}, 1.5)
     assert not ok and "depth-µP: last stream max/min 1.80" in line and "NOT flat" in line
     ok, line = depth_verdict({"mup": {"stream/last": flat}, "completep": {"stream/last": flat, BLOCK_UPDATE: flat}}, 1.5)
     assert not ok and "does NOT grow" in line
+
+
+def test_the_width_verdict_states_its_rule_and_flat_and_grows_never_meet():
+    """Issue 36: SP's logits at max/min 1.48 (inside the 1.5 'flat' bound) counted as growing as long as µP's ratio
+    was smaller. Now one bound splits the two words, and the verdict line says the rule."""
+    from initnorm.instruments.coord import verdict
+
+    mup = {"logits/output": {16: 1.0, 256: 1.1}}
+    ok, line = verdict({"sp": {"logits/output": {16: 1.0, 256: 1.48}}, "mup": mup}, "width", 1.5)
+    assert not ok and "SP max/min 1.48 <= 1.5: flat, does NOT grow" in line and "Verdict: FAIL (rule: " in line
+    assert "within max/min 1.5 across widths is flat, a baseline's above 1.5 and larger at the widest grows" in line
+    ok, line = verdict({"sp": {"logits/output": {16: 1.0, 256: 2.1}}, "mup": mup}, "width", 1.5)
+    assert ok and "µP max/min 1.10 <= 1.5: flat; SP max/min 2.10 > 1.5, larger at the widest: grows)" in line
+    ok, line = verdict({"sp": {"logits/output": {16: 2.0, 256: 1.0}}, "mup": mup}, "width", 1.5)
+    assert not ok and "smaller at the widest: does NOT grow" in line

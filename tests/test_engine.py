@@ -179,3 +179,30 @@ def test_a_members_bad_checkpoint_fails_it_alone_before_it_meets_the_others(tmp_
     got = fit(group)
     assert got[0]["status"] == "finished" and got[0]["resumed_from_step"] == 12 and got[0]["group"]["size"] == 1
     assert got[1]["status"] == "failed" and "does not fit this job's model (optimizer exp_avg)" in got[1]["error"]
+
+
+def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_path, capsys):
+    """Issue 36: a vectorised group printed nothing until every member's end line came at once ("[40/40 done]"). Its first
+    line comes as it starts training, then one at each quarter of its steps, each with the sweep's done/total (``status``)
+    and each member's .progress written first, so the sweep's own time left counts the group's share."""
+    group = members(tmp_path, ["seed=1"], ["seed=2"])
+    fit(group, label="seed=1 .. seed=2", status=lambda: "3/8 done, about 20s left")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("group of 2")]
+    assert lines[0] == "group of 2 (seed=1 .. seed=2): 12 steps [3/8 done, about 20s left]"
+    steps = [line.split(": step ")[1].split(",")[0] for line in lines[1:]]
+    assert {"3/12 (25%)", "6/12 (50%)", "9/12 (75%)"} <= set(steps) and "12/12 (100%)" not in steps  # the end: the members' lines
+    assert all(", 2/2 alive, about " in line and line.endswith("left [3/8 done, about 20s left]") for line in lines[1:])
+    last = steps[-1].split("/")[0]  # 9, or a later step where 10 s passed since (a loaded machine)
+    assert [(m.out_dir / ".progress").read_text() for m in group] == [f"{last} 12\n"] * 2
+
+
+def test_a_members_train_log_ends_on_the_loss_the_sweeps_table_scores(tmp_path):
+    """Issue 36: the done line names the loss the table scores (the chapter's training tail under mup_mlp_sweep); the
+    member's train.log said 'final validation loss' beside it, another number."""
+    cfg = compose_cfg("experiment=mup_mlp_sweep", "steps=12", "width=16", "batch_size=8", "summary.tail_steps=5",
+                      "checkpoint.every_n_steps=0", *QUIET)
+    m = Member(to_plain(cfg), tmp_path / "m")
+    r = fit([m])[0]
+    end = (m.out_dir / "train.log").read_text().splitlines()[-1]
+    assert f"final loss (mean of the last 5 training batches) {r['final_loss']:.4f} (12 steps" in end, end
+    assert "validation" not in end and r["final_loss"] != r["final_val_loss"]

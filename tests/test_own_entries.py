@@ -127,10 +127,10 @@ def test_the_coordinate_check_reads_the_declared_kind_not_the_name(tmp_path, cap
     flat, grows = {16: 1.0, 64: 1.1}, {16: 1.0, 64: 3.0}
     mine = {"tests.own_param:plain": {"logits/output": grows}, OWN_PARAM: {"logits/output": flat}}
     ok, line = verdict(mine, "width", 1.5)
-    assert ok and "Verdict: PASS (µP, hidden lr x m^-p max/min 1.10 <= 1.5; my SP grows (max/min 3.00))" in line
+    assert ok and "µP, hidden lr x m^-p max/min 1.10 <= 1.5: flat; my SP max/min 3.00 > 1.5, larger at the widest: grows)" in line
     swapped = {"tests.own_param:plain": {"logits/output": flat}, OWN_PARAM: {"logits/output": grows}}
     assert not verdict(swapped, "width", 1.5)[0]
     # the real command, with both named by their paths: the table's kind makes it the width-stable one
     assert coord_check(["--widths", "16,64", "--steps", "5", "--params", f"tests.own_param:plain,{OWN_PARAM}", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Verdict: PASS" in out and "my SP grows" in out
+    assert "Verdict: PASS" in out and "my SP max/min" in out and ": grows)" in out

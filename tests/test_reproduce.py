@@ -87,3 +87,24 @@ def test_seed_rows_judge_agreement_by_the_seed_spreads():
 def test_dropout_row_is_compared_with_the_final_train_loss():
     # the chapter prints step 3's final *train* loss in its "Dropout 0.5, final val" row
     assert compare.REGULARIZATION_SEEDS["Dropout 0.5, final val"] == ("dropout_0.5", "final_train_loss")
+
+
+def test_every_folder_of_results_is_in_its_index_and_the_readme_links_it():
+    """Issue 36: results/README.md indexed the documents' experiments only; u-µP, own-model, search-and-transfer and
+    depth results were reachable only from docs pages. Every folder (and sub-folder) below results/ is a link of its
+    index, each row has a command and a time, and the project README points at the index."""
+    from initnorm.repro.index import ELSEWHERE, reading
+    from tests.conftest import ROOT
+
+    results = ROOT / "results"
+    text = (results / "README.md").read_text(encoding="utf-8")
+    index = text.partition("## Every folder of results/")[2].partition("\n## ")[0]
+    rows = [line for line in index.splitlines() if line.startswith("| [")]
+    folders = sorted(str(p.relative_to(results)) for p in results.rglob("*") if p.is_dir())
+    missing = [f for f in folders if f"]({f}/" not in index]
+    assert folders and not missing, missing
+    assert len(rows) == len([p for p in results.iterdir() if p.is_dir()])  # a row per top-level folder
+    assert all(len(row.split(" | ")) == 5 and all(cell.strip() for cell in row.split(" | ")) for row in rows), rows
+    assert {e.key for e in ELSEWHERE} | {e.key for e in EXPERIMENTS} >= {p.name for p in results.iterdir() if p.is_dir()}
+    assert "(results/README.md)" in (ROOT / "README.md").read_text(encoding="utf-8").partition("## Contents")[0]
+    assert reading("**Reading.** Under µP it holds (2^-7 at 64). Under SP it does not.\n", 1) == "Under µP it holds (2^-7 at 64)."

@@ -273,3 +273,35 @@ def test_a_search_db_that_is_not_a_study_is_one_line(tmp_path):
     (tmp_path / "search.db").write_text("not a database\n" * 100)
     with pytest.raises(ConfigError, match=r"search.db is not a study initnorm wrote \(DatabaseError\); delete it"):
         SearchSweeper().study(tmp_path)
+
+
+def test_a_search_prints_its_progress_and_its_rates_to_the_digits_that_tell_them_apart(tmp_path, monkeypatch, capsys):
+    """Issue 36: it printed `sweep of the jobs`, `(job 1)` with no total and no time left, and a table of unsorted
+    18-digit rates. Now: trials x seeds as the total, every sweep's progress, rates as short as keeps them apart, in order."""
+    import re
+
+    summary = search(monkeypatch, tmp_path, 3)
+    out = capsys.readouterr().out
+    assert "search of 3 trials x 1 seed = 3 jobs" in out and "(job 1 of 3)" in out and "(job 3 of 3)" in out, out
+    assert re.search(r"\[1/3 done, about \S+ left\]", out) and "[3/3 done]" in out, out
+    assert not any(repr(lr) in out for lr in lrs(summary)), out  # the start, done and summary lines
+    shown = re.findall(r"^\| (\d\.\d+(?:e-\d+)?) \|", (tmp_path / "summary.md").read_text(), re.MULTILINE)
+    assert len(shown) == 3 and [float(x) for x in shown] == sorted(float(x) for x in shown)
+    assert all(len(x.partition("e")[0].replace(".", "").lstrip("0")) <= 4 for x in shown) and len(set(shown)) == 3
+
+
+def test_labels_tables_and_legends_round_a_searchs_rates_only_as_far_as_they_stay_apart():
+    from initnorm.plots import PLOTS
+    from initnorm.results import group_rows, render_markdown, short_values
+    from initnorm.tb import run_label
+
+    assert short_values(["0.004430375245218269", "0.004430575245218269", "0.01", "3e-4"]) == {
+        "0.004430375245218269": "0.00443", "0.004430575245218269": "0.004431", "0.01": "0.01", "3e-4": "3e-4"}
+    assert run_label({"lr": "0.013981961408994055", "norm": "pre", "seed": "1"}, ["lr", "norm"], 1) == "lr=0.01398 norm=pre seed=1"
+    recs = [{"status": "finished", "seed": 1, "swept": ["lr", "seed"], "overrides": {"lr": lr, "seed": "1"}, "final_val_loss": loss,
+             "val_history": [[0, 3.3], [10, loss]], "config": {}}
+            for lr, loss in (("0.013981961408994055", 3.0), ("0.004430375245218269", 3.2), ("0.0009931205580412234", 3.3))]
+    table = render_markdown(*group_rows(recs))
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 0.0009931", "| 0.00443", "| 0.01398"]
+    svg = PLOTS.get("val_curves")(recs).files["val_curves.svg"].decode()
+    assert "lr 0.0009931: 3.300" in svg and "0.004430375245218269" not in svg

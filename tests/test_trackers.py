@@ -30,7 +30,7 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training import trackers
 from initnorm.training.fit import Member, fit
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, run_cli
 
 TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
 # the instruments on, measuring at steps 0 and 10, so per-layer statistics and diagnostics reach every tracker too
@@ -240,3 +240,55 @@ def test_a_resumed_job_writes_on_into_the_run_it_started(tmp_path, monkeypatch):
     assert name == "seed=1" and run.info.status == "FINISHED" and mlflow_series(client, run, "Loss/train") == [(5, 5.0), (10, 10.0)]
     logs = list(job.glob("wandb/offline-run-*/run-*.wandb"))  # run-<id>.wandb in each start's folder
     assert len(logs) == 2 and {p.stem.removeprefix("run-") for p in logs} == {started[0][1]}
+
+
+def test_mlflow_under_the_vectorised_launcher_at_the_default_address(tmp_path, monkeypatch):
+    """Issue 36: the config read MLFLOW_TRACKING_URI, which building the first member's logger sets, so the second
+    member composed another config and every group failed. At the default address (none given): every job finishes,
+    the store and its artifacts sit in outputs/, the experiment is announced once."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    proc = run_cli("-m", "lr=0.01,0.03", "seed=1,2", "logger=mlflow", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+                   "steps=4", "width=8", "trainer.val_check_interval=2", "callbacks=none", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("metrics.json")]
+    assert len(records) == 4 and all(r["status"] == "finished" and r["group"]["size"] == 4 for r in records), records
+    assert not (tmp_path / "mlflow.db").exists() and (tmp_path / "outputs" / "mlflow.db").is_file()
+    runs = mlflow_runs(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    assert {n: r.info.status for n, (_, r) in runs.items()} == {f"lr={lr} seed={s}": "FINISHED" for lr in (0.01, 0.03) for s in (1, 2)}
+    client = next(iter(runs.values()))[0]
+    assert client.get_experiment_by_name("initnorm").artifact_location == (tmp_path / "outputs" / "mlartifacts").as_uri()
+    said = proc.stdout + proc.stderr
+    assert said.count("experiment initnorm created") == 1 and "not found. Creating it" not in said, said[-3000:]
+
+
+def test_a_failed_try_ends_its_runs_and_leaves_the_address_as_it_was(tmp_path, monkeypatch):
+    """A job that fails after its loggers are made and before they are finished (the engine ends them itself only
+    when Lightning's fit raises) leaves no run RUNNING: recording the failure ends them (fit's record of a failed member,
+    as the launchers' records do: trackers.fail, then resume.record_failure); making a logger does not set
+    MLFLOW_TRACKING_URI for the next job, which would then compose another config."""
+    from initnorm.training.fit import Member, _failed
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = to_plain(compose_cfg("logger=mlflow"))
+    for width in (8, 16):
+        trackers.make(cfg["logger"], tmp_path / f"w{width}", f"width={width}", base=tmp_path)
+        assert "MLFLOW_TRACKING_URI" not in os.environ
+    for width in (8, 16):
+        _failed(Member(cfg, tmp_path / f"w{width}"), RuntimeError("the group could not be built"))
+    runs = mlflow_runs(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    assert {n: r.info.status for n, (_, r) in runs.items()} == {"width=8": "FAILED", "width=16": "FAILED"}
+    assert not trackers._OPEN
+
+
+def test_what_the_trackers_write_at_the_launch_folder_is_ignored_by_git():
+    """Issue 36: mlflow.db and mlflow.db.lock landed at the repository root and .gitignore did not cover them. The default
+    store now sits in outputs/; a path given without it (``logger.mlflow.tracking_uri=mlflow.db``), MLflow's own folders and
+    W&B's are ignored too, wherever the command starts in the checkout."""
+    root = Path(__file__).resolve().parents[1]
+    names = ["mlflow.db", "mlflow.db.lock", "outputs/mlflow.db", "outputs/mlflow.db.lock", "mlruns/0/meta.yaml",
+             "mlartifacts/1/a.txt", "outputs/mlartifacts/1/a.txt", "wandb/latest-run", "examples/mlflow.db"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=root, capture_output=True, text=True)
+    if proc.returncode == 128:  # not a git checkout (an unpacked sdist): nothing to commit by mistake
+        pytest.skip(proc.stderr.strip())
+    assert proc.stdout.split() == names, proc.stdout + proc.stderr

@@ -1,18 +1,24 @@
-"""Progress of a fit in a sweep, where no bar is drawn: a line every few seconds, and each member's share done.
+"""Progress of a fit in a sweep, where no bar is drawn: a group's first line as it starts, then a line at each
+quarter of its steps or every few seconds, and each member's share done.
 
 A group of E members trains for as long as one of its jobs would take E times over, and prints its
-members' end lines only at its end; without this a vectorised sweep is silent for minutes. Every
-``every_s`` seconds the callback prints ``group of 6 (norm=pre warmup=0 seed=1 .. seed=3): step
-500/1500, 6/6 alive, about 40s left`` (a job alone: ``norm=pre seed=1: step 500/1500, about 40s
-left``; time left from the fit's own measured step time) and writes ``PROGRESS_FILE`` (``step
-steps``) into each member's folder, which the sweep's progress counts (``cli/console.sweep_progress``),
-so its time left accounts for fits that run side by side.
+members' end lines only at its end; without this a vectorised sweep read as nothing, then every member
+``[40/40 done]`` at once. The callback prints ``group of 6 (norm=pre warmup=0 seed=1 .. seed=3): 1500 steps
+[2/12 done]`` as the group's training starts, then ``group of 6 (...): step 375/1500 (25%), 6/6 alive, about
+40s left [2/12 done, about 3m left]`` at each ``every_pct`` of its steps (a group only) or ``every_s`` seconds,
+whichever comes first (a job alone: ``norm=pre seed=1: step 500/1500, about 40s left`` every ``every_s``
+seconds; its own start line says it began). Time left is the fit's own measured step time; the bracket is
+``status()``, the sweep's done/total and time left (``cli/console.sweep_progress``: the library names no command
+line). Each line writes ``PROGRESS_FILE`` (``step steps``) into each member's folder first, which the sweep's
+progress counts, so its time left accounts for fits that run side by side.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -22,36 +28,53 @@ from initnorm.results import PROGRESS_FILE, duration, write_atomic
 
 
 class GroupProgress(L.Callback):
-    """A line every ``every_s`` seconds on ``stream`` (default: standard output) and each member's ``.progress``."""
+    """Lines on ``stream`` (default: standard output) as a fit advances, and each member's ``.progress``."""
 
-    def __init__(self, label: str, steps: int, every_s: float = 10.0, stream=None):
-        self.label, self.steps, self.every_s = label, int(steps), float(every_s)
-        self.stream = stream
+    def __init__(self, label: str, steps: int, every_s: float = 10.0, stream=None, every_pct: float = 25.0,
+                 status: Callable[[], str] | None = None):
+        self.label, self.steps, self.every_s, self.every_pct = label, int(steps), float(every_s), float(every_pct)
+        self.stream, self.status = stream, status
         self._start = self._last = 0.0
         self._from = 0
+        self._next_pct = math.inf
+
+    def _write(self, text: str) -> None:
+        bracket = self.status() if self.status is not None else ""
+        stream = self.stream or sys.stdout
+        stream.write(text + (f" [{bracket}]" if bracket else "") + "\n")  # one write per line: other groups share the terminal
+        stream.flush()
 
     def on_train_start(self, trainer, pl_module):
         self._view = members_of(pl_module, trainer)
         self._start = self._last = time.monotonic()
         self._from = trainer.global_step
+        if self._view.E > 1:  # the members' start lines came as the group was assembled; this one says it trains now
+            self._next_pct = self._mark_after(self._from)
+            resumed = f", resumed at step {self._from}" if self._from else ""
+            self._write(f"group of {self._view.E} ({self.label}): {self.steps} steps{resumed}")
+
+    def _mark_after(self, step: int) -> float:
+        """The next share of the steps, in percent, that earns a line (none for a job alone)."""
+        if self.every_pct <= 0 or self.steps <= 0:
+            return math.inf
+        return (math.floor(100.0 * step / self.steps / self.every_pct) + 1) * self.every_pct
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         now = time.monotonic()
-        if now - self._last < self.every_s:
-            return
-        self._last = now
         step = trainer.global_step
-        alive = sum(self._view.active())
-        per_step = (now - self._start) / max(1, step - self._from)
-        stream = self.stream or sys.stdout
-        # one write per line: groups in other processes print to the same terminal
-        E = self._view.E
-        who = f"group of {E} ({self.label})" if E > 1 else self.label
-        who += f": step {step}/{self.steps}" + (f", {alive}/{E} alive" if E > 1 else "")
-        stream.write(f"{who}, about {duration(per_step * (self.steps - step))} left\n")
-        stream.flush()
-        for folder in self._view.folders:
+        pct = 100.0 * step / self.steps if self.steps > 0 else 0.0
+        if step >= self.steps or (now - self._last < self.every_s and pct < self._next_pct):
+            return  # the last step's lines are the members' own end lines
+        self._last = now
+        self._next_pct = self._mark_after(step)
+        for folder in self._view.folders:  # before the line: the sweep's time left counts this group's share
             try:
                 write_atomic(Path(folder) / PROGRESS_FILE, f"{step} {self.steps}\n")
             except OSError:  # only an estimate: a full disk is reported where the results are written
                 pass
+        alive = sum(self._view.active())
+        per_step = (now - self._start) / max(1, step - self._from)
+        E = self._view.E
+        who = f"group of {E} ({self.label}): step {step}/{self.steps} ({pct:.0f}%), {alive}/{E} alive" if E > 1 else \
+            f"{self.label}: step {step}/{self.steps}"
+        self._write(f"{who}, about {duration(per_step * (self.steps - step))} left")

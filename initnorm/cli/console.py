@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import envvars
-from initnorm.results import MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt
+from initnorm.results import MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt, scored
 from initnorm.safe_files import NotAFile, read_bounded
 from initnorm.transfer import HEADING as TRANSFER_HEADING
 
@@ -155,14 +155,15 @@ def job_started(label: str, job_num: int) -> None:
 
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
-    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``."""
+    [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
+    The loss is the one the sweep's table scores (``summary.metrics``), named."""
     # .get: a finished record written by an older version may lack keys
     if metrics.get("status") == "stopped":
         status = f"stopped: {metrics.get('stopped')}"
     elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
-        status = f"final validation loss {fmt(metrics.get('final_val_loss'), 4)}"
+        status = scored(metrics)
     done = "already finished: " if metrics.get("skipped") else ""
     line = f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
     if sweep_dir is None:
@@ -184,10 +185,14 @@ def summary_text(folder: Path | str, table: str) -> str:
     return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 
 
-def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any) -> str:
-    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (local_parallel, 2 at a time)``."""
+def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any, trials: tuple[int, int] | None = None) -> str:
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``; a search (``trials``: trials, seeds):
+    ``search of 24 trials x 2 seeds = 48 jobs -> ...``."""
     total = os.environ.get(TOTAL_ENV)
     name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
     how = {"basic": "one job after another",
            "parallel": "local_parallel, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    if trials is not None:
+        n, seeds = trials
+        return f"search of {n} trial{'s' * (n != 1)} x {seeds} seed{'s' * (seeds != 1)} = {n * seeds} jobs -> {sweep_dir} ({how})"
     return f"sweep of {total or 'the'} jobs -> {sweep_dir} ({how})"

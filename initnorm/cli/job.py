@@ -52,4 +52,10 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     if should_compile(c["compile"], c["steps"]):
         use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep
     bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
-    return fit([as_member(c, out_dir)], device_of(c), progress_bar=bar)[0]
+    status = None
+    if console.in_sweep():  # its progress lines end with the sweep's done/total, as a group's do
+        from hydra.core.hydra_config import HydraConfig
+
+        sweep_dir = HydraConfig.get().sweep.dir
+        status = lambda: console.sweep_progress(sweep_dir)
+    return fit([as_member(c, out_dir)], device_of(c), progress_bar=bar, status=status)[0]

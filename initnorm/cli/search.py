@@ -72,6 +72,15 @@ def distributions(params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def planned(config: DictConfig) -> tuple[int, int] | None:
+    """(trials, seeds) of a search's command, None for any other sweep: its jobs are trials x seeds, asked as it goes,
+    so the progress lines count against that (a resumed search's finished jobs among them)."""
+    sweeper = config.hydra.get("sweeper") or {}
+    if not str(sweeper.get("_target_", "")).endswith(".SearchSweeper"):
+        return None
+    return int(sweeper.get("n_trials", 24)), len(sweeper.get("seeds") or [1])
+
+
 def job_state(ret, metric: str) -> tuple[float | None, str]:
     """(loss, why not) of one launched job: its ``metric``, or None with ``diverged`` / ``failed`` (a crash, or a record
     without the metric: TPE ignores a failed trial, where it ranks a pruned one below every other)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -81,13 +82,27 @@ def what_sets_apart(overrides) -> list[str]:
     return [k for k in keys if not k.startswith("hydra.") and k not in IGNORED and k.split(".")[0] not in IGNORED]
 
 
+RUN_NAME_MAX = 120  # characters of a single run's folder name (a file name may have 255 bytes)
+
+
 def run_name(task_overrides) -> str:
     """A single run's folder name: what its command line set (``norm=post,lr=0.02``), or ``default``;
-    TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart."""
+    TensorBoard pointed at ``outputs/runs`` then lists runs by what sets them apart. A long command line keeps
+    the overrides that fit whole and names the rest by their count and a hash of them all
+    (``model=custom,model.width_arg=n_embd,+3_more_9f2c1a``): cut mid-value it read ``...context_arg=block_``."""
     keep = set(what_sets_apart(task_overrides))
     parts = [re.sub(r"[^A-Za-z0-9._=,+-]", "_",
                     str(o).lstrip("+~")) for o in task_overrides if str(o).partition("=")[0].lstrip("+~") in keep]
-    return ",".join(parts)[:120] or "default"
+    name = ",".join(parts)
+    if len(name) <= RUN_NAME_MAX:
+        return name or "default"
+    digest = hashlib.sha1(name.encode()).hexdigest()[:6]
+    for n in range(len(parts) - 1, -1, -1):
+        rest = f"+{len(parts) - n}_more_{digest}"
+        head = ",".join(parts[:n] or [parts[0].partition("=")[0]])  # one override too long alone: its key
+        if len(head) + 1 + len(rest) <= RUN_NAME_MAX or n == 0:
+            return f"{head},{rest}"[:RUN_NAME_MAX]
+    return name[:RUN_NAME_MAX]
 
 
 def unique_dir(base: str) -> str:
@@ -137,8 +152,13 @@ class SummaryCallback(Callback):
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
         os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
+        from initnorm.cli.search import planned
+
+        trials = planned(config)  # a search asks its jobs as it goes: its total is trials x seeds, known from the start
+        if trials is not None:
+            os.environ[console.TOTAL_ENV] = str(trials[0] * trials[1])
         print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")),
-                                   config.hydra.launcher.get("n_jobs")), flush=True)
+                                   config.hydra.launcher.get("n_jobs"), trials), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir

@@ -28,7 +28,7 @@ from initnorm.cli.preflight import check_command_line, describe_plan
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
-from initnorm.training import signals
+from initnorm.training import signals, trackers
 from initnorm.training.resume import record_failure
 
 
@@ -49,6 +49,7 @@ def job_failed(cfg: DictConfig, exc: Exception) -> float:
     overrides, num, choices = job_overrides()
     job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(),
            "choices": choices, "provenance": describe()}
+    trackers.fail(os.getcwd())  # its tracker runs still open end as failed, none left RUNNING
     print(f"error: job {num} failed: {record_failure(os.getcwd(), exc, job)} -> {os.getcwd()}", file=sys.stderr)
     return math.nan
 

@@ -43,7 +43,7 @@ from initnorm.cli.pool import Lost
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
 from initnorm.results import METRICS_FILE
-from initnorm.training import signals
+from initnorm.training import signals, trackers
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import group_key, parameter_count
 from initnorm.training.resume import inspect_folder, record_failure
@@ -214,7 +214,9 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
     try:
         # one set for the group: each sees every member (members_of)
         callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
-        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}")
+        sweep_dir = str(config.hydra.sweep.dir)
+        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}",
+                      status=lambda: console.sweep_progress(sweep_dir))  # the group's lines carry the sweep's done/total
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
@@ -229,6 +231,7 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
         if err := disk.disk_error(exc):  # a full disk: the next group would fail the same way; one line, the sweep stops
             raise err from exc
         for m, ret in zip(members, rets):
+            trackers.fail(m.out_dir)  # the group's Trainer has no loggers of its own to end each member's runs
             try:
                 line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
             except OSError as write_exc:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import logging
 import types
 from collections.abc import Mapping
@@ -35,13 +36,16 @@ from torch import nn
 
 from initnorm.errors import ConfigError
 from initnorm.keyrules import Bool, Int, KeyRule, Text
+from initnorm.models import own_attention
 from initnorm.models.infer import RoleTable, format_table, infer, owner
-from initnorm.nn.param import PARAMS, SP_RULE, Table, in_block, refuse_unplaced, stable_across
+from initnorm.nn.param import PARAMS, SP_RULE, Table, in_block, make_table, refuse_unplaced, stable_across
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
 from initnorm.registry import import_dotted
 
 log = logging.getLogger(__name__)
 _WARNED: set[str] = set()  # the tables whose kept attention scale was reported in this process
+_MEASURED: dict[str, bool | None] = {}  # a constructor's arguments -> whether its forward attends (its attribute checked)
+SCRATCH_VOCAB = 8  # the measuring model's vocabulary (own_attention: its tokens)
 
 # The keys every family has (the schema's), and model=custom's own; every other model key is the constructor's.
 COMMON = ("family", "width", "depth", "activation", "mup")
@@ -111,13 +115,52 @@ def check_signature(m: Mapping[str, Any], n_out: int = 2) -> None:
 
 
 def check(cfg: Mapping[str, Any]) -> None:
-    """Before anything is built: the constructor imports, takes what we pass; the widths are ordered."""
+    """Before anything is built: the constructor imports, takes what we pass; the widths are ordered; the table is one
+    whose every rule lands on a model of one's own; the attention's multiplier is what it says (``own_attention``)."""
     m = cfg["model"]
     check_signature(m)
     delta = m["delta_width"] or 2 * m["base_width"]
     if delta == m["base_width"]:
         raise ConfigError(f"model.delta_width={delta} equals model.base_width: no dimension could be seen to grow; "
                           f"fix it with `model.delta_width={2 * m['base_width']}`")
+    table = make_table(cfg["param"], width=m["width"], depth=m["depth"])
+    check_table(table)
+    check_attention(m, table)
+
+
+def check_table(table: Table) -> None:
+    """u-µP acts inside the layers (each residual add's τ weights, the GELU's and the attention's output scales, every
+    matrix's output x fan_in^-1/2: ``nn.umup``), which a model of one's own does not expose: applied in part it is not
+    u-µP (issue 36, a model without ``model.blocks``, which was taken: qkv outputs at RMS 3.9 and 15.9 at widths 16 and 256
+    where u-µP keeps them near 1, a validation loss of 20 after 10 steps). Refused in one line, before anything is built."""
+    fan_in = sorted({r.value for rules in (table.rules, table.block_rules or {}) for r, rule in rules.items() if rule.forward_fan_in})
+    if table.layers is None and not fan_in:
+        return
+    what = "its unit-scaled ops" if table.layers is not None else f"forward multipliers by fan-in ({', '.join(fan_in)})"
+    raise ConfigError(f"param={table.name} on model=custom: {what} act inside the layers of the model, which initnorm can set only "
+                      "on its own families, and half of them would train as neither SP nor u-µP; use param=mup (or sp, depth_mup, "
+                      "completep), or param=umup with model=decoder")
+
+
+def check_attention(m: Mapping[str, Any], table: Table) -> None:
+    """``model.attn_mult_attr`` must be the multiplier the docs describe (``own_attention.check_multiplier``); with none
+    named, a table that scales the scores and a model whose forward attends is said in one line (once per table)."""
+    attr, scores = m["attn_mult_attr"], table.rule(Role.ATTN_SCORES).forward
+    if not attr and (scores == 1.0 or table.name in _WARNED):
+        return
+    args = arguments(m, SCRATCH_VOCAB, m["base_width"])
+    key = json.dumps([m["_target_"], attr, args], sort_keys=True, default=str)
+    if key not in _MEASURED:
+        model = own_attention.scratch(lambda: constructor(m)(**args))
+        if attr:
+            own_attention.check_multiplier(model, attr, SCRATCH_VOCAB, m["context"], logits_of)
+        _MEASURED[key] = own_attention.attends(model, SCRATCH_VOCAB, m["context"], logits_of)
+    if not attr and _MEASURED[key] is not False:
+        _WARNED.add(table.name)  # once per command: every job's config is checked
+        how = "computes attention scores" if _MEASURED[key] else "may compute attention scores (its forward could not be measured)"
+        log.warning("param=%s scales attention scores by %.4g (1/d_k at this width), but %s %s and names no multiplier for "
+                    "them: its own scale is kept (1/sqrt(d_k) unless it says otherwise); name the attribute it multiplies its "
+                    "scores by with model.attn_mult_attr", table.name, scores, m["_target_"], how)
 
 
 def logits_of(out):
@@ -223,9 +266,9 @@ def _scale_output(module, args, out):
 def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:
     """The table's forward multipliers: a layer with a ``forward_mult`` slot gets it set, any other a hook
     (the readout's input, another role's output) that reads its module's ``MULT`` attribute; the
-    attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names,
-    and where none is named in a model with an attention module (a class named ``...Attention``), is
-    reported in one line, not applied."""
+    attention-score multiplier goes to every module with the attribute ``model.attn_mult_attr`` names
+    (measured to be that multiplier by ``check``, which also reports in one line a model that attends
+    with none named)."""
     refuse_unplaced(model, table, roles)
     refuse_missing_readout(model, table, roles)
     for name, module, role in forward_sites(model, roles, model.role_table.forward_roles):
@@ -239,21 +282,9 @@ def apply_forward(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> 
             module.register_forward_pre_hook(_scale_input)
         else:
             module.register_forward_hook(_scale_output)
-    scores = table.rule(Role.ATTN_SCORES).forward
     attr = model.attn_mult_attr
-    if attr:
-        found = [m for m in model.modules() if hasattr(m, attr)]
-        if not found:
-            raise ConfigError(f"model.attn_mult_attr={attr!r}: no module of {type(model).__name__} has that attribute; fix it with "
-                              "`model.attn_mult_attr=<the attribute your attention multiplies its scores by>` or "
-                              "`model.attn_mult_attr=null`")
-        for m in found:
-            setattr(m, attr, scores)
-    elif scores != 1.0 and any("attention" in type(m).__name__.lower() for m in model.modules()) and table.name not in _WARNED:
-        _WARNED.add(table.name)  # once per command: the preflight and the job build the same model
-        log.warning("param=%s scales attention scores by %.4g (1/d_k at this width); %s computes its own attention scale, which is kept "
-                    "(1/sqrt(d_k) unless it says otherwise): name the attribute it multiplies its scores by with model.attn_mult_attr",
-                    table.name, scores, type(model).__name__)
+    for m in (m for m in model.modules() if attr and hasattr(m, attr)):
+        setattr(m, attr, table.rule(Role.ATTN_SCORES).forward)
 
 
 def refuse_missing_readout(model: nn.Module, table: Table, roles: Mapping[str, Role]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from initnorm.repro import compare
+from initnorm.repro import compare, index
 from initnorm.repro import reference as ref
 from initnorm.repro.compare import seed_table
 from initnorm.results import write_atomic
@@ -237,10 +237,15 @@ def write_report(results: Path, out: Path) -> Path:
         if notes.is_file():
             sections.append(notes.read_text(encoding="utf-8"))
     head = [
-        "# Reproduction of the deck and the chapter\n",
+        "# Reproduction of the deck and the chapter, and every other result\n",
         "Made by `make reproduce` (`python -m initnorm.reproduce`); every number below comes from the runs it made.",
         f"Wall time of the documents' experiments below (what `make reproduce` runs): {_duration(total)} in all, on a 2-core CPU"
         + (f"; the extras, run when named: {_duration(extra)}.\n" if extra else ".\n"),
+        "## Every folder of results/\n",
+        ("What each is, the command that made it, how long it took and what it shows in one line (the documents' experiments "
+         "read it from their NOTES.md; the ones beyond the documents were run by hand, several commands each, listed on "
+         "their own page). The documents' experiments follow, one section each.\n"),
+        "\n".join(index.rows(results, EXPERIMENTS)) + "\n",
     ]
     if INDEX_TITLE in kept:
         sections.append(kept[INDEX_TITLE])

@@ -157,7 +157,8 @@ STOPS = (signals.Interrupted,)  # a stop is not a failure: it is to be resumed (
 
 def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callbacks: Sequence[L.Callback] | None = None,
         progress_bar: bool = False, abandoned: Callable[[], bool] | None = None,
-        on_done: Callable[[int, dict], None] | None = None, label: str | None = None) -> list[dict[str, Any]]:
+        on_done: Callable[[int, dict], None] | None = None, label: str | None = None,
+        status: Callable[[], str] | None = None) -> list[dict[str, Any]]:
     """Train ``members`` as one (E >= 1), write each one's job folder; return their metrics in order.
 
     A job is the unit of failure: a member whose folder, data, model or checkpoint fails is recorded failed (its
@@ -169,7 +170,8 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
     ``callbacks``: one instance of each for the fit (each sees every member through ``members_of``); None: the
     first member's ``callbacks`` config, instantiated. ``progress_bar``: Lightning's bar (a job alone at a terminal);
     else a progress line every few seconds. ``abandoned``: asked every ABANDON_CHECK_EVERY steps; True raises
-    ``Abandoned``, the last checkpoints left to resume from. ``label``: the fit's name in its progress lines."""
+    ``Abandoned``, the last checkpoints left to resume from. ``label``: the fit's name in its progress lines; ``status``:
+    what they end with in brackets (a sweep's done/total and time left, ``callbacks/progress.GroupProgress``)."""
     c0 = members[0].cfg
     if c0["threads"]:
         torch.set_num_threads(int(c0["threads"]))
@@ -197,7 +199,7 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
             except Exception as exc:
                 failures[i] = exc
         for part in ready.values():
-            results_part = _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, failures)
+            results_part = _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, status, failures)
             for i, r in results_part.items():
                 results[i] = r
     finally:
@@ -223,15 +225,16 @@ def _interrupt(exc: KeyboardInterrupt) -> Exception:
 
 def _failed(m: Member, exc: BaseException) -> dict[str, Any]:
     """Member ``m``'s folder records ``exc`` (unless it holds a finished result); its record says so."""
+    trackers.fail(m.out_dir)  # its tracker runs still open end as failed, none left RUNNING
     line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
     return {"status": "failed", "error": line, "seed": m.cfg["seed"], **m.meta}
 
 
-def _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, failures) -> dict[int, dict[str, Any]]:
+def _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, status, failures) -> dict[int, dict[str, Any]]:
     """Fit ``part`` (``(index, Prepared)`` pairs) as one; should that raise, each member alone (rebuilt from its folder, so
     from its last checkpoint), each one's failure kept in ``failures``."""
     try:
-        return dict(zip((i for i, _ in part), _fit([p for _, p in part], device, callbacks, progress_bar, abandoned, label)))
+        return dict(zip((i for i, _ in part), _fit([p for _, p in part], device, callbacks, progress_bar, abandoned, label, status)))
     except (*STOPS, Abandoned):
         raise
     except Exception as exc:
@@ -244,7 +247,7 @@ def _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, failu
     out = {}
     for i, p in part:
         try:
-            out[i] = fit([p.member], device, callbacks=callbacks, progress_bar=progress_bar, abandoned=abandoned)[0]
+            out[i] = fit([p.member], device, callbacks=callbacks, progress_bar=progress_bar, abandoned=abandoned, status=status)[0]
         except (*STOPS, Abandoned):
             raise
         except Exception as alone:
@@ -283,7 +286,7 @@ def _load(engine: Engine, prepared: Sequence[Prepared]) -> int:
     return prepared[0].step
 
 
-def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandoned, label) -> list[dict[str, Any]]:
+def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandoned, label, status) -> list[dict[str, Any]]:
     members, logs = [p.member for p in prepared], [p.log for p in prepared]
     c0 = members[0].cfg
     steps = int(c0["steps"])
@@ -311,7 +314,7 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     saver = MemberCheckpoints(engine, c0["checkpoint"]["every_n_steps"])
     chosen += [saver, CheckpointOnSignal(saver.save, members[0].out_dir)]
     if not progress_bar:
-        chosen.append(GroupProgress(label or " .. ".join(dict.fromkeys([members[0].name, members[-1].name])), steps))
+        chosen.append(GroupProgress(label or " .. ".join(dict.fromkeys([members[0].name, members[-1].name])), steps, status=status))
     if abandoned is not None:
         chosen.append(AbandonCheck(abandoned, logs))
     trainer = L.Trainer(**_trainer_kwargs(c0, device) | {

@@ -13,6 +13,7 @@ from typing import Any
 
 from initnorm.config import comparable
 from initnorm.provenance import describe
+from initnorm.results import scored
 
 
 def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int | None, steps: int, resumed: int,
@@ -37,6 +38,7 @@ def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int |
         "seed": c["seed"],
         "summary_metrics": list(c["summary"]["metrics"]),
         "summary_plots": list(c["summary"]["plots"]),
+        "summary_tail_steps": c["summary"]["tail_steps"],  # the window of final_loss, named in the done line (config drops summary)
         "provenance": describe(),
         "config": comparable(c),  # what a rerun in this folder must match (training/resume.py)
         "resolved": resolved(c),
@@ -63,8 +65,8 @@ def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str
 
 
 def status_line(metrics: Mapping[str, Any]) -> str:
-    """``final validation loss 1.8157``, ``diverged at step 412`` or ``stopped at step 60 of 200 ...``."""
+    """``final validation loss 1.8157`` (the loss the sweep's table scores, named: ``results.scored``), ``diverged at
+    step 412`` or ``stopped at step 60 of 200 ...``."""
     if metrics.get("status") == "stopped":
         return f"stopped: {metrics.get('stopped')}"
-    return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else ("final validation loss "
-                                                                                       f"{metrics['final_val_loss']:.4f}")
+    return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else scored(metrics)

@@ -224,7 +224,8 @@ def error_line(exc: BaseException) -> str:
 
 def record_failure(folder: Path | str, exc: BaseException, job: Mapping[str, Any]) -> str:
     """Write ``status: failed`` with the error line (and the traceback) into the job's metrics.json,
-    unless the folder already holds a finished result. Returns the error line."""
+    unless the folder already holds a finished result. Returns the error line. (The job's tracker runs still open: ``trackers.fail``,
+    called by the callers; trackers reads this module's ``has_checkpoint``.)"""
     folder = Path(folder)
     line = error_line(exc)
     done = read_json(folder / METRICS_FILE)

@@ -15,7 +15,16 @@ job folder (``RUN_IDS``) and hands it back to MLflow (``run_id``) and W&B (``id`
 That file is data in a folder others may write (STYLE.md 19), so an id in it is trusted only where the job's
 own record vouches for it (``stored_runs``): the folder holds the job's checkpoint, which the resume accepted
 (the same config: ``training/resume.inspect_folder``), the file names this folder, and an MLflow run carries
-this folder's tag. A fresh job, or a file planted beside another's checkpoint, starts new runs and says so.
+this folder's tag. A fresh job, or a file planted beside another's checkpoint, starts new runs and says so. A job
+that fails before ``finish`` (``training/resume.record_failure`` calls ``fail``) ends its runs as failed, so
+no try is left RUNNING.
+
+MLflow's address is ``logger.mlflow.tracking_uri``; null (the default) is ``MLFLOW_TRACKING_URI`` if the
+command's environment sets it, else ``outputs/mlflow.db`` under the launch folder (``DEFAULT_STORE``), read
+when a job's loggers are made, never in the config: MLflow's ``set_tracking_uri`` sets that variable in
+the process (``mlflow_logger`` puts it back), and a config that read it composed differently for the
+second member of a vectorised group than for the first. A local store's experiment keeps its artifacts
+beside the store (``mlartifacts/``), not in the folder of the job that happened to create it.
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ MAX_IDS_BYTES = 64 * 2**10
 JOB_TAG = "initnorm.job_folder"  # an MLflow run's tag: the job folder that made it
 log = logging.getLogger(__name__)
 RESUMABLE = ("initnorm.training.trackers.mlflow_logger", "initnorm.training.trackers.wandb_logger")
+DEFAULT_STORE = "outputs/mlflow.db"  # under the launch folder, beside outputs/runs and outputs/multirun (and ignored by git)
+URI_ENV = "MLFLOW_TRACKING_URI"
+_OPEN: dict[str, list] = {}  # job folder -> the loggers ``make`` gave it that ``finish`` has not ended yet
 
 
 def nodes(node: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -68,8 +80,10 @@ def check(node: Mapping[str, Any] | None) -> None:
 
 def store_uri(uri: str | None, base: Path) -> str | None:
     """A tracking URI without a scheme is a path from the launch folder (a job runs in its own folder): ``*.db`` an
-    SQLite store, anything else a folder (MLflow's file store, which MLflow 3 refuses unless MLFLOW_ALLOW_FILE_STORE=true)."""
-    if not uri or ":" in uri:
+    SQLite store, anything else a folder (MLflow's file store, which MLflow 3 refuses unless MLFLOW_ALLOW_FILE_STORE=true).
+    None: the environment's MLFLOW_TRACKING_URI, else ``DEFAULT_STORE``."""
+    uri = uri or os.environ.get(URI_ENV) or DEFAULT_STORE
+    if ":" in uri:
         return uri
     path = (base / uri).resolve()
     return f"sqlite:///{path}" if path.suffix == ".db" else path.as_uri()
@@ -98,7 +112,12 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
             ids[name] = logger.run_id if hasattr(logger, "run_id") else logger.experiment.id
     if ids and ids != prior:  # atomic: a kill mid-write must not leave the resume a broken file
         write_atomic(ids_file, json.dumps({"folder": str(Path(save_dir).resolve()), "runs": ids}) + "\n")
+    _OPEN.setdefault(_key(save_dir), []).extend(out)
     return out
+
+
+def _key(folder: str | Path) -> str:
+    return str(Path(folder).resolve())
 
 
 def stored_runs(folder: Path) -> dict[str, str]:
@@ -132,17 +151,46 @@ def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str,
     ``resume_id``: the run an earlier start of this job made, written on into."""
     import mlflow  # noqa: F401  (it sets its loggers' level on import)
     from lightning.pytorch.loggers import MLFlowLogger
+    from mlflow.tracking import MlflowClient
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its INFO lines (tables, experiment created) would break a sweep's lines
     tags = {JOB_TAG: str(Path(save_dir).resolve())} | dict(kwargs.pop("tags", None) or {})
-    with _store_lock(tracking_uri):  # the store's tables, the experiment and this run made now, one job at a time
-        if resume_id is not None and not _made_here(tracking_uri, resume_id, tags[JOB_TAG]):
-            log.warning("MLflow run %s was not made in %s (its %s tag): this job starts a new run", resume_id, save_dir, JOB_TAG)
-            resume_id = None
-        logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
-                              save_dir=None, run_id=resume_id, **kwargs)
-        _ = logger.run_id
+    env = os.environ.get(URI_ENV)
+    try:
+        with _store_lock(tracking_uri):  # the store's tables, the experiment and this run made now, one job at a time
+            if resume_id is not None and not _made_here(tracking_uri, resume_id, tags[JOB_TAG]):
+                log.warning("MLflow run %s was not made in %s (its %s tag): this job starts a new run", resume_id, save_dir, JOB_TAG)
+                resume_id = None
+            client = MlflowClient(tracking_uri)
+            if client.get_experiment_by_name(experiment_name) is None:  # made here, not by Lightning: its own line came twice
+                made = client.create_experiment(experiment_name, artifact_location=_artifact_root(tracking_uri))
+                # MLflow 3's UI opens an experiment on its GenAI page (Traces 0); the runs are under "Model training".
+                # A warning, as Lightning's own line was: an info line of a joblib worker reaches its train.log only.
+                log.warning("MLflow: experiment %s created in %s; its runs: `mlflow ui --backend-store-uri %s`, then "
+                            "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning", experiment_name, tracking_uri,
+                            tracking_uri, made)
+            logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
+                                  save_dir=None, run_id=resume_id, **kwargs)
+            _ = logger.run_id
+            if resume_id:
+                client.update_run(resume_id, status="RUNNING")  # an earlier start that failed had ended it
+    finally:
+        # MLflow's set_tracking_uri (Lightning calls it) sets the variable for the whole process: put it back, so
+        # that the next job's default address is the environment's, not this job's.
+        if env is None:
+            os.environ.pop(URI_ENV, None)
+        else:
+            os.environ[URI_ENV] = env
     return logger
+
+
+def _artifact_root(uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a local SQLite store (``mlartifacts/``), as ``mlflow server``
+    does; None elsewhere (a file store keeps them inside itself, a server decides). MLflow's own default for a
+    database store is ``./mlruns`` from the working folder, which in a job is the job's folder."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    return None
 
 
 def _made_here(uri: str | None, run_id: str, folder: str) -> bool:
@@ -250,10 +298,30 @@ def record(loggers: Sequence, hparams: Mapping[str, Any], metrics: Mapping[str, 
 
 
 def finish(loggers: Sequence, status: str = "success") -> None:
-    """Everything buffered written, each logger finalised; a W&B run ended (the next job opens its own)."""
+    """Everything buffered written, each logger finalised (``status``: success or failed); a W&B run ended (the next
+    job opens its own)."""
     for lg in loggers:
         if (w := getattr(lg, "_initnorm_writer", None)) is not None:
             w.flush()
         lg.finalize(status)
         if type(lg).__name__ == "WandbLogger":
-            lg.experiment.finish()
+            lg.experiment.finish(exit_code=0 if status == "success" else 1)
+        _forget(lg)
+
+
+def _forget(logger) -> None:
+    for key in [k for k, kept in _OPEN.items() if any(lg is logger for lg in kept)]:
+        _OPEN[key] = [lg for lg in _OPEN[key] if lg is not logger]
+        if not _OPEN[key]:
+            del _OPEN[key]
+
+
+def fail(folder: str | Path) -> None:
+    """The runs of the job in ``folder`` that this process opened and did not finish, ended as failed (a job that
+    raised between ``make`` and ``finish``: in a vectorised group, whose Trainer has no loggers of its own to end)."""
+    loggers = _OPEN.pop(_key(folder), [])
+    for lg in loggers:
+        try:
+            finish([lg], "failed")
+        except Exception as exc:  # the failure being recorded matters more than the tracker's
+            log.warning("could not end the %s run of %s as failed: %s", type(lg).__name__, folder, exc)

@@ -6,8 +6,10 @@ layer's change from step 0 against width (or depth), and give a verdict.
 - the verdict: per layer, the ratio of the largest to the smallest change across widths at the
   last step. What each parameterisation must show is its declared kind (``About.kind``,
   ``nn.param.stable_across``), never its name: a width-stable one (µP) passes when its logits'
-  ratio is at most ``bound`` (1.5) while each baseline's (kind ``neither``: SP) is larger and
-  grows with width.
+  ratio is at most ``bound`` (1.5: "flat") and each baseline's (kind ``neither``: SP) "grows":
+  its ratio above ``bound`` and its change larger at the widest than at the narrowest. The two
+  words never describe one ratio: an SP at 1.48 is flat, whatever µP's is (it counted as growing
+  while µP's ratio was smaller). The verdict line states the rule it applied.
 - across depth (several depths at one width, ``depth_verdict``): a depth-stable parameterisation
   (``depth_mup``, ``completep``) passes when its last residual stream's change and its per-block
   update times the depth (``blocks/update_x_depth``: the mean change of every block's two branch
@@ -164,7 +166,9 @@ def depth_verdict(data, bound: float) -> tuple[bool, str]:
                          f"({'grows' if grows else 'does NOT grow'} by more than {bound}x)")
     if not checked:
         return True, "no verdict: it needs a parameterisation of a declared kind (mup, depth_mup, completep) across depths"
-    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'}"
+    rule = (f"rule: a depth-stable parameterisation's last stream and block update x depth within max/min {bound} across "
+            f"depths, any other's last stream more than {bound}x larger at the deepest than at the shallowest")
+    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'} ({rule})"
 
 
 def verdict(data, axis: str, bound: float) -> tuple[bool, str]:
@@ -185,12 +189,18 @@ def verdict(data, axis: str, bound: float) -> tuple[bool, str]:
     if axis != "width" or not (stable and baseline):
         return True, ("; ".join(parts) + ("" if parts else "no logits recorded")
                       + " (no verdict: it needs SP and µP across widths: a parameterisation of kind neither and a width-stable one)")
-    worst = max(spans[p][2] for p in stable)
-    ok = all(spans[p][2] <= bound for p in stable) and all(spans[p][2] > worst and spans[p][1] > spans[p][0] for p in baseline)
-    flat = [f"{display_name(p)} max/min {spans[p][2]:.2f} {'<=' if spans[p][2] <= bound else '>'} {bound}" for p in stable]
-    grow = [f"{display_name(p)} {'grows' if spans[p][1] > spans[p][0] else 'does not grow'} (max/min {spans[p][2]:.2f})" for p in baseline]
-    why = "; ".join(flat + grow)
-    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'} ({why})"
+    # Two words, one bound, never both: flat is max/min <= bound; grows is max/min > bound and larger at the widest.
+    flat = {p: spans[p][2] <= bound for p in spans}
+    grows = {p: spans[p][2] > bound and spans[p][1] > spans[p][0] for p in spans}
+    ok = all(flat[p] for p in stable) and all(grows[p] for p in baseline)
+    said = [f"{display_name(p)} max/min {spans[p][2]:.2f} {'<=' if flat[p] else '>'} {bound}: {'flat' if flat[p] else 'NOT flat'}"
+            for p in stable]
+    how = {p: (", larger at the widest: grows" if grows[p] else ": flat, does NOT grow" if flat[p]
+               else ", smaller at the widest: does NOT grow") for p in baseline}
+    said += [f"{display_name(p)} max/min {spans[p][2]:.2f} {'<=' if flat[p] else '>'} {bound}{how[p]}" for p in baseline]
+    rule = (f"rule: a width-stable parameterisation's logits within max/min {bound} across {axis}s is flat, a baseline's above "
+            f"{bound} and larger at the widest grows")
+    return ok, "; ".join(parts) + f". Verdict: {'PASS' if ok else 'FAIL'} ({rule}; " + "; ".join(said) + ")"
 
 
 def panels(rows: list[dict], axis: str, steps=(1, 2, 5, 10)) -> dict[int, dict[str, dict[str, dict[int, float]]]]:

@@ -11,7 +11,6 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
     parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
     params = list(dict.fromkeys(p for data in panels.values() for p in data))
     fig, axes = grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
-    fig.set_layout_engine("constrained")  # titles clear of the panel above, the legend inside the figure
     for i, (step, data) in enumerate(panels.items()):
         for j, param in enumerate(params):
             ax = axes[i][j]

@@ -1,0 +1,106 @@
+"""The index at the top of ``results/README.md``: one row per folder of ``results/`` (what it is, the command, the
+time it took, its reading in one line), so that a newcomer finds every experiment from one page.
+
+The documents' experiments (``reproduce.EXPERIMENTS``) give their row themselves: the title, ``timing.json``'s command
+and seconds, and the first sentence of the **Reading.** paragraph of their NOTES.md. The experiments made by hand
+beyond the documents (several commands each, their folders written by the person who ran them) are listed in
+``ELSEWHERE``, each with the page that holds its commands and wall times. ``tests/test_reproduce.py`` holds that
+every folder below ``results/`` is linked from the index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A results folder made by hand: what it is, its commands and times in brief (``page`` has them in full), its reading."""
+
+    key: str
+    what: str
+    command: str
+    time: str
+    reading: str
+    page: str = "NOTES.md"
+
+
+ELSEWHERE = [
+    Elsewhere(
+        "own_model",
+        "Your own model (issue 24): examples/nanogpt.py and Hugging Face's GPT-2 as `model=custom` under SP and µP: "
+        "coordinate checks over widths 64-512 and transfer sweeps over widths 64-256 (3 seeds, 150 steps)",
+        "`python -m initnorm.coord_check --widths 64,128,256,512 --lr 0.002 -- model=custom model._target_=examples.nanogpt.GPT ...` "
+        "and `python -m initnorm.train -m model=custom ... param=sp,mup width=64,128,256 ...`: seven commands",
+        "72 min in all (77 s to 34 min each), on a shared machine (load 4-9)",
+        "µP's coordinate check passes at lr 0.002 (logits within 1.21x across 8x the width, SP's grow 2.17x) and fails at 0.01; "
+        "in both transfer sweeps SP's optimum falls at least 1.77 octaves from width 64 to 256, while µP's moves less than an "
+        "octave, which three seeds of 150 steps do not call a transfer.",
+    ),
+    Elsewhere(
+        "search_transfer",
+        "Tune small, transfer large (issue 25): the chapter's wide MLP searched at width 64 (24 trials, seeds 0-2) under µP "
+        "and SP, transferred to widths 256 and 1,024 with initnorm-transfer, read against chapter_mup's grid",
+        "`python -m initnorm.train -m experiment=mup_mlp_sweep hparams_search=lr_base param=mup width=64 ...`, then "
+        "`python -m initnorm.cli.transfer search_mup width=256,1024 ... --grid results/chapter_mup`: six commands",
+        "12 min in all (98-148 s each), load 2-9",
+        "SP's search lands 0.07 octaves from the grid's optimum and its rate costs 0.20-0.22 nats at width 1,024 (the "
+        "chapter's report: 0.23); µP's pick sits 0.30 octaves low on width 64's flat floor and costs 0.021-0.028 nats there, "
+        "more than the report's 0.007 but an eighth to a tenth of SP's.",
+    ),
+    Elsewhere(
+        "umup_transfer",
+        "u-µP beside SP, µP and CompleteP (issue 28): the Decoder's learning-rate transfer over widths 16-256 and depths 2-8 "
+        "(300 steps, seeds 1-3), and four tests of u-µP's optimum at width 64",
+        "`python -m initnorm.train -m experiment=mup_sweep steps=300 seed=1,2,3 param=umup width=16,64,256 lr=... "
+        "hydra/launcher=vectorized`: eleven commands",
+        "95 min in all (48-1,406 s each), load 0.6-9",
+        "Across width µP's optimum stays at 2^-5 and SP's falls 4.35 octaves from 16 to 256; u-µP's stays at 2^-2, two "
+        "octaves below the paper's 1, with the lowest loss at widths 64 and 256; across depth CompleteP's optimum stays "
+        "(-0.04 octave) while µP's falls 1.18 and u-µP's rises 0.77.",
+        page="README.md",
+    ),
+]
+
+
+# Readings whose first sentence tells one side only (SP's, or µP's): their first two.
+SENTENCES = {"chapter_mup": 2, "depth_transfer": 2}
+
+
+def reading(notes: str, sentences: int = 1) -> str:
+    """The first ``sentences`` sentences of a NOTES.md's **Reading.** paragraph, on one line ('' without one)."""
+    sentence = r"(?:.*?\.(?=\s+[A-Z*(`]|\s*$)\s*)"
+    found = re.search(rf"\*\*Reading\.\*\*\s+({sentence}{{{sentences}}})", notes, flags=re.DOTALL)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def _subfolders(folder: Path, key: str) -> str:
+    subs = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    return (" Folders: " + ", ".join(f"[{s}]({key}/{s}/)" for s in subs) + ".") if subs else ""
+
+
+def rows(results: Path, experiments) -> list[str]:
+    """The index table: a row per documents' experiment that ran into ``results`` and per folder of ``ELSEWHERE`` there."""
+    out = ["| folder | what | command | time | reading |", "|---|---|---|---|---|"]
+    for exp in experiments:
+        timing = results / exp.key / "timing.json"
+        if not timing.is_file():
+            continue
+        t = json.loads(timing.read_text(encoding="utf-8"))
+        notes = results / exp.key / "NOTES.md"
+        said = reading(notes.read_text(encoding="utf-8"), SENTENCES.get(exp.key, 1)) if notes.is_file() else ""
+        command = t.get("command", f"python -m {exp.module} {' '.join(exp.args)}")
+        extra = " (an extra: run when named)" if exp.extra else ""
+        out.append(f"| [{exp.key}]({exp.key}/) | {exp.title}{extra} | `{command}` | {_duration(t['seconds'])} | {said} |")
+    for e in ELSEWHERE:
+        if (results / e.key).is_dir():
+            what = f"{e.what}.{_subfolders(results / e.key, e.key)}"
+            out.append(f"| [{e.key}]({e.key}/{e.page}) | {what} | {e.command} ({e.page} lists each) | {e.time} | {e.reading} |")
+    return out
