@@ -187,7 +187,7 @@ def parameterize(
     schema.check_keys(nodes, skip=lambda v: not isinstance(v, (str, int, float, bool, list, type(None))))  # objects: no rule
     builder = None
     if model_node["family"] == "custom":
-        own.check({"model": {**model_node, **sizes}, "param": param_node})  # the constructor takes what it is given; widths differ; the table lands
+        own.check({"model": {**model_node, **sizes}, "param": param_node})  # as the command line checks it
         builder = lambda m, n: own.build(m, n, logits=False)  # its forward returns what it returns, to the user's own loop
     return _build(model_node, init_node, param_node, n_out, optimizer, builder)
 
