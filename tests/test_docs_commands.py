@@ -43,6 +43,8 @@ NOT_HERE = {  # the start of a command -> why this test does not run it
     "python -m initnorm.diagnose": "needs the events of an lr x width sweep: tests/test_transfer.py runs it on a small real one",
     "initnorm-transfer": "needs a finished search's folder: tests/test_search.py runs it on a tiny one",
     "python examples/": "a worked example of docs/library.md: tests/test_library.py runs each as the page shows it",
+    "mlflow ui": "a server; tests/test_trackers.py reads the store it shows",
+    "wandb sync": "an upload to W&B's servers; tests/test_trackers.py reads the offline runs it would send",
 }
 NEEDS_CLUSTER = "hydra/launcher=slurm"  # tests/test_launchers.py runs it on a stand-in SLURM
 

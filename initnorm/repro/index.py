@@ -63,6 +63,40 @@ ELSEWHERE = [
         "(-0.04 octave) while µP's falls 1.18 and u-µP's rises 0.77.",
         page="README.md",
     ),
+    Elsewhere(
+        "batch_transfer",
+        "Transfer across batch size (issue 38): the Decoder at width 64 under SP, lr 2^-9 ... 2^-5 x batch 8-128 at 128 steps "
+        "(tiny Shakespeare), and the chapter's wide MLP at width 256, batch 32-512 (3 seeds)",
+        "`python -m initnorm.train -m experiment=mup_sweep data=shakespeare width=64 seed=1,2,3 param=sp lr=... steps=128 "
+        "batch_size=8,16,32,64,128 hydra/launcher=vectorized ...`: two commands",
+        "two stops each; the last jobs took 1,468 s (Decoder) and 1,339 s (MLP), the first stops' times in README.md; load 3.6-19",
+        "Neither rule held for the Decoder: the optimum fell as the batch grew (-0.38 [-0.45, -0.11] octave per doubling, "
+        "against sqrt's +0.5 and linear's +1); the MLP's rose +0.48 from batch 32 to 64, then stayed (+0.08 [+0.04, +0.11] "
+        "over 32-512): a critical batch near 64.",
+        page="README.md",
+    ),
+    Elsewhere(
+        "horizon_transfer",
+        "Transfer across the training horizon (issue 38): the default Decoder, lr 2^-7 ... 2^-3 x 375, 750 and 1,500 "
+        "steps (tiny Shakespeare, 3 seeds), under cosine and under linear decay to zero",
+        "`python -m initnorm.train -m data=shakespeare seed=1,2,3 steps=375,750,1500 lr=... schedule=cosine` and "
+        "`schedule=linear_to_zero`: two commands",
+        "79 min in all (2,627 s and 2,140 s), shared machine (load 3.6-13)",
+        "Not resolved at these horizons: the optimum's exponent is -0.03 [-0.85, +0.14] (cosine) and +0.12 [-0.47, +0.18] "
+        "(linear to zero), both holding 0 and Bjorck et al.'s -0.32.",
+        page="README.md",
+    ),
+    Elsewhere(
+        "weight_decay_horizon",
+        "Weight decay x horizon (issue 38): the default Decoder at lr 2^-5, AdamW's decay 2^-4 ... 2^0 at 375 and 1,500 "
+        "steps, and carried from 375 steps by Wang & Aitchison's timescale-as-a-fraction rule (3 seeds)",
+        "`python -m initnorm.train -m data=shakespeare seed=1,2,3 lr=0.03125 optim.weight_decay=... steps=375,1500` and "
+        "`steps=1500 optim.weight_decay_rule=fraction transfer.base.steps=375`: two commands",
+        "52 min in all (1,717 s and 1,398 s), shared machine (load 3.6-19)",
+        "The optimal decay fell -0.37 [-0.73, -0.02] octave per doubling of the steps: between the timescale held in "
+        "iterations (0) and held as a fraction of the run (-1); neither rule held.",
+        page="README.md",
+    ),
 ]
 
 
