@@ -79,6 +79,7 @@ FIGURES = {
     "train_curves": lambda: plots.PLOTS.get("train_curves")(deep_mlp()),
     "lr_transfer": lambda: plots.PLOTS.get("lr_transfer")(transfer("width", (64, 256, 1024), ("sp", "mup", "umup", "completep"))),
     "lr_transfer_depth": lambda: plots.PLOTS.get("lr_transfer_depth")(transfer("depth", (2, 4, 8), ("sp", "depth_mup"))),
+    "lr_optimum (batch size)": lambda: plots.PLOTS.get("lr_optimum")(transfer("batch_size", (8, 16, 32, 64, 128), ("sp", "mup"))),
     "search (lr)": lambda: search_report.figure(search_trials(("lr",)), search_trials(("lr",))[1], "final_val_loss", ["lr"]),
     "search (three multipliers)": lambda: search_report.figure(search_trials(("lr", "param.output_mult", "param.attn_mult")),
                                                                None, "final_loss", ["lr"]),
