@@ -111,7 +111,7 @@ def test_a_signal_during_the_preflight_leaves_no_process(tmp_path, signum):
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 128 + signum, err[-2000:]
-        assert f"stopped by {signal.Signals(signum).name} before any job started" in err
+        assert f"stopped by {signal.Signals(signum).name}: before any job started" in err
         deadline = time.time() + 15  # about a second on a quiet machine; more under a parallel test run
         while session_processes(proc.pid) and time.time() < deadline:
             time.sleep(0.1)

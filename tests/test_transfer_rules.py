@@ -88,12 +88,12 @@ def test_a_job_trains_with_the_resolved_numbers_and_records_them(tmp_path):
     from initnorm.cli.jobinfo import hparams_of
     from initnorm.cli.train import train
 
-    carried = train(compose_cfg(*TINY, "lr=0.005", "batch_size=32", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt",
+    carried = train(compose_cfg(*TINY, "steps=30", "lr=0.005", "batch_size=32", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt",
                                 "optim.weight_decay_rule=fraction", "transfer.base.steps=120"), tmp_path / "carried")
     # 4x the batch: lr x 2; a quarter of the base's 120 steps at twice its rate: wd 0.01 x (1/2) x 4
     assert carried["resolved"]["lr"] == pytest.approx(0.01) and carried["resolved"]["weight_decay"] == pytest.approx(0.02)
     assert carried["resolved"]["applied"]["from"] == {"batch_size": 8, "steps": 120}
-    direct = train(compose_cfg(*TINY, f"lr={carried['resolved']['lr']!r}", "batch_size=32",
+    direct = train(compose_cfg(*TINY, "steps=30", f"lr={carried['resolved']['lr']!r}", "batch_size=32",
                                f"optim.weight_decay={carried['resolved']['weight_decay']!r}"), tmp_path / "direct")
     assert carried["val_history"] == direct["val_history"]  # the engine trained at the resolved numbers, to the last bit
     hp = hparams_of(schema.check(to_plain(compose_cfg(*TINY, "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt"))),
