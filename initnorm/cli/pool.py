@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from initnorm.cli.disk import DiskError
 from initnorm.training import signals
 
 try:  # pickles the task function and Hydra's context by value where plain pickle cannot (a test's local function)
@@ -175,7 +176,7 @@ class Pool:
                     k, w.unit = w.unit, None
                     if answer[0] == "ok":
                         results[k] = answer[1]
-                    elif isinstance(answer[1], Exception):
+                    elif isinstance(answer[1], (Exception, DiskError)):  # a full disk stops the sweep, as it does alone
                         raise answer[1]
                     else:  # KeyboardInterrupt raised by user code, a SystemExit: that unit's failure
                         results[k] = Lost(f"it raised {type(answer[1]).__name__}{f': {answer[1]}' if str(answer[1]) else ''} "
