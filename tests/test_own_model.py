@@ -252,7 +252,7 @@ def test_a_readout_made_by_hand_from_a_tied_weight_is_refused_under_mup_and_a_ti
     from tests.own_tied import TiedByHand, TiedHead
 
     kw = {"width": 64, "base_width": 16, "width_arg": "width", "vocab_size": VOCAB}
-    for param in ("mup", {"name": "mup", "readout": "zero"}, "umup"):  # readout=zero: its zero start and lr / m, nowhere too
+    for param in ("mup", {"name": "mup", "readout": "zero"}):  # readout=zero too (u-µP: refused on any own model)
         name = param if isinstance(param, str) else param["name"]
         with pytest.raises(ConfigError, match=rf"own_tied.TiedByHand has no readout under param={name}: .*self.head.weight = "
                                               r"self.emb.weight.*model.roles=\{<its weight>:readout\}.*param=sp") as err:
