@@ -507,12 +507,21 @@ LISTS = ["swept", "summary_metrics", "summary_plots"]  # ;-joined: what a summar
 # The rate and decay a job trained with after the transfer rules (its record's ``resolved``): the transfer report reads
 # what a rule applied from them. Columns only where a record has them (sweeps before the rules have none).
 RESOLVED = {"resolved_lr": "lr", "resolved_weight_decay": "weight_decay"}
+# What a job's steps mean in tokens (steps x batch x targets per sample), so that a transfer report over tokens reads a
+# runs.csv alone (results/ keeps no configs). A column only where a record gives it.
+TOKENS = "tokens"
+
+
+def _tokens(r: Mapping[str, Any]) -> int | None:
+    from initnorm.training.tasks import tokens_of
+
+    return tokens_of(r["config"]) if r.get("config") else r.get(TOKENS)
 
 
 def _run_row(r: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """One job as a runs.csv row. A member of a vectorised group has no time of its own: its
     group's wall time and ms per step go in the ``group_`` columns, never in ``wall_s``/``ms_per_step``."""
-    row = {**r, **{k: row_value(r, k) for k in keys},
+    row = {**r, TOKENS: _tokens(r), **{k: row_value(r, k) for k in keys},
            **{k: ";".join(map(str, r[k])) for k in LISTS if isinstance(r.get(k), list)},
            **{col: (r.get("resolved") or {}).get(key, "") for col, key in RESOLVED.items()}}
     group, old = r.get("group"), r.get("vectorized")
@@ -531,8 +540,9 @@ def render_runs_csv(records: list[dict[str, Any]]) -> str:
     keys += [k for k in ALWAYS_KEPT if k not in keys and any(k in r.get("overrides", {}) for r in records)]
     extra = sorted({m for r in records for m in r.get("summary_metrics", [])} - set(RUN_FIELDS + RESULT_FIELDS + keys))
     resolved = list(RESOLVED) if any("resolved" in r for r in records) else []
+    tokens = [TOKENS] if any(_tokens(r) is not None for r in records) else []
     out = io.StringIO()
-    fields = RUN_FIELDS + keys + RESULT_FIELDS + resolved + extra + LISTS
+    fields = RUN_FIELDS + keys + RESULT_FIELDS + resolved + tokens + extra + LISTS
     w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     w.writer.writerow([csv_cell(f) for f in fields])
     for r in records:
@@ -585,7 +595,7 @@ MAX_RUNS_BYTES = 64 * 2**20
 
 
 # The runs.csv cells that hold numbers (the summary metrics' columns too): text there (``=1+1`` a spreadsheet left) is no result.
-NUMBER_FIELDS = ("job_num", "seed", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
+NUMBER_FIELDS = ("job_num", "seed", "tokens", "diverged_step", "final_val_loss", "best_val_loss", "ms_per_step", "wall_s", "group_size",
                  "group_ms_per_step", "group_wall_s", "lr", "width", "depth")
 
 
@@ -620,7 +630,7 @@ def read_runs_csv(folder: Path) -> list[dict[str, Any]]:
                           "through initnorm.transfer_report (docs/transfer.md), else delete it or move it away")
     fixed = RUN_FIELDS + RESULT_FIELDS + LISTS
     if "swept" in fields:
-        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS and k not in RESOLVED]
+        extra = [k for k in fields[fields.index("error") + 1 :] if k not in LISTS and k not in RESOLVED and k != TOKENS]
     else:  # the older layout: its metrics after "error", the swept keys in the folder names only
         extra = fields[fields.index("error") + 1 :] if "error" in fields else []
     records, bad = [], []

@@ -455,16 +455,23 @@ def text_key(c: Mapping[str, Any]) -> tuple:
     return (d.get("kind"), d.get("name"), d.get("path"), d.get("context"), d.get("train_chars"), d.get("val_chars"))
 
 
+# (text_key, the file's version) of every text that passed check_text in this process: a changed file is checked again
+_TEXT_PASSED: set[tuple] = set()
+
+
 def check_text(c: Mapping[str, Any]) -> None:
     """The corpus of a character task: found, UTF-8 text, cleanable by the data option's cleaner,
     and long enough that training and validation each get at least one window of ``data.context``."""
     d = c.get("data", {})
     if d.get("kind") not in ("char_lm", "char_windows"):
         return
-    from initnorm.data.corpus import SOURCES, TRAIN_FRACTION, locate
+    from initnorm.data.corpus import SOURCES, TRAIN_FRACTION, file_version, locate
 
     name, path, context = d.get("name"), d.get("path"), d["context"]
     file = locate(name, path)
+    version = (text_key(c), file_version(file))
+    if version in _TEXT_PASSED:  # every job of a sweep checks the same file: read and clean it once per process
+        return
     shown = f"data.path={path!r}" if path else f"the {name} corpus file {str(file)!r}"
     try:
         raw = file.read_bytes()
@@ -501,6 +508,9 @@ def check_text(c: Mapping[str, Any]) -> None:
                 f"of data.context={context} + 1; use a longer text or fix it with `data.context={max(1, len(chars) - 1)}`"
                 + (f" or a larger data.{key}" if d.get(key) else "")
             )
+    if len(_TEXT_PASSED) >= 64:  # a bounded memo: a search over many data.path values never grows it without end
+        _TEXT_PASSED.clear()
+    _TEXT_PASSED.add(version)
 
 
 def check_launcher(launcher: Mapping[str, Any] | None) -> None:

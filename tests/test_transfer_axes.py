@@ -9,6 +9,7 @@ import random
 import pytest
 
 from initnorm import transfer as tr
+from initnorm.cli.console import summary_text
 
 GRID = [float(x) for x in range(-10, -2)]  # log2 lr: 2^-10 ... 2^-3
 
@@ -89,7 +90,12 @@ def test_the_weight_decay_tuned_along_the_horizon():
     assert rows[0].rate == "optim.weight_decay" and rows[0].exponent.value == pytest.approx(-1.0, abs=0.06)
     (line,) = tr.exponent_lines(rows)
     assert "optimal wd against steps" in line and "fraction -1.00 (tau a fixed fraction of the run: Wang & Aitchison 2024): inside" in line
-    assert "| steps | seeds | optimal log2 wd |" in tr.render_markdown(rows)
+    md = tr.render_markdown(rows)
+    assert "| steps | seeds | optimal log2 wd |" in md
+    # its section says which rate was tuned, and the terminal's summary finds it as it finds a learning-rate one
+    assert md.startswith("\n## Weight-decay transfer\n") and "Learning-rate" not in md
+    shown = summary_text("/nonexistent", "| a |\n|---|\n| 1 |\n" + md)
+    assert "\n\nWeight-decay transfer (the table in summary.md and transfer.csv):\n- " in shown and "| steps |" not in shown
 
 
 def test_an_optimum_on_the_grid_edge_is_left_out_of_the_exponent():

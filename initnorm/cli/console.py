@@ -20,7 +20,7 @@ from typing import Any
 from initnorm import envvars
 from initnorm.results import MAX_RECORD_BYTES, PROGRESS_FILE, duration, fmt, scored
 from initnorm.safe_files import NotAFile, read_bounded
-from initnorm.transfer import HEADING as TRANSFER_HEADING
+from initnorm.transfer import HEADING_RE as TRANSFER_HEADING
 
 TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
 START_ENV = envvars.SWEEP_START  # time.time() when the sweep started
@@ -176,11 +176,12 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
 def summary_text(folder: Path | str, table: str) -> str:
     """A summary for the terminal: the table (the figures' markdown is for summary.md), the transfer
     verdicts where the sweep has a transfer table (its rows stay in summary.md), then the figures' paths."""
-    transfer = table.partition(f"\n{TRANSFER_HEADING}\n")[2]
+    found = TRANSFER_HEADING.search(table)  # the section of whichever rate the sweep tuned (lr, weight decay)
+    transfer = table[found.end():] if found else ""
     verdicts = [line for line in transfer.partition("\n|")[0].splitlines() if line.startswith("- ")]
-    table = table.partition("\n![")[0].partition(f"\n{TRANSFER_HEADING}\n")[0].rstrip()
+    table = table[:found.start() if found else len(table)].partition("\n![")[0].rstrip()
     if verdicts:
-        table += "\n\nLearning-rate transfer (the table in summary.md and transfer.csv):\n" + "\n".join(verdicts)
+        table += f"\n\n{found.group(1)} transfer (the table in summary.md and transfer.csv):\n" + "\n".join(verdicts)
     pictures = sorted(str(p) for p in Path(folder).glob("*.png"))
     return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 

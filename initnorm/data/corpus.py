@@ -80,7 +80,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _file_key(path: Path) -> tuple:
+def file_version(path: Path) -> tuple:
     """What tells one version of a file from another without reading it: a changed file has another key."""
     st = path.stat()
     return str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns
@@ -93,7 +93,7 @@ _ENCODED: dict[tuple, tuple[str, torch.Tensor]] = {}
 
 
 def _verified(path: Path, source: Source) -> Path:
-    key = _file_key(path)
+    key = file_version(path)
     digest = _DIGESTS.get(key) or sha256(path)
     if digest == source.sha256:
         _DIGESTS[key] = digest
@@ -189,7 +189,7 @@ def load_corpus(name: str, path: str | None = None) -> Corpus:
     """Read, normalise with the corpus's own rule, encode, split contiguously (once per process and version of the file)."""
     rule = SOURCES[name].normalise if name in SOURCES else keep_all
     where = locate(name, path)
-    key = (name, *_file_key(where))
+    key = (name, *file_version(where))
     if key not in _ENCODED:
         text = rule(where.read_text(encoding="utf-8"))
         symbols = "".join(sorted(set(text)))

@@ -421,8 +421,7 @@ def transfer_section(folder: Path) -> str:
     rows = transfer.transfer_table(recs)
     if not rows:
         return ""
-    return transfer.render_markdown(rows, transfer.metric_of(recs)).replace("## Learning-rate transfer",
-                                                                            "#### Learning-rate transfer (not in the documents)")
+    return transfer.HEADING_RE.sub(r"#### \1 transfer (not in the documents)", transfer.render_markdown(rows, transfer.metric_of(recs)))
 
 
 COMPARE: dict[str, Callable[[Path], str]] = {

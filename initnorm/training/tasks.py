@@ -46,6 +46,22 @@ TASKS: Registry[Task] = Registry("task", "data.kind", path_key="data.kind",
                                  expects=(lambda e: isinstance(e, Task), "Task", "mypkg.tasks:my_task"))
 
 
+def tokens_of(config: dict[str, Any] | None) -> int | None:
+    """The tokens a job's steps mean: steps x batch size x the targets one sample has (its task's ``targets``: the
+    context of a character language model, one for a classifier); None where the config lacks them (the transfer
+    report's ``tokens`` axis, runs.csv's ``tokens`` column)."""
+    from initnorm.errors import ConfigError
+
+    config = config or {}
+    steps, batch, kind = config.get("steps"), config.get("batch_size"), (config.get("data") or {}).get("kind")
+    if not (isinstance(steps, int) and isinstance(batch, int) and isinstance(kind, str)):
+        return None
+    try:
+        return steps * batch * TASKS.get(kind).targets(config)
+    except (ConfigError, KeyError, TypeError):  # a task of another version, a config without its data keys
+        return None
+
+
 LANGUAGE_MODEL = "initnorm.training.module:LanguageModel"
 CLASSIFIER = "initnorm.training.classifier:Classifier"
 

@@ -34,6 +34,7 @@ from initnorm.transfer.records import (
 )
 from initnorm.transfer.render import (
     HEADING,
+    HEADING_RE,
     PENALTY_TOL,
     SHIFT_TOL,
     base_word,
@@ -51,7 +52,8 @@ from initnorm.transfer.render import (
 from initnorm.transfer.rows import Row, penalty, shift_bound, transfer_rows, transferred
 
 __all__ = [
-    "BOOT_SEED", "HALF_WIDTH", "HEADING", "LEVEL", "N_BOOT", "PARAM_KEYS", "PENALTY_TOL", "RULES", "SHIFT_TOL", "SHORT", "SWEPT_AXES",
+    "BOOT_SEED", "HALF_WIDTH", "HEADING", "HEADING_RE", "LEVEL", "N_BOOT", "PARAM_KEYS", "PENALTY_TOL", "RULES", "SHIFT_TOL", "SHORT",
+    "SWEPT_AXES",
     "Curve", "Estimate", "Fit", "Row", "Rule", "Seeds", "axis_value", "base_values", "base_word", "cells_from_records", "estimate",
     "exponent_lines", "fit_optimum", "interpolate", "interval", "interval_text", "is_exact", "metric_of", "number", "penalty",
     "render_csv", "render_markdown", "render_two_axes", "resamples", "row_cells", "rules_for", "seed_mean", "setting_label",

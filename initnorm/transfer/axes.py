@@ -96,19 +96,12 @@ def config_value(config: Mapping[str, Any] | None, key: str) -> Any:
 
 
 def tokens(record: Mapping[str, Any]) -> float | None:
-    """The tokens a job's steps mean: steps x batch size x the targets one sample has (its data kind's ``targets``:
-    the context of a character language model, one for a classifier); None without its config."""
-    from initnorm.errors import ConfigError
-    from initnorm.training.tasks import TASKS
+    """The tokens a job's steps mean (``tasks.tokens_of`` its config); a record read back from runs.csv has no config,
+    and its ``tokens`` column instead. None where it has neither."""
+    from initnorm.training.tasks import tokens_of
 
-    config = record.get("config") or {}
-    steps, batch, kind = config.get("steps"), config.get("batch_size"), config_value(config, "data.kind")
-    if not (isinstance(steps, int) and isinstance(batch, int) and isinstance(kind, str)):
-        return None
-    try:
-        return steps * batch * TASKS.get(kind).targets(config)
-    except (ConfigError, KeyError, TypeError):  # a task of another version, a config without its data keys
-        return None
+    config = record.get("config")
+    return tokens_of(config) if config else number(record.get("tokens"))
 
 
 def axis_value(record: Mapping[str, Any], axis: str) -> float | int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 
 from initnorm.nn.param import PARAMS
 from initnorm.results import csv_cell
@@ -28,6 +29,14 @@ from initnorm.transfer.rows import Row
 SHIFT_TOL = 0.5  # octaves
 PENALTY_TOL = 0.01  # nats (the metric's unit)
 HEADING = "## Learning-rate transfer"  # summary.md's section; the terminal summary prints its verdict lines
+# The section's name for each tuned rate: a report over a weight-decay grid is not a learning-rate one
+TITLES = {"lr": "Learning-rate", "optim.weight_decay": "Weight-decay"}
+HEADING_RE = re.compile(r"^## ([\w-]+) transfer$", re.MULTILINE)  # any tuned rate's section (cli/console.py finds it)
+
+
+def heading(rate: str) -> str:
+    """``## Learning-rate transfer``, ``## Weight-decay transfer``: the section of a report that tunes ``rate``."""
+    return f"## {TITLES.get(rate, rate)} transfer"
 PLURALS = {"width": "widths", "depth": "depths", "batch_size": "batch sizes", "steps": "horizons", "tokens": "token counts",
            "optim.weight_decay": "weight decays"}
 
@@ -288,7 +297,7 @@ def render_markdown(rows: list[Row], metric: str = "final_loss") -> str:
         "the grid, its interval from the same resamples; a rule holds where its exponent lies inside that interval."
     )
     lines_out = verdicts(rows, unit) + exponent_lines(rows)
-    return f"\n{HEADING}\n\n" + "\n".join(f"- {v}" for v in lines_out) + "\n\n" + text + "\n\n" + notes + "\n"
+    return f"\n{heading(rows[0].rate)}\n\n" + "\n".join(f"- {v}" for v in lines_out) + "\n\n" + text + "\n\n" + notes + "\n"
 
 
 def boot_words(rows: list[Row], axis: str) -> str:
