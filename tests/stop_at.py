@@ -1,7 +1,9 @@
 """Callbacks that send a real stop signal at a known point, once: to this process, the sweep's process or its whole process
-group; at a training step (Lightning) or once the sweep's summary is written (Hydra)."""
+group; at a training step (Lightning) or once the sweep's summary is written (Hydra). And one that holds a job at a step
+until a signal comes (``HoldAt``), so that a test signals or kills it mid-training without a long run to race."""
 
 import os
+import time
 from pathlib import Path
 
 import lightning as L
@@ -41,3 +43,26 @@ class StopAtSummary(Callback):
             os.killpg(os.getpgid(0), self.signum)
         else:
             os.kill(os.getpid(), self.signum)
+
+
+class HoldAt(L.Callback):
+    """After the batch of step ``step``, once per ``marker`` file, wait there until this process is asked to stop (a
+    stop signal: the job then checkpoints at its next step) or killed; in a job whose folder path holds ``where`` only.
+    A test that must signal or kill a job mid-training waits for ``marker`` instead of racing a long run to its end;
+    the rerun (``marker`` made) trains through. ``limit_s`` keeps a forgotten hold from hanging a test."""
+
+    def __init__(self, step: int, marker: str, where: str = "", limit_s: float = 60.0):
+        self.step, self.marker, self.where, self.limit_s = step, Path(marker), where, limit_s
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step != self.step or self.where not in os.getcwd():
+            return
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        from initnorm.training import signals
+
+        deadline = time.monotonic() + self.limit_s
+        while signals.requested() is None and time.monotonic() < deadline:
+            time.sleep(0.05)

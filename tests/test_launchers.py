@@ -1,9 +1,15 @@
 """Sweeps at scale: the parallel launcher matches the sequential one, a job that dies costs only itself on every
 launcher, the SLURM launcher submits what its config says (on a fake cluster), and sweeps started in the same second
-never share a folder."""
+never share a folder.
+
+A launcher's processes are the point here, so its sweeps run as processes; the sequential sweep (Hydra's basic launcher
+runs its jobs in the command's own process) runs in this process (tests/_tproc.py). The three SLURM tests share two
+sweeps, each run once per module (``array_sweep``, ``one_job_sweep``), and a job is held at a step (tests/stop_at.py
+``HoldAt``) until the cluster's signal comes, instead of a long run raced to its end."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,10 +19,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from initnorm.cli.sweep import register_resolvers, unique_dir
+from tests._tproc import command
 from tests.conftest import CONF, ROOT, TINY
 from tests.fake_slurm import install
 
-SWEEP = ["-m", "norm=pre,post", "seed=1,2", *TINY]
+SWEEP = ["-m", "norm=pre,post", "seed=1", *TINY]  # two jobs: one per worker of the parallel sweep
 
 
 def start(*args: str, cwd, env=None) -> subprocess.Popen:
@@ -38,16 +45,19 @@ def table(sweep) -> str:
 
 def test_parallel_sweep_writes_the_sequential_summary_in_its_own_folder(tmp_path):
     # Both sweeps ask for the same folder name, as two sweeps started in the same second do,
-    # and run at the same time: each must get its own folder with its own four jobs.
+    # and run at the same time: each must get its own folder with its own two jobs.
     same = "hydra.sweep.dir=${initnorm.unique_dir:sweeps/same_second}"
-    seq = start(*SWEEP, same, cwd=tmp_path)
     par = start(*SWEEP, same, "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", cwd=tmp_path)
-    finish(seq), finish(par)
+    try:
+        seq = command(*SWEEP, same, cwd=tmp_path)  # while the parallel one starts its workers and runs
+    finally:
+        out = finish(par)
+    assert seq.code == 0, seq.err[-3000:]
     folders = sorted((tmp_path / "sweeps").iterdir())
-    assert len(folders) == 2 and all(f.name.startswith("same_second_") for f in folders)
+    assert len(folders) == 2 and all(f.name.startswith("same_second_") for f in folders), out[-3000:]
     for f in folders:
-        assert len(list(f.rglob("metrics.json"))) == 4
-        assert (f / "norm=post" / "seed=2" / "metrics.json").is_file()  # folder names from the swept keys
+        assert len(list(f.rglob("metrics.json"))) == 2
+        assert (f / "norm=post" / "seed=1" / "metrics.json").is_file()  # folder names from the swept keys
     assert table(folders[0]) == table(folders[1])
     assert "| pre |" in table(folders[0]) and "| post |" in table(folders[0])
 
@@ -60,15 +70,21 @@ def test_parallel_sweep_writes_the_sequential_summary_in_its_own_folder(tmp_path
 def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summary(tmp_path, launcher, how, reason):
     """os._exit in a job, SIGKILL of its worker (the OOM killer's way), a KeyboardInterrupt raised by its own code: that
     job is recorded failed with why, the other job finishes, the summary and the line that reruns it; exit 1, no
-    traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently)."""
+    traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently). The basic launcher runs
+    its jobs in the command's own process, so that case runs in this one (tests/_tproc.py)."""
     sweep = tmp_path / "sweep"
     die = ["+callbacks.die._target_=tests.die_at.DieAt", "+callbacks.die.step=2", f"+callbacks.die.how={how}", "+callbacks.die.seed=1"]
     chosen = [] if launcher == "basic" else [f"hydra/launcher={launcher}", "hydra.launcher.n_jobs=2"]
     chosen += ["hydra.launcher.max_group=1"] if launcher == "vectorized" else []
-    proc = start("-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}",
-                 cwd=tmp_path)
-    out, _ = proc.communicate(timeout=400)
-    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    args = ["-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}"]
+    if launcher == "basic":
+        ran = command(*args, cwd=tmp_path)
+        code, out = ran.code, ran.out + ran.err
+    else:
+        proc = start(*args, cwd=tmp_path)
+        out, _ = proc.communicate(timeout=400)
+        code = proc.returncode
+    assert code == 1 and "Traceback" not in out, out[-3000:]
     failed, done = (json.loads((sweep / "default" / f"seed={s}" / "metrics.json").read_text()) for s in (1, 2))
     assert failed["status"] == "failed" and reason in failed["error"], failed.get("error")
     assert done["status"] == "finished" and (sweep / "summary.md").is_file()
@@ -100,11 +116,18 @@ def slurm_env(tmp_path) -> dict:
 
 
 def wait_for(path, proc: subprocess.Popen) -> None:
-    """Until ``path`` exists (a job's checkpoint); fail with the command's output if it ends first."""
+    """Until ``path`` exists (a held job's marker); fail with the command's output if it ends first."""
     while not path.exists():
         if proc.poll() is not None:
             raise AssertionError(f"ended before {path} existed:\n{proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
+        time.sleep(0.05)
+
+
+def held(marker, where: str = "") -> list[str]:
+    """The overrides that hold a job (the one whose folder holds ``where``) after step 3 until a stop signal comes;
+    ``marker`` appears once it waits there. No periodic checkpoint: the one it has is the one the signal made."""
+    return ["checkpoint.every_n_steps=0", "+callbacks.hold._target_=tests.stop_at.HoldAt", "+callbacks.hold.step=3",
+            f"+callbacks.hold.marker={marker}", f"+callbacks.hold.where='{where}'"]
 
 
 def checkpoint_step(folder) -> int:
@@ -113,60 +136,78 @@ def checkpoint_step(folder) -> int:
     return int(torch.load(folder / "checkpoints" / "initnorm.ckpt", map_location="cpu", weights_only=True)["global_step"])
 
 
-def test_slurm_launcher_submits_what_its_config_says(tmp_path):
-    env = slurm_env(tmp_path)
-    sweep = tmp_path / "sweep"
-    args = ["-m", "norm=pre,post", "seed=1", *TINY, f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm", "hydra.launcher.partition=tiny_gpu",
-            "hydra.launcher.timeout_min=20", "hydra.launcher.mem_gb=3", "hydra.launcher.gpus_per_node=1", "threads=2"]
-    finish(start(*args, cwd=tmp_path, env=env))
-    script = (tmp_path / "bin" / "submitted.sh").read_text()
+def ran(proc: subprocess.Popen) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=240)
+    return proc.returncode, out
+
+
+ARRAY = ["-m", "norm=pre,post", "seed=1", *TINY, "hydra/launcher=slurm", "hydra.launcher.partition=tiny_gpu",
+         "hydra.launcher.timeout_min=20", "hydra.launcher.mem_gb=3", "hydra.launcher.gpus_per_node=1", "threads=2"]
+
+
+@pytest.fixture(scope="module")
+def array_sweep(tmp_path_factory):
+    """One SLURM array sweep (two jobs, the queue keys of the config set), run once for the tests of this module: the
+    job norm=post is held until `scancel` (SLURM marks it CANCELLED and sends SIGTERM). What it left: exit status,
+    output, the submitted script, the summary, the held job's record and checkpoint step; and how to run it again."""
+    tmp = tmp_path_factory.mktemp("array")
+    env, sweep = slurm_env(tmp), tmp / "sweep"
+    args = [*ARRAY, f"hydra.sweep.dir={sweep}", *held(tmp / "held", "norm=post")]
+    long = sweep / "norm=post" / "seed=1"
+    proc = start(*args, cwd=tmp, env=env)
+    wait_for(tmp / "held", proc)
+    subprocess.run([tmp / "bin" / "scancel", "4242_1"], check=True)
+    code, out = ran(proc)
+    yield {"code": code, "out": out, "script": (tmp / "bin" / "submitted.sh").read_text(), "table": table(sweep),
+           "cut": json.loads((long / "metrics.json").read_text()), "checkpoint_step": checkpoint_step(long),
+           "sweep": sweep, "again": lambda: start(*args, cwd=tmp, env=env)}
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_slurm_launcher_submits_what_its_config_says(array_sweep):
+    script, sweep = array_sweep["script"], array_sweep["sweep"]
     for line in ["--partition=tiny_gpu", "--time=20", "--mem=3GB", "--gpus-per-node=1", "--cpus-per-task=2",
                  "--ntasks-per-node=1", "--array=0-1%2"]:
         assert f"#SBATCH {line}\n" in script, script
     # What a job needs from this machine reaches it also where sbatch exports nothing (--export=NONE).
     assert "export SLURM_EXPORT_ENV=ALL" in script and "export INITNORM_SWEPT_KEYS=norm\n" in script, script
     assert "#SBATCH --signal=USR2@120\n" in script  # checkpoint and requeue this long before the time limit
-    # The jobs ran through submitit's own entry point, in the sweep's folder, named by the swept key.
+    # The jobs ran through submitit's own entry point, in the sweep's folder, named by the swept key (the held one
+    # recorded its stop there; the summary of both, after its resume, is checked below).
     assert "-m submitit.core._submit" in script
     assert (sweep / "norm=pre" / "seed=1" / "metrics.json").is_file() and (sweep / "norm=post" / "seed=1" / "metrics.json").is_file()
-    assert "| pre |" in table(sweep) and "| post |" in table(sweep)
+    assert "| pre |" in array_sweep["table"]
 
 
-def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(tmp_path):
+def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(array_sweep):
     # scancel: SLURM marks the job CANCELLED and sends SIGTERM. The job checkpoints at the next step
     # and records `cancelled`; the command writes the summary of what finished, names the job and
     # the command that resumes it, exits 1 without a traceback; that command resumes the job.
-    env, sweep = slurm_env(tmp_path), tmp_path / "sweep"
-    args = ["-m", *TINY, "steps=30,400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm"]
-    proc = start(*args, cwd=tmp_path, env=env)
-    long = sweep / "steps=400" / "seed=1"
-    wait_for(long / "checkpoints" / "initnorm.ckpt", proc)
-    subprocess.run([tmp_path / "bin" / "scancel", "4242_1"], check=True)
-    out, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
-    assert "| 30 |" in table(sweep)
-    cut = json.loads((long / "metrics.json").read_text())
-    assert cut["status"] == "cancelled" and checkpoint_step(long) == cut["steps"] > 0, cut
-    assert any("steps=400/seed=1 did not finish: cancelled" in line for line in out.splitlines()), out[-3000:]
+    out, sweep = array_sweep["out"], array_sweep["sweep"]
+    assert array_sweep["code"] == 1 and "Traceback" not in out, out[-3000:]
+    assert "| pre |" in array_sweep["table"]
+    cut = array_sweep["cut"]
+    assert cut["status"] == "cancelled" and array_sweep["checkpoint_step"] == cut["steps"] > 0, cut
+    assert any("norm=post/seed=1 did not finish: cancelled" in line for line in out.splitlines()), out[-3000:]
     assert f"hydra.sweep.dir={sweep}" in out, out[-3000:]
-    again = finish(start(*args, cwd=tmp_path, env=env))
-    done = json.loads((long / "metrics.json").read_text())
+    again = finish(array_sweep["again"]())
+    done = json.loads((sweep / "norm=post" / "seed=1" / "metrics.json").read_text())
     assert done["status"] == "finished" and done["resumed_from_step"] == cut["steps"], again[-3000:]
+    assert "| pre |" in table(sweep) and "| post |" in table(sweep)  # both jobs summarised, once the held one finished
 
 
 def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
     # A one-job sweep is a plain job (no --array). SLURM's USR2 (before a time limit or a preemption):
     # checkpoint at the next step, submitit requeues (`scontrol requeue`), the requeued run resumes.
     env, sweep = slurm_env(tmp_path), tmp_path / "sweep"
-    proc = start("-m", *TINY, "seed=1", "steps=400", "checkpoint.every_n_steps=20", f"hydra.sweep.dir={sweep}",
-                 "hydra/launcher=slurm", cwd=tmp_path, env=env)
+    proc = start("-m", *TINY, "seed=1", *held(tmp_path / "held"), f"hydra.sweep.dir={sweep}", "hydra/launcher=slurm", cwd=tmp_path, env=env)
     folder = sweep / "default" / "seed=1"
-    wait_for(folder / "checkpoints" / "initnorm.ckpt", proc)
+    wait_for(tmp_path / "held", proc)
     subprocess.run([tmp_path / "bin" / "scancel", "--signal=USR2", "4242"], check=True)
     finish(proc)
     assert "--array" not in (tmp_path / "bin" / "submitted.sh").read_text()
     done = json.loads((folder / "metrics.json").read_text())
-    assert done["status"] == "finished" and done["steps"] == 400 and done["resumed_from_step"] > 0, done
+    assert done["status"] == "finished" and done["steps"] == 12 and done["resumed_from_step"] > 0, done
 
 
 def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():

@@ -18,7 +18,8 @@ from initnorm.errors import ConfigError
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
 from initnorm.training.checkpoints import save_atomically
-from tests.conftest import ROOT, TINY, compose_cfg, run_cli, whole_and_resumed
+from tests import _tproc as tproc
+from tests.conftest import ROOT, TINY, compose_cfg, whole_and_resumed
 
 
 def explode(w, role, ctx):
@@ -87,28 +88,33 @@ def test_checkpoint_and_metrics_writes_are_atomic(tmp_path, monkeypatch):
 
 
 def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
-    args = [*TINY, "steps=400", "batch_size=8", "trainer.val_check_interval=100", "checkpoint.every_n_steps=50"]
+    """kill -9 (no handler runs) of a run held after its checkpoint at step 10, then the same command: it resumes from
+    that checkpoint to what an uninterrupted run computes, bit for bit. The kill needs the run's own process; the
+    rerun is the library resuming, so it runs in this process (tests/_tproc.py)."""
+    hold = ["+callbacks.hold._target_=tests.stop_at.HoldAt", "+callbacks.hold.step=12", f"+callbacks.hold.marker={tmp_path / 'held'}"]
+    args = [*TINY, "steps=30", "batch_size=8", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10", *hold]
     command = [sys.executable, "-m", "initnorm.train", *args, f"hydra.run.dir={tmp_path}/run"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = tmp_path / "run"
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not (run / "checkpoints" / "initnorm.ckpt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
-            time.sleep(0.01)
+        while not (tmp_path / "held").exists():  # held at step 12, after its checkpoint at step 10
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its hold"
+            time.sleep(0.05)
+        assert (run / "checkpoints" / "initnorm.ckpt").is_file()
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()  # killed mid-way
 
-    again = run_cli(*args, f"hydra.run.dir={run}", cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert f"resuming {run} from step" in again.stdout
+    again = tproc.command(*args, f"hydra.run.dir={run}", cwd=tmp_path)  # the hold's marker is there: it trains through
+    assert again.code == 0, again.err[-2000:]
+    assert f"resuming {run} from step" in again.out
     resumed = read(run / "metrics.json")
     whole = train(compose_cfg(*args), tmp_path / "uninterrupted")
-    assert 50 <= resumed["resumed_from_step"] < 400 and resumed["steps"] == 400
+    assert resumed["resumed_from_step"] == 10 and resumed["steps"] == 30
     assert resumed["final_val_loss"] == whole["final_val_loss"]  # bit for bit
     assert [tuple(v) for v in resumed["val_history"]] == [tuple(v) for v in whole["val_history"]]
 
@@ -129,11 +135,13 @@ def test_a_folder_of_another_config_is_refused(tmp_path):
 
 
 def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path):
+    """What a sweep writes and what its rerun skips, resumes and records: the library's work, so both commands run in
+    this process (tests/_tproc.py)."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY, "steps=30",
-            "checkpoint.every_n_steps=10", f"hydra.sweep.dir={sweep}"]
-    first = run_cli(*args, cwd=tmp_path)
-    assert first.returncode == 1, first.stderr[-2000:]  # the sweep went on, then says something failed
+    args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY,
+            "checkpoint.every_n_steps=5", f"hydra.sweep.dir={sweep}"]
+    first = tproc.command(*args, cwd=tmp_path)
+    assert first.code == 1, first.err[-2000:]  # the sweep went on, then says something failed
     good, bad = sweep / "init.fn=initnorm.nn.init.normal", sweep / "init.fn=tests.test_reliability.explode"
     for seed in (1, 2):
         assert read(good / f"seed={seed}" / "metrics.json")["status"] == "finished"
@@ -144,13 +152,13 @@ def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path
 
     kept, killed = good / "seed=1" / "metrics.json", good / "seed=2" / "metrics.json"
     before, stamp, lost = kept.read_text(), kept.stat().st_mtime_ns, read(killed)
-    killed.unlink()  # as if killed after its last checkpoint (step 20 of 30)
+    killed.unlink()  # as if killed after its last checkpoint (step 10 of 12)
 
-    second = run_cli(*args, cwd=tmp_path)
-    assert second.returncode == 1
-    assert "4 jobs: 1 finished (skipped), 1 resume (from step 20), 2 to run" in second.stdout
+    second = tproc.command(*args, cwd=tmp_path)
+    assert second.code == 1
+    assert "4 jobs: 1 finished (skipped), 1 resume (from step 10), 2 to run" in second.out
     assert kept.read_text() == before and kept.stat().st_mtime_ns == stamp  # not retrained, not rewritten
     resumed = read(killed)
-    assert resumed["resumed_from_step"] == 20 and resumed["final_val_loss"] == lost["final_val_loss"]
+    assert resumed["resumed_from_step"] == 10 and resumed["final_val_loss"] == lost["final_val_loss"]
     summary = (sweep / "summary.md").read_text()
     assert "4 jobs." in summary and "RuntimeError: boom" in summary
