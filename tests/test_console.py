@@ -2,20 +2,20 @@
 
 import importlib
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from initnorm.cli import console
+from tests._texp import run_main, run_module
 from tests.conftest import ROOT, run_cli
 
 
-def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp_path):
-    proc = run_cli("--help", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
+def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp_path, capsys):
+    """In this process, as `python -m initnorm.train --help` runs (tests/_texp.py); the sweep's first line below is
+    the real process, the one that shows the entry point's start-up."""
+    assert run_module("initnorm.train", ["--help"], cwd=tmp_path) == 0
+    out = capsys.readouterr().out
     assert out.startswith("initnorm-train: train a tiny model")
     order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==",
                                     "norm_type: layernorm, none, rmsnorm")]
@@ -28,17 +28,17 @@ HELPED = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initn
           "initnorm.cli.transfer")
 
 
-def test_every_command_answers_help_with_its_usage(tmp_path):
-    """``--help`` through the real command (one process each); ``-h`` in this process (the same parser, no imports to pay)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # one process per core: each spends its time importing
-        answers = dict(zip(HELPED, pool.map(lambda module: run_cli("--help", module=module, cwd=tmp_path), HELPED)))
-    for module, proc in answers.items():
-        assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m " + module), (module, proc.stdout[:300],
-                                                                                               proc.stderr[-300:])
-        assert "error" not in proc.stdout + proc.stderr, (module, proc.stderr[-300:])
-    coord = answers["initnorm.coord_check"].stdout
+def test_every_command_answers_help_with_its_usage(tmp_path, capsys):
+    """``--help`` through each command's ``python -m`` entry (its module run as ``__main__``, in this process:
+    tests/_texp.py); ``-h`` below through its ``main`` (the same parser)."""
+    answers = {}
+    for module in HELPED:
+        code = run_module(module, ["--help"], cwd=tmp_path)
+        answers[module] = (code, *capsys.readouterr())
+    for module, (code, out, err) in answers.items():
+        assert code == 0 and out.startswith("usage: python -m " + module), (module, out[:300], err[-300:])
+        assert "error" not in out + err, (module, err[-300:])
+    coord = answers["initnorm.coord_check"][1]
     assert "(default: 16,32,64,128,256)" in coord and "(default: 10)" in coord
     assert "Anything after -- is a training-config override" in coord
 
@@ -61,24 +61,24 @@ def test_the_terminal_summary_ends_with_the_transfer_verdicts(tmp_path):
     assert "| setting |" not in text and "![" not in text
 
 
-def test_tab_completion_installs_in_bash(tmp_path):
-    # As the console script `initnorm-train` runs it: Hydra names the command from argv[0].
-    code = "import sys; sys.argv = ['initnorm-train', '--shell-completion', 'install=bash']; from initnorm.cli.train import main; main()"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    script = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120).stdout
+def test_tab_completion_installs_in_bash(capsys):
+    # As the console script `initnorm-train` runs it (Hydra names the command from argv[0]), in this process; bash installs it.
+    from initnorm.cli.train import main
+
+    assert run_main(main, ["initnorm-train", "--shell-completion", "install=bash"]) == 0
+    script = capsys.readouterr().out
     assert "hydra_bash_completion" in script and script.rstrip().endswith("initnorm-train")
     installed = subprocess.run(["bash", "-c", f'{script}\ncomplete -p initnorm-train'], capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0 and "-F hydra_bash_completion initnorm-train" in installed.stdout
-    query = "import sys; sys.argv = ['initnorm-train', '-sc', 'query=bash']; from initnorm.cli.train import main; main()"
-    env |= {"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"}
-    answer = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120).stdout
-    assert "norm_type=" in answer.split()  # what <TAB> offers
+    assert run_main(main, ["initnorm-train", "-sc", "query=bash"], env={"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"}) == 0
+    assert "norm_type=" in capsys.readouterr().out.split()  # what <TAB> offers
 
 
-def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
-    proc = run_cli("-m", "norm=pre,post", "seed=1,2", "--cfg", "job", cwd=tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path, capsys):
+    code = run_module("initnorm.train", ["-m", "norm=pre,post", "seed=1,2", "--cfg", "job"], cwd=tmp_path)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
     assert "drop -m" in line and "`initnorm-train norm=pre seed=1 --cfg job`" in line
 
 

@@ -211,12 +211,16 @@ def test_every_other_config_option_composes(group):
 
 
 def test_every_model_composes_with_some_data():
+    """Each model's data options are tried until one composes (one is what the assertion needs: the others cost a
+    composition each)."""
     datasets = sorted(f.stem for f in Path(CONF, "data").glob("*.yaml"))
     for model in sorted(f.stem for f in Path(CONF, "model").glob("*.yaml")):
         ok = []
         for data in datasets:
             with contextlib.suppress(Exception):  # a family that needs another kind of data does not compose with this one
                 ok.append(to_plain(compose_cfg(f"model={model}", f"data={data}")))
+            if ok:
+                break
         assert ok, f"model={model} composes with no data option"
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from initnorm.repro import compare
+from initnorm.repro import compare, reproduce
 from initnorm.repro import reference as ref
 from initnorm.repro.reproduce import EXPERIMENTS, INDEX_TITLE, Experiment, main
 
@@ -14,8 +14,13 @@ NO_AGREEMENT_COLUMN = {"deck_7d_depth", "depth_transfer"}
 
 
 @pytest.mark.parametrize("key", [e.key for e in EXPERIMENTS])  # the extras (depth transfer) too, which a plain run leaves out
-def test_every_experiment_runs_and_is_reported(tmp_path, key):
-    """One experiment per test, so that the suite's workers share them (together they are a minute and more)."""
+def test_every_experiment_runs_and_is_reported(tmp_path, key, monkeypatch):
+    """One experiment per test, so that the suite's workers share them. Each command runs in this process
+    (tests/_texp.py: ``reproduce.run`` builds and times the same command line; only the interpreter is not started
+    again); the failing command below runs as a process of its own, the path of every experiment of a real run."""
+    from tests._texp import in_process_subprocess
+
+    monkeypatch.setattr(reproduce, "subprocess", in_process_subprocess())
     exp = next(e for e in EXPERIMENTS if e.key == key)
     assert main(["--ci", "--only", key, "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
     report = (tmp_path / "results" / "README.md").read_text()
@@ -31,7 +36,11 @@ def test_unknown_experiment_is_refused(capsys):
 
 
 def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
-    """coord_check --from an empty folder exits 2: unexpected here, so main returns 1 after the report."""
+    """coord_check --from an empty folder exits 2: unexpected here, so main returns 1 after the report. The command
+    runs as a process of its own here (the status is the process's); once that is shown, the same command with its
+    status expected runs in this process."""
+    from tests._texp import in_process_subprocess
+
     empty = tmp_path / "empty"
     empty.mkdir()
     exp = Experiment("broken", "A command that fails", "initnorm.coord_check", [f"--from={empty}"], [],
@@ -42,10 +51,14 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
     assert "It exited with status 2" in report and "No table:" in report
     assert json.loads((tmp_path / "results" / "broken" / "timing.json").read_text())["exit_status"] == 2
     exp.expected_exit = (0, 2)
+    monkeypatch.setattr(reproduce, "subprocess", in_process_subprocess())
     assert main(["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]) == 0
 
 
 def test_extras_run_only_when_named_and_a_section_without_its_runs_is_kept(tmp_path, monkeypatch):
+    from tests._texp import in_process_subprocess
+
+    monkeypatch.setattr(reproduce, "subprocess", in_process_subprocess())  # an extra that ran would fail its import here
     empty = tmp_path / "empty"
     empty.mkdir()
     ok = Experiment("ok", "An experiment", "initnorm.coord_check", [f"--from={empty}"], [], compare.deck_7d_depth,
