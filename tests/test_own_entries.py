@@ -18,7 +18,8 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.instruments.coord import verdict
 from initnorm.models.build import build_model
-from tests.conftest import ROOT, compose_cfg, run_cli
+from tests._trest import compose
+from tests.conftest import ROOT, run_cli
 
 OWN_PARAM = "tests.own_param:mup_lr_power"
 OWN = ["model=wide_mlp", "data=char_windows", "model.family=tests.own_family:FAMILY", "+model.residual=true", "param=mup", "width=128"]
@@ -27,7 +28,7 @@ SHORT = ["steps=6", "trainer.val_check_interval=3", "log_every=2", "callbacks=no
 
 
 def checked(*overrides):
-    return validate(to_plain(compose_cfg(*overrides)))
+    return validate(to_plain(compose(*overrides)))
 
 
 def test_own_family_and_table_train_from_the_command_line(tmp_path):
@@ -41,9 +42,9 @@ def test_own_family_and_table_train_from_the_command_line(tmp_path):
 
 
 def test_own_table_is_mup_at_its_default_and_its_key_changes_training(tmp_path):
-    mup = train(compose_cfg(*OWN, *SHORT), tmp_path / "mup")["val_history"]
-    own = train(compose_cfg(*OWN, f"param.name={OWN_PARAM}", *SHORT), tmp_path / "own")["val_history"]
-    half = train(compose_cfg(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT), tmp_path / "half")["val_history"]
+    mup = train(compose(*OWN, *SHORT), tmp_path / "mup")["val_history"]
+    own = train(compose(*OWN, f"param.name={OWN_PARAM}", *SHORT), tmp_path / "own")["val_history"]
+    half = train(compose(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT), tmp_path / "half")["val_history"]
     assert own == mup  # lr_power 1: µP's table, bit for bit, through the user's own family
     assert half != mup
 
