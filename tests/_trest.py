@@ -2,9 +2,10 @@
 
 A subprocess spends most of its time importing torch and Lightning; where what the command writes or prints is
 what a test checks (not its exit as a process), the command's own ``main`` runs here instead. Everything such a
-run touches in this process is put back afterwards: ``sys.argv``, the working folder, the environment, the
-signal handlers, Hydra's global state, the logging handlers and levels (Hydra configures logging for its jobs)
-and the warning filters (``console.quiet``).
+run touches in this process is put back afterwards: ``sys.argv``, the working folder, the environment, the signal
+handlers, Hydra's global state and its HydraConfig (a job's config stays set after Hydra's run: a later ``train()`` in
+this process would take itself for that sweep's job), the logging handlers and levels (Hydra configures logging for its
+jobs) and the warning filters (``console.quiet``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 
-_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCONT)]
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGCONT)
 
 
 @dataclass
@@ -42,10 +44,12 @@ def restored() -> Iterator[None]:
     loggers = {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
                for name, lg in [("", logging.getLogger()), *logging.root.manager.loggerDict.items()] if isinstance(lg, logging.Logger)}
     filters = list(warnings.filters)
+    hydra_config = HydraConfig.instance().cfg
     try:
         yield
     finally:
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = hydra_config
         sys.argv[:] = argv
         os.chdir(cwd)
         os.environ.clear()
