@@ -13,7 +13,7 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.instruments.coord import coord_check, fixed_windows
 from initnorm.training.tasks import TASKS
-from tests.conftest import compose_cfg
+from tests._trest import compose
 from tests.test_own_model import GPT
 
 NANOGPT = {"width_arg": "n_embd", "depth": 2, "depth_arg": "n_layer", "blocks": "h", "attn_mult_attr": "attn_mult", "n_head": 2,
@@ -35,7 +35,7 @@ def test_the_same_numbers_verdict_and_figure_as_the_command(tmp_path, capsys):
     with (tmp_path / "cli" / "coord.csv").open() as f:
         theirs = {(int(r["width"]), r["param"], int(r["step"]), r["layer"], r["role"]): float(r["value"]) for r in csv.DictReader(f)}
 
-    c = schema.check(to_plain(compose_cfg(*overrides, "experiment=coord_check")))  # each of the command's jobs: its data
+    c = schema.check(to_plain(compose(*overrides, "experiment=coord_check")))  # each of the command's jobs: its data
     data = TASKS.get("char_lm").make_data(c)
     data.setup("fit")
     report = coord_check(Net, data.train_dataloader(), next_token_loss, widths=[16, 64], steps=3, inputs=fixed_windows(data, 16),
@@ -52,7 +52,7 @@ def test_the_same_numbers_verdict_and_figure_as_the_command(tmp_path, capsys):
 def test_batches_inputs_and_keywords_it_refuses():
     from examples.nanogpt import GPT as Net
 
-    c = schema.check(to_plain(compose_cfg(*GPT, "batch_size=4")))
+    c = schema.check(to_plain(compose(*GPT, "batch_size=4")))
     data = TASKS.get("char_lm").make_data(c)
     data.setup("fit")
     two = [b for _, b in zip(range(2), data.train_dataloader())]

@@ -13,14 +13,14 @@ from initnorm.config import to_plain
 from initnorm.models.decoder import Decoder
 from initnorm.training.fit import Member, assemble, fit
 from initnorm.training.resume import checkpoint_path
-from tests.conftest import compose_cfg
+from tests._trest import compose
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
 SHORT = ["steps=12", "trainer.val_check_interval=4", "checkpoint.every_n_steps=0", "width=8", "depth=1", *QUIET]
 
 
 def members(tmp_path, *variants, shared=SHORT):
-    return [Member(to_plain(compose_cfg(*shared, *v)), tmp_path / f"m{i}") for i, v in enumerate(variants)]
+    return [Member(to_plain(compose(*shared, *v)), tmp_path / f"m{i}") for i, v in enumerate(variants)]
 
 
 @pytest.mark.parametrize("E", [1, 3])
@@ -199,7 +199,7 @@ def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_pat
 def test_a_members_train_log_ends_on_the_loss_the_sweeps_table_scores(tmp_path):
     """Issue 36: the done line names the loss the table scores (the chapter's training tail under mup_mlp_sweep); the
     member's train.log said 'final validation loss' beside it, another number."""
-    cfg = compose_cfg("experiment=mup_mlp_sweep", "steps=12", "width=16", "batch_size=8", "summary.tail_steps=5",
+    cfg = compose("experiment=mup_mlp_sweep", "steps=12", "width=16", "batch_size=8", "summary.tail_steps=5",
                       "checkpoint.every_n_steps=0", *QUIET)
     m = Member(to_plain(cfg), tmp_path / "m")
     r = fit([m])[0]

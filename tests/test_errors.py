@@ -13,6 +13,7 @@ import pytest
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.train import main as cli
 from initnorm.errors import ConfigError
+from tests._trest import run_train
 from tests.conftest import TINY, run_cli
 
 MLP = ["model=char_mlp", "data=char_windows"]
@@ -94,15 +95,16 @@ def test_no_corpus_and_no_network(tmp_path, monkeypatch):
 
 
 def test_cli_exit_status_one_line_no_traceback(tmp_path):
-    """Through the real command: an unknown group option (Hydra's composition), and a bad value in
-    one job of a sweep (nothing trains: no job folder appears)."""
+    """Through the real command, as a process (its exit status and all it prints are the point): an unknown group
+    option (Hydra's composition). A bad value in one job of a sweep goes through the command's main in this process
+    (tests/_trest.py): the same exit status and line, and nothing trains (no job folder appears)."""
     unknown = run_cli("init=xavir", *TINY, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()]
     assert unknown.stderr.startswith("error: unknown option init='xavir'; known: custom, gpt2,")
     assert "Traceback" not in unknown.stderr + unknown.stdout and not (tmp_path / "run").exists()
 
-    sweep = run_cli("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    sweep = run_train("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
     assert sweep.stderr.strip() == "error: job lr=0 seed=1: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`"
     assert not (tmp_path / "sweep").exists()  # checked before Hydra made any job folder

@@ -13,7 +13,7 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.models.init_check import check_built, mismatch
 from initnorm.training.tasks import TASKS
-from tests.conftest import compose_cfg
+from tests._trest import compose
 from tests.test_own_model import GPT
 
 
@@ -40,7 +40,7 @@ LATE = ["model=custom", "model._target_=tests.test_init_check.LateReset", "param
 
 
 def checked(*overrides: str) -> None:
-    c = schema.check(to_plain(compose_cfg(*overrides)))
+    c = schema.check(to_plain(compose(*overrides)))
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     torch.manual_seed(0)
     built = build_model(c["model"], c["init"], c["param"], data.vocab_size)
@@ -56,11 +56,11 @@ def test_a_readout_reinitialised_after_initnorm_is_one_line_before_training(tmp_
     line = (r"LateReset's initial values do not follow param=mup with init=normal at width 256: head.weight \(readout: std 0.1 "
             r"where the rule draws 0.02\); .*`model.check_init=false`")
     with pytest.raises(ConfigError, match=line) as err:
-        train(compose_cfg(*LATE), tmp_path / "alone")
+        train(compose(*LATE), tmp_path / "alone")
     assert "\n" not in str(err.value) and "hidden.weight" not in str(err.value)  # only the parameter that is off
     assert not list(tmp_path.rglob("events.out.tfevents*"))  # before training: nothing logged
     with pytest.raises(ConfigError, match=line):  # each member of a vectorised group, before it is stacked
-        assemble([Member(to_plain(compose_cfg(*LATE, f"seed={s}")), tmp_path / f"member{s}") for s in (1, 2)])
+        assemble([Member(to_plain(compose(*LATE, f"seed={s}")), tmp_path / f"member{s}") for s in (1, 2)])
     checked(*LATE, "model.check_init=false")  # kept knowingly
 
 

@@ -37,7 +37,7 @@ from initnorm.config import to_plain
 from initnorm.models.build import build_model
 from initnorm.nn.roles import HIDDEN_ROLES, Role
 from initnorm.training.optim import make_optimizer
-from tests.conftest import compose_cfg
+from tests._trest import compose
 
 VOCAB = 28
 BASE = 16
@@ -45,7 +45,7 @@ WIDTHS = (16, 64, 256)
 
 
 def ours(width: int, *overrides: str):
-    c = to_plain(compose_cfg(f"width={width}", "param=mup", "param.scale_eps=false", *overrides))
+    c = to_plain(compose(f"width={width}", "param=mup", "param.scale_eps=false", *overrides))
     torch.manual_seed(0)
     return build_model(c["model"], c["init"], c["param"], VOCAB), c
 
@@ -54,7 +54,7 @@ def reference(width: int, built) -> torch.nn.Module:
     """The same Decoder under param=sp, with MuReadout, 1/d attention by hand and mup's base shapes."""
 
     def plain(w):
-        c = to_plain(compose_cfg(f"width={w}", "param=sp"))
+        c = to_plain(compose(f"width={w}", "param=sp"))
         model = build_model(c["model"], c["init"], c["param"], VOCAB).model
         model.head = mup.MuReadout(w, VOCAB, bias=False)
         for block in model.blocks:
@@ -184,7 +184,7 @@ def test_the_default_scaled_eps_is_muadamw_on_gradients_m_times_larger(width):
     with ε/m must be MuAdamW's, with its fixed ε, on the loss times m: the rule is what keeps ε at
     the same size against the gradient as at the base width. m is a power of two, so scaling the
     loss scales every gradient exactly."""
-    c = to_plain(compose_cfg(f"width={width}", "param=mup"))
+    c = to_plain(compose(f"width={width}", "param=mup"))
     assert c["param"]["scale_eps"] is True  # the default this test is about
     torch.manual_seed(0)
     built = build_model(c["model"], c["init"], c["param"], VOCAB)

@@ -11,7 +11,7 @@ from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training.tasks import TASKS
-from tests.conftest import compose_cfg
+from tests._trest import compose
 from tests.test_own_model import GPT
 
 DATA = ["data=custom", "data._target_=tests.own_data.Tokens", "+data.vocab=13"]
@@ -20,7 +20,7 @@ TINY = ["steps=6", "trainer.val_check_interval=3", "log_every=1", "trainer.enabl
 
 
 def made(*overrides: str):
-    c = schema.check(to_plain(compose_cfg(*GPT, *DATA, *overrides)))
+    c = schema.check(to_plain(compose(*GPT, *DATA, *overrides)))
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     data.setup("fit")
     return c, data
@@ -50,9 +50,9 @@ def test_a_job_and_a_stacked_group_train_on_it(tmp_path):
     from initnorm.cli.train import train
     from initnorm.training.fit import Member, fit
 
-    alone = train(compose_cfg(*GPT, *DATA, *TINY), tmp_path / "alone")
+    alone = train(compose(*GPT, *DATA, *TINY), tmp_path / "alone")
     assert alone["status"] == "finished" and math.isfinite(alone["final_val_loss"])
-    members = [Member(to_plain(compose_cfg(*GPT, *DATA, *TINY, f"seed={s}")), tmp_path / f"m{s}") for s in (1, 2)]
+    members = [Member(to_plain(compose(*GPT, *DATA, *TINY, f"seed={s}")), tmp_path / f"m{s}") for s in (1, 2)]
     group = fit(members)
     assert group[0]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)  # seed 1 in a group, as alone
 
@@ -63,12 +63,12 @@ def test_what_is_wrong_with_it_is_one_line():
     with pytest.raises(ConfigError, match=r"refused its arguments .*fix them with `data.<argument>=...`"):
         made("+data.colour=blue")
     with pytest.raises(ConfigError, match=r"data._target_ is not a key .*`data=custom data._target_=mypkg.data.MyData`"):
-        schema.check(to_plain(compose_cfg(*GPT, "+data._target_=tests.own_data.Tokens")))
+        schema.check(to_plain(compose(*GPT, "+data._target_=tests.own_data.Tokens")))
 
 
 def test_a_task_of_ones_own_is_named_by_its_dotted_path():
-    c = schema.check(to_plain(compose_cfg(*GPT, "data.kind=tests.own_data:TOKENS")))
+    c = schema.check(to_plain(compose(*GPT, "data.kind=tests.own_data:TOKENS")))
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     assert type(data).__name__ == "Tokens" and data.context == c["data"]["context"]
     with pytest.raises(ConfigError, match=r"^data.kind='tests.own_data:Tokens': tests.own_data has no Task 'Tokens'"):
-        schema.check(to_plain(compose_cfg(*GPT, "data.kind=tests.own_data:Tokens")))
+        schema.check(to_plain(compose(*GPT, "data.kind=tests.own_data:Tokens")))

@@ -1,6 +1,6 @@
 """A new parameterisation and a new model family are one file each (tests/own_param.py,
 tests/own_family.py), outside the package, named by dotted path: trained through `python -m
-initnorm.train` and through a composed config, their own config keys known to the schema (and
+initnorm.train` (its main, in this process) and through a composed config, their own config keys known to the schema (and
 every other key refused), the coordinate check judging them by their declared kind; init schemes
 and norms take dotted paths too, and every registry says in one line what it knows."""
 
@@ -18,7 +18,8 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.instruments.coord import verdict
 from initnorm.models.build import build_model
-from tests.conftest import ROOT, compose_cfg, run_cli
+from tests._trest import compose, run_train
+from tests.conftest import ROOT
 
 OWN_PARAM = "tests.own_param:mup_lr_power"
 OWN = ["model=wide_mlp", "data=char_windows", "model.family=tests.own_family:FAMILY", "+model.residual=true", "param=mup", "width=128"]
@@ -27,12 +28,13 @@ SHORT = ["steps=6", "trainer.val_check_interval=3", "log_every=2", "callbacks=no
 
 
 def checked(*overrides):
-    return validate(to_plain(compose_cfg(*overrides)))
+    return validate(to_plain(compose(*overrides)))
 
 
 def test_own_family_and_table_train_from_the_command_line(tmp_path):
     run = tmp_path / "run"
-    p = run_cli(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT, f"hydra.run.dir={run}", cwd=ROOT)
+    # the command's main, its checks and Hydra's run, in this process (tests/_trest.py; a process spent seconds importing torch)
+    p = run_train(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT, f"hydra.run.dir={run}", cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     metrics = json.loads((run / "metrics.json").read_text())
     assert math.isfinite(metrics["final_val_loss"])
@@ -41,9 +43,9 @@ def test_own_family_and_table_train_from_the_command_line(tmp_path):
 
 
 def test_own_table_is_mup_at_its_default_and_its_key_changes_training(tmp_path):
-    mup = train(compose_cfg(*OWN, *SHORT), tmp_path / "mup")["val_history"]
-    own = train(compose_cfg(*OWN, f"param.name={OWN_PARAM}", *SHORT), tmp_path / "own")["val_history"]
-    half = train(compose_cfg(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT), tmp_path / "half")["val_history"]
+    mup = train(compose(*OWN, *SHORT), tmp_path / "mup")["val_history"]
+    own = train(compose(*OWN, f"param.name={OWN_PARAM}", *SHORT), tmp_path / "own")["val_history"]
+    half = train(compose(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT), tmp_path / "half")["val_history"]
     assert own == mup  # lr_power 1: µP's table, bit for bit, through the user's own family
     assert half != mup
 

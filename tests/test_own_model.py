@@ -17,7 +17,7 @@ from initnorm.models.build import build_model
 from initnorm.models.own import logits_of
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
-from tests.conftest import compose_cfg
+from tests._trest import compose
 
 VOCAB = 28
 GPT = ["model=custom", "model._target_=examples.nanogpt.GPT", "model.width_arg=n_embd", "model.depth_arg=n_layer",
@@ -30,7 +30,7 @@ HF_GPT2 = ["model=custom", "model._target_=examples.hf_gpt2.gpt2", "model.width_
 
 
 def config(*overrides: str, model: list[str] = GPT) -> dict:
-    return schema.check(to_plain(compose_cfg(*model, *overrides)))
+    return schema.check(to_plain(compose(*model, *overrides)))
 
 
 def built(width: int, *overrides: str, seed: int = 0, model: list[str] = GPT):
@@ -161,7 +161,7 @@ class Odd(nn.Module):
 
 def test_transposed_layout_and_refusals():
     odd = ["model=custom", "model._target_=tests.test_own_model.Odd", "model.width_arg=width", "init=he", "param=mup", "width=256"]
-    c = schema.check(to_plain(compose_cfg(*odd)))
+    c = schema.check(to_plain(compose(*odd)))
     torch.manual_seed(0)
     b = build_model(c["model"], c["init"], c["param"], VOCAB)
     assert (b.roles["up.weight"], b.roles["out.weight"]) == (Role.HIDDEN, Role.READOUT)
@@ -182,7 +182,7 @@ def test_a_custom_run_trains_with_the_instruments_and_writes_its_roles(tmp_path)
 
     from initnorm.cli.train import train
 
-    cfg = compose_cfg(*GPT, "param=mup", "width=32", "steps=10", "trainer.val_check_interval=10", "data.val_batch_size=64",
+    cfg = compose(*GPT, "param=mup", "width=32", "steps=10", "trainer.val_check_interval=10", "data.val_batch_size=64",
                       "callbacks.stats.every_n_steps=5", "callbacks.diagnostics.every_n_steps=5", "trainer.enable_progress_bar=false")
     metrics = train(cfg, tmp_path)
     assert math.isfinite(metrics["final_val_loss"])
@@ -220,7 +220,7 @@ def test_depth_rules_on_marked_branch_outputs():
 
 def test_a_classifier_of_ones_own_on_the_clusters():
     """The classification task: the first layer reads the data (input), the last writes the classes (readout)."""
-    c = schema.check(to_plain(compose_cfg("model=custom", "model._target_=examples.mlp.TwoLayerMLP", "model.vocab_arg=n_classes",
+    c = schema.check(to_plain(compose("model=custom", "model._target_=examples.mlp.TwoLayerMLP", "model.vocab_arg=n_classes",
                                           "+model.d_in=32", "data=clusters", "param=mup", "width=256", "model.base_width=64")))
     b = build_model(c["model"], c["init"], c["param"], 8)
     assert b.roles == {"fc.weight": Role.INPUT, "fc.bias": Role.BIAS, "out.weight": Role.READOUT, "out.bias": Role.READOUT_BIAS}
@@ -241,7 +241,7 @@ def test_the_preflight_refuses_before_any_folder_exists(tmp_path):
 def test_the_diagnostics_read_a_transposed_weight_as_the_map_it_applies():
     from initnorm.instruments.diagnostics.callback import fans
 
-    c = schema.check(to_plain(compose_cfg("model=custom", "model._target_=tests.test_own_model.Odd", "model.width_arg=width", "width=64")))
+    c = schema.check(to_plain(compose("model=custom", "model._target_=tests.test_own_model.Odd", "model.width_arg=width", "width=64")))
     b = build_model(c["model"], c["init"], c["param"], VOCAB)
     assert fans(b.model)["up.weight"] == (192, 64) and fans(b.model)["out.weight"] == (VOCAB, 192)  # (fan_out, fan_in)
 

@@ -1,9 +1,9 @@
 """The package ships everything a user of a wheel needs: every module and the configs.
 
 Builds a wheel of this checkout, installs it into a fresh virtual environment outside the checkout
-(the environment borrows the test environment's installed dependencies through a ``.pth`` path,
-so nothing is downloaded), and trains five steps from another folder with ``python -m`` and with
-the console script.
+(the environment borrows the test environment's installed dependencies, minus the launchers extra, through a
+``.pth`` path, so nothing is downloaded), and trains three steps from another folder with ``python -m`` and with
+the console script; a sweep on a launcher that needs the extra is one line naming it.
 """
 
 from __future__ import annotations
@@ -50,29 +50,6 @@ def fresh_venv(tmp_path: Path) -> tuple[Path, str]:
     return python, site
 
 
-def test_installed_wheel_trains_from_another_folder(wheel, tmp_path):
-    python, site = fresh_venv(tmp_path)
-    # The dependencies (torch, lightning, hydra ...) come from the test environment, after the venv's own packages.
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True,
-                             text=True, timeout=300, env=env)
-    assert install.returncode == 0, install.stderr[-2000:]
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work,
-                           capture_output=True, text=True, env=env)
-    assert where.stdout.strip().startswith(site), where.stdout + where.stderr
-    for command in ([str(python), "-m", "initnorm.train"], [str(python.parent / "initnorm-train")]):
-        run = subprocess.run(
-            [*command, "steps=5", "callbacks=none", "trainer.enable_progress_bar=false",
-             f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
-            cwd=work, capture_output=True, text=True, timeout=600, env=env,
-        )
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-        assert "final validation loss" in run.stdout
-
-
 EXTRAS = ("joblib", "submitit", "hydra_joblib_launcher", "hydra_submitit_launcher")  # what `initnorm[launchers]` adds
 
 
@@ -95,29 +72,65 @@ def site_without_extras(folder: Path) -> Path:
     return folder
 
 
-def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(wheel, tmp_path):
-    python, site = fresh_venv(tmp_path)
-    Path(site, "deps.pth").write_text(f"{site_without_extras(tmp_path / 'base')}\n")
+@pytest.fixture(scope="module")
+def plain_install(wheel, tmp_path_factory):
+    """The wheel installed by the venv's own ``pip install`` (its console script too) into a fresh venv whose dependencies
+    are the test environment's minus the launchers extra (a ``.pth`` path: nothing is downloaded), once for both tests
+    (each made its own venv and install, and both trained with ``python -m``); and a folder outside the checkout."""
+    tmp = tmp_path_factory.mktemp("plain")
+    python, site = fresh_venv(tmp)
+    Path(site, "deps.pth").write_text(f"{site_without_extras(tmp / 'base')}\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", site, str(wheel)],
-                             capture_output=True, text=True, timeout=300, env=env)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True,
+                             text=True, timeout=300, env=env)
     assert install.returncode == 0, install.stderr[-2000:]
-    work = tmp_path / "elsewhere"
+    work = tmp / "elsewhere"
     work.mkdir()
+    return python, site, work, env
+
+
+def train_from(work: Path, env: dict, *command: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*command, "steps=3", "callbacks=none", "trainer.enable_progress_bar=false",
+                           f"hydra.run.dir={work / command[-1].replace('/', '_')}"],
+                          cwd=work, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_installed_wheel_trains_from_another_folder(plain_install):
+    """The installed package is the one imported there, and its console script trains (``python -m initnorm.train``
+    trains from the same folder in the next test)."""
+    python, site, work, env = plain_install
+    where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work,
+                           capture_output=True, text=True, env=env)
+    assert where.stdout.strip().startswith(site), where.stdout + where.stderr
+    run = train_from(work, env, str(python.parent / "initnorm-train"))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "final validation loss" in run.stdout
+
+
+def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(plain_install):
+    python, _, work, env = plain_install
     missing = subprocess.run([str(python), "-c", "import joblib"], capture_output=True, text=True, env=env)
     assert missing.returncode == 1 and "No module named 'joblib'" in missing.stderr  # the extra is not there
-    run = subprocess.run([str(python), "-m", "initnorm.train", "steps=3", "callbacks=none", "trainer.enable_progress_bar=false",
-                          f"hydra.run.dir={work / 'one'}"],
-                         cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    run = train_from(work, env, str(python), "-m", "initnorm.train")
     assert run.returncode == 0 and "final validation loss" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     assert "Traceback" not in run.stderr and "Error importing" not in run.stderr, run.stderr[-2000:]
-    for launcher in ("slurm", "local_parallel", "vectorized"):
-        sweep = subprocess.run([str(python), "-m", "initnorm.train", "-m", "seed=1,2", "steps=3", f"hydra/launcher={launcher}",
-                                f"hydra.sweep.dir={work / launcher}"],
-                               cwd=work, capture_output=True, text=True, timeout=600, env=env)
-        lines = sweep.stderr.strip().splitlines()
-        assert sweep.returncode == 2 and len(lines) == 1, sweep.stderr[-2000:]
-        assert "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweep.stderr[-2000:]
+    # The three launchers' sweeps: `python -m initnorm.train` is `initnorm.train.main()`, run here three times in one process
+    # of the installed package (three processes spent ~7 s of CPU each importing torch), each exit and stderr told apart.
+    launchers = ("slurm", "local_parallel", "vectorized")
+    code = ("import sys\nfrom initnorm.train import main\n"
+            f"for launcher in {launchers!r}:\n"
+            "    sys.argv = ['initnorm.train', '-m', 'seed=1,2', 'steps=3', 'hydra/launcher=' + launcher,\n"
+            f"                'hydra.sweep.dir={work}/' + launcher]\n"
+            "    try:\n        main()\n        code = 0\n    except SystemExit as exc:\n        code = exc.code\n"
+            "    print('exit', launcher, code, flush=True)\n    print('-- end of', launcher, file=sys.stderr, flush=True)\n")
+    sweeps = subprocess.run([str(python), "-c", code], cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    exits = [line for line in sweeps.stdout.splitlines() if line.startswith("exit ")]
+    assert sweeps.returncode == 0 and exits == [f"exit {name} 2" for name in launchers], sweeps.stdout[-2000:]
+    errs = sweeps.stderr.split("-- end of ")
+    for launcher, err in zip(launchers, [errs[0], *(e.partition("\n")[2] for e in errs[1:-1])]):
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, sweeps.stderr[-2000:]
+        assert "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweeps.stderr[-2000:]
 
 
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch):

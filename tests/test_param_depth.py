@@ -13,7 +13,8 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.training.optim import make_optimizer
-from tests.conftest import TINY, compose_cfg
+from tests._trest import compose
+from tests.conftest import TINY
 
 VOCAB = 28
 LR, WD, EPS = 0.01, 0.1, 1e-8
@@ -58,7 +59,7 @@ FORWARD = {"sp": lambda m, l: (1, 1), "mup": lambda m, l: (1, 1 / m), "depth_mup
 
 
 def built(*overrides):
-    c = to_plain(compose_cfg(*overrides))
+    c = to_plain(compose(*overrides))
     validate(c)
     torch.manual_seed(0)
     return build_model(c["model"], c["init"], c["param"], VOCAB), c
@@ -125,9 +126,9 @@ def test_branch_multiplier_scales_the_branch_in_the_forward_pass():
 
 
 def test_depth_variants_are_mup_at_the_base_depth_and_sp_at_the_base_shape(tmp_path):
-    runs = {p: train(compose_cfg(*TINY, f"param={p}", "width=32"), tmp_path / p)["val_history"] for p in ("mup", "depth_mup", "completep")}
+    runs = {p: train(compose(*TINY, f"param={p}", "width=32"), tmp_path / p)["val_history"] for p in ("mup", "depth_mup", "completep")}
     assert runs["mup"] == runs["depth_mup"] == runs["completep"]  # depth 2 = base depth, width 32 = 2 x base
-    base = {p: train(compose_cfg(*TINY, f"param={p}"), tmp_path / f"base_{p}")["val_history"] for p in ("sp", "completep")}
+    base = {p: train(compose(*TINY, f"param={p}"), tmp_path / f"base_{p}")["val_history"] for p in ("sp", "completep")}
     assert base["sp"] == base["completep"]  # width 16, depth 2: every multiplier is 1
 
 
@@ -166,7 +167,7 @@ def test_gpt2_init_counts_depth_once_under_a_depth_table(param):
     under SP the scheme keeps reading the model's own depth."""
     def branch_std(*overrides):
         torch.manual_seed(0)
-        c = to_plain(compose_cfg("width=64", *overrides))
+        c = to_plain(compose("width=64", *overrides))
         w = dict(build_model(c["model"], c["init"], c["param"], VOCAB).model.named_parameters())[PARAMS["o"]]
         return w.std().item()
 
@@ -186,7 +187,7 @@ class OneRateForAll(L.Callback):
 
 def test_a_callback_that_sets_one_rate_for_every_group_is_one_line(tmp_path):
     flat = "+callbacks.flat._target_=tests.test_param_depth.OneRateForAll"
-    cfg = compose_cfg(*TINY, "param=mup", "width=64", "lr=0.01", "warmup=0", flat)
+    cfg = compose(*TINY, "param=mup", "width=64", "lr=0.01", "warmup=0", flat)
     with pytest.raises(ConfigError) as err:
         train(cfg, tmp_path)
     says = str(err.value)

@@ -20,7 +20,7 @@ from initnorm.models.parameterize import parameterize
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
 from initnorm.training.tasks import TASKS
-from tests.conftest import compose_cfg
+from tests._trest import compose
 from tests.test_own_model import GPT, VOCAB
 
 # examples/nanogpt.py as initnorm-train's overrides name it (tests/test_own_model.GPT) and as parameterize's keywords do
@@ -53,7 +53,7 @@ def test_a_plain_loop_on_its_groups_is_initnorm_train_bit_for_bit(tmp_path, monk
 
     built, real = [], fit.build_model
     monkeypatch.setattr(fit, "build_model", lambda *a: built.append(real(*a)) or built[-1])  # the job's own module, trained
-    cfg = compose_cfg(*JOB)
+    cfg = compose(*JOB)
     train(cfg, tmp_path)
     events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0}).Reload()
     theirs = [e.value for e in events.Scalars("Loss/train")]
@@ -81,7 +81,7 @@ def test_a_plain_loop_on_its_groups_is_initnorm_train_bit_for_bit(tmp_path, monk
 
 def test_build_model_is_parameterize_of_the_config():
     """The Decoder family by its name and keywords, and initnorm-train's call with the composed nodes: one model."""
-    c = schema.check(to_plain(compose_cfg("param=depth_mup", "width=32", "depth=4")))
+    c = schema.check(to_plain(compose("param=depth_mup", "width=32", "depth=4")))
     torch.manual_seed(0)
     ref = build_model(c["model"], c["init"], c["param"], VOCAB)
     m = c["model"]
@@ -151,7 +151,7 @@ def test_refusals_are_the_command_lines_lines():
 def test_an_init_that_ignores_the_table_is_the_command_lines_line():
     from tests.test_init_check import LATE, LateReset
 
-    c = schema.check(to_plain(compose_cfg(*LATE)))
+    c = schema.check(to_plain(compose(*LATE)))
     data = TASKS.get(c["data"]["kind"]).make_data(c)
     torch.manual_seed(0)
     cli = refusal(lambda: check_built(build_model(c["model"], c["init"], c["param"], data.vocab_size), c, data))

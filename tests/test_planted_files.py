@@ -271,11 +271,11 @@ def mlflow_job(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     from initnorm.config import to_plain
     from initnorm.training import trackers
-    from tests.conftest import compose_cfg
+    from tests._trest import compose
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
-    node = to_plain(compose_cfg("logger=mlflow", f"logger.mlflow.tracking_uri={uri}"))["logger"]
+    node = to_plain(compose("logger=mlflow", f"logger.mlflow.tracking_uri={uri}"))["logger"]
     victim = trackers.make(node, tmp_path / "other", "seed=1")
     for writer in trackers.writers(victim):
         writer.add_scalar("Loss/train", 1.0, 1)

@@ -4,7 +4,8 @@ import pytest
 
 from initnorm import schema
 from initnorm.errors import ConfigError
-from tests.conftest import ROOT, compose_cfg
+from tests._trest import compose
+from tests.conftest import ROOT
 
 PRESETS = [[], ["experiment=deep_mlp_train"], ["experiment=mup_mlp_sweep"], ["experiment=regularization"], ["experiment=coord_check"],
            ["experiment=mup_sweep_wide"], ["experiment=norm_warmup"], ["experiment=norm_type"], ["data=shakespeare"], ["param=mup"],
@@ -64,7 +65,7 @@ def test_every_shipped_config_passes(overrides):
 def schema_input(overrides):
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(compose_cfg(*overrides), resolve=True)
+    return OmegaConf.to_container(compose(*overrides), resolve=True)
 
 
 @pytest.mark.parametrize("overrides,says", BAD, ids=lambda x: " ".join(x) if isinstance(x, list) else None)

@@ -301,15 +301,17 @@ def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_sweep(tmp_path_factory):
-    from tests.conftest import run_cli
+    """The sweep command run in this process (tests/_trest.run_train: the command's main, its checks and Hydra's multirun;
+    a subprocess spent its first seconds importing torch), with everything it changes in the process put back."""
+    from tests._trest import run_train
 
     tmp = tmp_path_factory.mktemp("transfer")
     sweep = tmp / "sweep"
     # 12 jobs: the fewest that fill every column (two widths, three rates for a parabola, two seeds for an interval)
-    proc = run_cli("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
-                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false",
-                   "checkpoint.every_n_steps=0",
-                   "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
+    proc = run_train("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
+                     "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false",
+                     "checkpoint.every_n_steps=0",
+                     "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (tmp / "stdout.txt").write_text(proc.stdout)
     return sweep
@@ -332,19 +334,26 @@ def test_transfer_table_of_a_small_real_sweep_has_every_column(small_sweep):
     assert "## Learning-rate transfer" in md and "- SP " in md
 
 
-def test_diagnose_command_names_layers_per_width(small_sweep):
-    from tests.conftest import run_cli
+def test_diagnose_command_names_layers_per_width(small_sweep, capsys):
+    from initnorm.cli.diagnose import main  # `python -m initnorm.diagnose` is `raise SystemExit(main())`
 
-    proc = run_cli(str(small_sweep), "--factor", "1.01", module="initnorm.diagnose", cwd=small_sweep)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "### SP at lr 2^" in proc.stdout and "- width 32:" in proc.stdout
-    assert (small_sweep / "diagnose.md").read_text().endswith(proc.stdout)
-    bad = run_cli(str(small_sweep), "--factor", "0.5", module="initnorm.diagnose", cwd=small_sweep)
-    assert bad.returncode == 2 and "--factor '0.5': a number above 1" in bad.stderr
+    def diagnose(*args):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's refusal of a bad option
+            code = stop.code
+        return code, *capsys.readouterr()
+
+    code, out, err = diagnose(str(small_sweep), "--factor", "1.01")
+    assert code == 0, err[-2000:]
+    assert "### SP at lr 2^" in out and "- width 32:" in out
+    assert (small_sweep / "diagnose.md").read_text().endswith(out)
+    code, _, err = diagnose(str(small_sweep), "--factor", "0.5")
+    assert code == 2 and "--factor '0.5': a number above 1" in err
     (one := small_sweep.parent / "one_job").mkdir(exist_ok=True)
     (one / "metrics.json").write_text((next(small_sweep.rglob("metrics.json"))).read_text())  # one job: no sweep
-    empty = run_cli(str(one), module="initnorm.diagnose", cwd=small_sweep)
-    assert empty.returncode == 2 and "holds no finished sweep over lr and width (or depth)" in empty.stderr
+    code, _, err = diagnose(str(one))
+    assert code == 2 and "holds no finished sweep over lr and width (or depth)" in err
 
 
 def test_the_other_axis_is_part_of_the_setting():

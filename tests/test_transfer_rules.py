@@ -9,11 +9,12 @@ from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.transfer.rules import parameter_count
-from tests.conftest import TINY, compose_cfg
+from tests._trest import compose
+from tests.conftest import TINY
 
 
 def resolved(*overrides: str) -> dict:
-    return schema.check(to_plain(compose_cfg(*overrides)))
+    return schema.check(to_plain(compose(*overrides)))
 
 
 @pytest.mark.parametrize("rule, factors", [("sqrt", {8: 0.5, 128: 2.0}), ("linear", {8: 0.25, 128: 4.0}), ("none", {8: 1.0, 128: 1.0})])
@@ -75,7 +76,7 @@ def test_the_weight_decay_timescale_held_in_iterations_fractions_of_the_run_and_
 
 
 def test_without_a_base_nothing_moves_and_a_resolved_config_resolves_to_itself():
-    plain = to_plain(compose_cfg("lr=0.01", "batch_size=128", "transfer.batch_rule=sqrt", "transfer.sde_betas=true"))
+    plain = to_plain(compose("lr=0.01", "batch_size=128", "transfer.batch_rule=sqrt", "transfer.sde_betas=true"))
     assert schema.check(plain)["lr"] == 0.01 and "applied" not in schema.check(plain)["transfer"]
     c = resolved("lr=0.01", "batch_size=128", "transfer.base.batch_size=32", "transfer.batch_rule=sqrt", "transfer.sde_betas=true",
                  "optim.weight_decay_rule=fraction", "transfer.base.steps=500", "steps=1000")
@@ -88,15 +89,15 @@ def test_a_job_trains_with_the_resolved_numbers_and_records_them(tmp_path):
     from initnorm.cli.jobinfo import hparams_of
     from initnorm.cli.train import train
 
-    carried = train(compose_cfg(*TINY, "steps=30", "lr=0.005", "batch_size=32", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt",
+    carried = train(compose(*TINY, "steps=30", "lr=0.005", "batch_size=32", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt",
                                 "optim.weight_decay_rule=fraction", "transfer.base.steps=120"), tmp_path / "carried")
     # 4x the batch: lr x 2; a quarter of the base's 120 steps at twice its rate: wd 0.01 x (1/2) x 4
     assert carried["resolved"]["lr"] == pytest.approx(0.01) and carried["resolved"]["weight_decay"] == pytest.approx(0.02)
     assert carried["resolved"]["applied"]["from"] == {"batch_size": 8, "steps": 120}
-    direct = train(compose_cfg(*TINY, "steps=30", f"lr={carried['resolved']['lr']!r}", "batch_size=32",
+    direct = train(compose(*TINY, "steps=30", f"lr={carried['resolved']['lr']!r}", "batch_size=32",
                                f"optim.weight_decay={carried['resolved']['weight_decay']!r}"), tmp_path / "direct")
     assert carried["val_history"] == direct["val_history"]  # the engine trained at the resolved numbers, to the last bit
-    hp = hparams_of(schema.check(to_plain(compose_cfg(*TINY, "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt"))),
+    hp = hparams_of(schema.check(to_plain(compose(*TINY, "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt"))),
                     {"lr": "0.005"})
     assert hp["lr"] == pytest.approx(0.01) and hp["lr_given"] == "0.005" and hp["weight_decay"] == 0.01 and hp["beta1"] == 0.9
 
@@ -105,7 +106,7 @@ def test_a_stacked_group_trains_its_members_with_the_resolved_numbers(tmp_path):
     from initnorm.training.fit import Member, fit
 
     def member(name, *overrides):  # as the vectorised launcher makes each member: its config checked, so resolved
-        return Member(schema.check(to_plain(compose_cfg(*TINY, "steps=12", *overrides))), tmp_path / name)
+        return Member(schema.check(to_plain(compose(*TINY, "steps=12", *overrides))), tmp_path / name)
 
     carried = fit([member(f"c{s}", f"seed={s}", "lr=0.005", "transfer.base.batch_size=8", "transfer.batch_rule=sqrt")
                            for s in (1, 2)])
