@@ -4,7 +4,8 @@ parallel sweep stands at the same step.
 
 ``run_here`` puts back everything the command touches: ``sys.argv``, the working folder, the environment, the stop-signal
 handlers and the recorded stop, Hydra's global state, every logger's level, handlers and flags, the warnings filters,
-torch's thread count and the command's own module state (its failed and stopped jobs, the latest job's folder)."""
+torch's thread count and the command's own module state (its failed and stopped jobs, the latest job's folder); the
+tracker runs the command left open (a stopped job's, which its process's exit would end) are ended."""
 
 from __future__ import annotations
 
@@ -51,13 +52,14 @@ def run_here(*args: str, cwd: Path) -> Ran:
     from initnorm.cli import signals as cli_signals
     from initnorm.cli import sweep
     from initnorm.cli.train import main
-    from initnorm.training import signals
+    from initnorm.training import signals, trackers
 
     handlers = {s: signal.getsignal(s) for s in signals.stop_signals()}
     argv, here, env, threads = list(sys.argv), os.getcwd(), dict(os.environ), torch.get_num_threads()
     logs = {lg: (lg.level, list(lg.handlers), lg.disabled, lg.propagate) for lg in _loggers()}
     disabled, filters, hydra_cfg = logging.root.manager.disable, list(warnings.filters), HydraConfig.instance().cfg
     kept = (list(sweep.FAILED_JOBS), list(sweep.STOPPED_JOBS), cli_signals.current_folder())
+    opened = set(trackers._OPEN)
     out, err, code = io.StringIO(), io.StringIO(), 0
     try:
         sys.argv = ["initnorm.train", *args]
@@ -72,6 +74,9 @@ def run_here(*args: str, cwd: Path) -> Ran:
             except BaseException:
                 traceback.print_exc()
                 code = 1
+            finally:  # what a process's exit ends: the tracker runs a stopped job (or one on a full disk) left open
+                for folder in set(trackers._OPEN) - opened:
+                    trackers.fail(folder)
     finally:
         sys.argv = argv
         os.chdir(here)
