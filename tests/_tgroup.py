@@ -61,10 +61,17 @@ def run_here(*args: str, cwd: Path) -> Ran:
     kept = (list(sweep.FAILED_JOBS), list(sweep.STOPPED_JOBS), cli_signals.current_folder())
     opened = set(trackers._OPEN)
     out, err, code = io.StringIO(), io.StringIO(), 0
+    # Handlers a library made at its import (Lightning's own, which does not propagate) hold the console stream of then:
+    # theirs too are what the command prints, to stdout or stderr as theirs was (a file's handler left alone).
+    consoles = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    streams = {h: h.stream for lg in _loggers() for h in lg.handlers
+               if isinstance(h, logging.StreamHandler) and any(h.stream is c for c in consoles)}
     try:
         sys.argv = ["initnorm.train", *args]
         os.chdir(cwd)
         signals.clear()
+        for h, stream in streams.items():
+            h.setStream(out if stream is consoles[0] or stream is consoles[2] else err)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 cli_signals.record_from_now()  # initnorm/train.py's first act
@@ -78,6 +85,8 @@ def run_here(*args: str, cwd: Path) -> Ran:
                 for folder in set(trackers._OPEN) - opened:
                     trackers.fail(folder)
     finally:
+        for h, stream in streams.items():
+            h.setStream(stream)
         sys.argv = argv
         os.chdir(here)
         os.environ.clear()
