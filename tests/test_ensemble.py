@@ -16,6 +16,7 @@ from initnorm.training.fit import Member, fit
 from initnorm.training.group import group_key, parameter_count
 from initnorm.training.optim import schedule_factor
 from initnorm.training.vec_optim import VecOptimizer
+from tests._tgroup import run_here
 from tests.conftest import compose_cfg, run_cli
 from tests.test_own_model import GPT
 
@@ -132,6 +133,7 @@ FAMILIES = {
 }
 # How the members of each family run: vmap where it runs and agrees with each member's own forward, else a loop.
 FORWARD = {"custom_gru": "loop", "char_mlp_dropout": "loop"}
+STEPS = 20  # every step's loss compared: the warmups (4, 10) end inside the run, and rounding has room to grow
 
 
 def _scalars(folder: Path, tag: str) -> list[float]:
@@ -151,7 +153,7 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
     from initnorm.cli.train import train
 
     shared, variants = FAMILIES[family]
-    base = [*shared, "steps=50", "checkpoint.every_n_steps=0", *QUIET]
+    base = [*shared, f"steps={STEPS}", "checkpoint.every_n_steps=0", *QUIET]
     members = [Member(to_plain(compose_cfg(*base, *v)), tmp_path / f"group{i}") for i, v in enumerate(variants)]
     assert len({group_key(m.cfg) for m in members}) == 1
     together = fit(members)
@@ -159,13 +161,13 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
     for i, v in enumerate(variants):
         alone = train(compose_cfg(*base, *v), tmp_path / f"alone{i}")
         a, b = _train_losses(tmp_path / f"alone{i}", alone), _train_losses(tmp_path / f"group{i}", together[i])
-        assert len(a) == len(b) == 50
+        assert len(a) == len(b) == STEPS
         if FORWARD.get(family) == "loop":  # each member's own module, its own kernels and random stream: bit for bit
             assert a == b and together[i]["final_val_loss"] == alone["final_val_loss"], family
         worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))  # vmap's batched kernels sum in another order
         assert worst < 1e-5, f"{family} member {v}: relative difference {worst:.2e}"
         assert together[i]["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-4)
-        assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == 50
+        assert together[i]["params"] == alone["params"] and together[i]["steps"] == alone["steps"] == STEPS
         assert (tmp_path / f"group{i}" / "roles.txt").is_file() == family.startswith("custom")  # as a job alone writes it
 
 
@@ -225,11 +227,12 @@ def test_resumed_group_ends_bit_for_bit_as_an_uninterrupted_one(tmp_path):
 
 
 def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
+    """The command, run in this process (its sequential engine: the folders and records are what is checked)."""
     args = ["-m", "norm=pre,post", "seed=1,2", "lr=0.01,0.02", "steps=20", "trainer.val_check_interval=10", "log_every=5",
             "trainer.enable_progress_bar=false",
             "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3",
             f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    proc = run_cli(*args, cwd=tmp_path)
+    proc = run_here(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     sweep = tmp_path / "sweep"
     metrics = sorted(sweep.rglob("metrics.json"))
@@ -250,14 +253,14 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
                    "eps_frac/", "sigma_w/", "sigma_dw/"):
         assert any(t.startswith(prefix) for t in tags), prefix
     # metrics.json: every key a job alone writes (the same record, training/record.py), and the group's own numbers
-    alone = run_cli("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
+    alone = run_here("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
                     f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
     assert alone.returncode == 0, alone.stderr[-2000:]
     alone_keys = set(json.loads((tmp_path / "alone" / "metrics.json").read_text()))
     assert all(set(r) == alone_keys for r in records), [sorted(set(r) ^ alone_keys) for r in records][:1]
     assert json.loads((tmp_path / "alone" / "metrics.json").read_text())["group"]["size"] == 1
     # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
-    again = run_cli(*args, cwd=tmp_path)
+    again = run_here(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]
 
 

@@ -1,9 +1,14 @@
 """A stacked group is trained by the one engine (Lightning's Trainer with the config's callbacks):
 stop signals end it as they end a job alone, every member resumes from its own checkpoint bit for
-bit, a job checkpointed in a group resumes under any launcher, and a user's own callback runs there."""
+bit, a job checkpointed in a group resumes alone and the other way round, and a user's own callback runs there.
+
+A process only where the process is the point (a stop signal reaching a sweep's workers; a full disk's one line from
+them); a sweep trained by its own process runs here, and what the engine computes from the folders a stop leaves (a group
+resumed, a job resumed alone) is ``fit`` and ``train`` here."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,15 +18,27 @@ from pathlib import Path
 import lightning as L
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from initnorm.config import to_plain
+from initnorm.training.fit import Member, fit
+from tests._tgroup import run_here
+from tests.conftest import ROOT, compose_cfg
 
-BASE = ["-m", "seed=1,2,3,4", "steps=40", "checkpoint.every_n_steps=10", "trainer.val_check_interval=10", "callbacks=none",
-        "trainer.enable_progress_bar=false", "hydra/launcher=vectorized", "hydra.launcher.max_group=2"]
+SHARED = ["steps=12", "checkpoint.every_n_steps=4", "trainer.val_check_interval=4", "callbacks=none", "trainer.enable_progress_bar=false"]
+GROUPS = ((1, 2), (3, 4))  # hydra.launcher.max_group=2 parts the sweep's four jobs in job order
+STOP = 6  # between two periodic checkpoints (4, 8): a resume from 6 is from the checkpoint the stop signal asked for
+BASE = ["-m", "seed=1,2,3,4", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.max_group=2"]
+# engine, signal, who receives it: a worker passing it to the sweep's process (which passes it on to the other worker),
+# the whole process group at once (every worker and the sweep's process), and the sweep's process training the group itself
+CASES = {"joblib-SIGTERM-parent": ("joblib", signal.SIGTERM, "parent"), "joblib-SIGINT-group": ("joblib", signal.SIGINT, "group"),
+         "sequential-SIGTERM-parent": ("sequential", signal.SIGTERM, "parent")}
+# By default the two cases that cover every engine, signal and target (a sweep started and stopped each); the third, a
+# stop passed on from the sweep's process to its workers, is covered at every phase by tests/test_signals.py's
+# local_parallel and vectorized launchers. INITNORM_TEST_FULL_MATRIX=1 runs all three.
+RUN = list(CASES) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else ["joblib-SIGINT-group", "sequential-SIGTERM-parent"]
 
 
-def stop_at(tmp_path: Path, step: int, signum: int, target: str) -> list[str]:
-    return ["+callbacks.kill._target_=tests.stop_at.StopAt", f"+callbacks.kill.step={step}", f"+callbacks.kill.signum={int(signum)}",
-            f"+callbacks.kill.marker={tmp_path / 'fired'}", f"+callbacks.kill.target={target}"]
+def members(seeds, folder_of, *extra: str) -> list[Member]:
+    return [Member(to_plain(compose_cfg(*SHARED, f"seed={s}", *extra)), folder_of(s)) for s in seeds]
 
 
 def finals(sweep: Path) -> dict[str, tuple[float, int]]:
@@ -41,37 +58,89 @@ def run_own_group(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
+    """Each job's final validation loss, its group of the sweep trained here without a stop."""
     tmp = tmp_path_factory.mktemp("whole")
-    proc = run_cli(*BASE, f"hydra.sweep.dir={tmp / 'sweep'}", cwd=tmp)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return {k: v[0] for k, v in finals(tmp / "sweep").items()}
+    return {f"seed={s}": r["final_val_loss"] for g in GROUPS for s, r in zip(g, fit(members(g, lambda s: tmp / f"seed={s}")))}
 
 
-@pytest.mark.parametrize("engine,signum,target", [("joblib", signal.SIGTERM, "parent"), ("joblib", signal.SIGINT, "group"),
-                                                  ("sequential", signal.SIGTERM, "parent")])
-def test_a_stop_signal_checkpoints_every_member_and_the_rerun_resumes_bit_for_bit(tmp_path, uninterrupted, engine, signum, target):
-    sweep = tmp_path / "sweep"
-    args = [*BASE, f"hydra.launcher.engine={engine}", f"hydra.sweep.dir={sweep}", *stop_at(tmp_path, 25, signum, target)]
-    started = time.time()
-    first = run_own_group(args, tmp_path)
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The sweep of ``case`` stopped by its signal at step STOP (run once per case and module): its folder, the finished
+    command, and the processes of it still alive once it returned (polled for up to 10 s)."""
+    runs = {}
+
+    def run(case: str) -> tuple[Path, subprocess.CompletedProcess, list[str]]:
+        if case not in runs:
+            engine, signum, target = CASES[case]
+            tmp = tmp_path_factory.mktemp(case)
+            sweep = tmp / "sweep"
+            parallel = ["hydra.launcher.n_jobs=2"] if engine == "joblib" else []  # both groups at once, whatever the cores
+            kill = ["+callbacks.kill._target_=tests._tgroup.StopWhenAll", f"+callbacks.kill.step={STOP}",
+                    f"+callbacks.kill.signum={int(signum)}", f"+callbacks.kill.marker={tmp / 'fired'}", f"+callbacks.kill.target={target}",
+                    f"+callbacks.kill.count={2 if engine == 'joblib' else 1}"]
+            args = [*BASE, f"hydra.launcher.engine={engine}", *parallel, f"hydra.sweep.dir={sweep}", *kill]
+            # The sequential engine trains in the sweep's own process: the command runs here, and the signal comes to this
+            # process, recorded by the command's handler while it runs (tests/_tgroup.py puts the test's back). Workers
+            # are processes of their own: the command too, in a process group of its own.
+            first = run_here(*args, cwd=tmp) if engine == "sequential" else run_own_group(args, tmp)
+            deadline = time.time() + 10  # the workers end within a second on a quiet machine; more under a parallel test run
+            while (left := subprocess.run(["pgrep", "-f", str(sweep)], capture_output=True, text=True).stdout.split()) and \
+                    time.time() < deadline:
+                time.sleep(0.05)
+            runs[case] = sweep, first, left
+        return runs[case]
+
+    return run
+
+
+def job_folders(sweep: Path) -> dict[int, Path]:
+    """Each seed's job folder in ``sweep``, beside the folders of the members that checkpointed."""
+    (root,) = {p.parents[2] for p in sweep.rglob("checkpoints/initnorm.ckpt")}
+    return {s: root / f"seed={s}" for g in GROUPS for s in g}
+
+
+@pytest.mark.parametrize("case", RUN)
+def test_a_stop_signal_checkpoints_every_member_and_each_group_resumes_bit_for_bit(tmp_path, stopped, uninterrupted, case):
+    """A real signal to the sweep's command (its exit status, its last lines, no process of it left); the folders it
+    leaves resumed here, each group as one ``fit``, as the command's rerun groups and trains them."""
+    engine, signum, _ = CASES[case]
+    sweep, first, left = stopped(case)
     assert first.returncode == 128 + signum, first.stderr[-3000:]
     lines = first.stderr.strip().splitlines()
     assert f"stopped by {signum.name}" in first.stderr and "Traceback" not in first.stderr, first.stderr[-3000:]
     assert lines[-1].startswith("resume with: python -m initnorm.train") and f"hydra.sweep.dir={sweep.resolve()}" in lines[-1]
     ckpts = sorted(sweep.rglob("initnorm.ckpt"))
     assert ckpts and not list(sweep.rglob("metrics.json"))  # nothing finished, every started member checkpointed
-    if engine == "sequential":
-        assert len(ckpts) == 2  # the second group never started
-    deadline = time.time() + 10  # the workers end within a second on a quiet machine; more under a parallel test run
-    while (left := subprocess.run(["pgrep", "-f", str(sweep)], capture_output=True, text=True).stdout.split()) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not left, f"processes of the stopped command still alive {time.time() - started:.0f} s after it started: {left}"
+    assert len(ckpts) == (2 if engine == "sequential" else 4)  # sequential: the second group never started
+    assert not left, f"processes of the stopped command still alive 10 s after it returned: {left}"
 
-    second = run_cli(*args, cwd=tmp_path)  # the marker file keeps the rerun from being stopped again
-    assert second.returncode == 0, second.stderr[-3000:]
-    resumed = finals(sweep)
+    work = tmp_path / "sweep"
+    shutil.copytree(sweep, work)  # the stopped folders stay as they are for the next test
+    folders = job_folders(work)
+    resumed = {f"seed={s}": (r["final_val_loss"], r["resumed_from_step"]) for g in GROUPS for s, r in zip(g, fit(members(g, folders.get)))}
     assert {k: v[0] for k, v in resumed.items()} == uninterrupted  # bit for bit
-    assert all(v[1] > 0 for k, v in resumed.items() if engine != "sequential" or k in ("seed=1", "seed=2")), resumed  # never from 0
+    started = [k for k in resumed if engine != "sequential" or k in ("seed=1", "seed=2")]
+    assert all(resumed[k][1] == STOP for k in started), resumed  # from the stop's checkpoint, never from 0
+    assert all(resumed[k][1] == 0 for k in resumed if k not in started), resumed
+
+
+def test_a_job_checkpointed_in_a_group_resumes_alone_bit_for_bit(tmp_path, stopped, uninterrupted):
+    """Stopped as a member of a group (the sequential sweep stopped by SIGTERM), each job resumed alone, as the basic
+    launcher's job trains it: from its own checkpoint as a group of one."""
+    from initnorm.cli.train import train
+
+    sweep, first, _ = stopped("sequential-SIGTERM-parent")
+    assert first.returncode == 143, first.stderr[-2000:]
+    work = tmp_path / "sweep"
+    shutil.copytree(sweep, work)
+    resumed = {}
+    for s, folder in job_folders(work).items():
+        r = train(compose_cfg(*SHARED, f"seed={s}"), folder)
+        resumed[f"seed={s}"] = (r["final_val_loss"], r["resumed_from_step"])
+    assert resumed["seed=1"][1] == resumed["seed=2"][1] == STOP and resumed["seed=3"][1] == resumed["seed=4"][1] == 0
+    # a group of one sums its batch in one stacked kernel: float32 rounding from the group of two it left
+    for k, v in uninterrupted.items():
+        assert abs(resumed[k][0] - v) <= 1e-5 * v, (k, resumed[k], v)
 
 
 class Watch(L.Callback):
@@ -90,30 +159,13 @@ class Watch(L.Callback):
 
 
 def test_a_users_own_callback_runs_in_a_group_and_sees_every_member(tmp_path):
+    """The config's callbacks, instantiated once for the group (as the vectorised launcher does), see all three members."""
     out = tmp_path / "seen"
-    proc = run_cli("-m", "seed=1,2,3", "steps=5", "callbacks=none", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
-                   "+callbacks.watch._target_=tests.test_group_engine.Watch", f"+callbacks.watch.out={out}",
-                   f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    watch = ["+callbacks.watch._target_=tests.test_group_engine.Watch", f"+callbacks.watch.out={out}", "steps=5"]
+    fit(members((1, 2, 3), lambda s: tmp_path / "s" / f"seed={s}", *watch))
     seen = [json.loads(p.read_text()) for p in tmp_path.glob("seen.*.json")]
     assert len(seen) == 1 and [r["seed"] for r in seen[0]] == [1, 2, 3] and {r["E"] for r in seen[0]} == {3}
     assert all(r["folder"].endswith(f"seed={r['seed']}") and r["grad_names"] > 0 for r in seen[0])
-
-
-def test_a_job_checkpointed_in_a_group_resumes_alone_bit_for_bit(tmp_path, uninterrupted):
-    """Stopped as a member of a group, rerun with the basic launcher: each job resumes from its own checkpoint as a group of one."""
-    sweep = tmp_path / "sweep"
-    first = run_cli(*BASE, "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}",
-                    *stop_at(tmp_path, 25, signal.SIGTERM, "self"), cwd=tmp_path)
-    assert first.returncode == 143, first.stderr[-2000:]
-    basic = [a for a in BASE if not a.startswith("hydra/launcher") and not a.startswith("hydra.launcher")]
-    second = run_cli(*basic, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr[-2000:]
-    resumed = finals(sweep)
-    assert resumed["seed=1"][1] == resumed["seed=2"][1] == 25 and resumed["seed=3"][1] == resumed["seed=4"][1] == 0
-    # a group of one sums its batch in one stacked kernel: float32 rounding from the group of two it left
-    for k, v in uninterrupted.items():
-        assert abs(resumed[k][0] - v) <= 1e-5 * v, (k, resumed[k], v)
 
 
 @pytest.fixture
@@ -131,33 +183,51 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk):
-    proc = run_cli("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized",
-                   "hydra.launcher.max_group=2",
-                   f"hydra.sweep.dir={small_disk / 'sweep'}", cwd=tmp_path)
+    """The command runs here, its groups in the sweep's own process (the sequential engine): a group that finds the disk
+    full stops the sweep in one line and the resume line. From a worker process the same ``DiskError`` reaches the sweep's
+    process as itself (the next test), where this one reports it."""
+    proc = run_here("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized",
+                    "hydra.launcher.max_group=2", "hydra.launcher.engine=sequential", f"hydra.sweep.dir={small_disk / 'sweep'}",
+                    cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and "No space left on device" in lines[0] and lines[1].startswith("resume with: "), proc.stderr[-3000:]
     assert not [p for p in small_disk.rglob("*") if p.name.endswith(".tmp")]  # no temporary checkpoint left behind
 
 
+def test_a_full_disk_in_a_worker_reaches_the_sweeps_process_as_a_disk_error():
+    """A unit that finds the disk full in a worker (a BaseException, not a job's failure): the pool raises it in the
+    sweep's process, which reports it as the test above shows, instead of recording each of the unit's jobs failed."""
+    from initnorm.cli.disk import DiskError
+    from initnorm.cli.pool import Pool
+
+    def full(path: str) -> None:  # local: pickled by value, so the spawned worker imports no torch
+        raise DiskError(path, "[Errno 28] No space left on device")
+
+    pool = Pool(1, "spawn")
+    try:
+        with pytest.raises(DiskError, match=r"^cannot write /sweep/seed=1/checkpoints/initnorm.ckpt: \[Errno 28\] No space"):
+            pool.run(full, [("/sweep/seed=1/checkpoints/initnorm.ckpt",)], stopping=lambda: False)
+    finally:
+        pool.close()
+
+
 def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
     """Two jobs left by a job-alone launcher with their checkpoint at one step (their metrics.json gone, as if
-    killed after it), rerun vectorised: they go on as one stacked group from that step, not from 0."""
+    killed after it), rerun vectorised: they go on as one stacked group from that step, not from 0. (The command runs
+    in this process: the sweep's own grouping by the step a folder resumes from is what is checked.)"""
     from initnorm.cli.train import train
-    from tests.conftest import compose_cfg
 
     sweep = tmp_path / "sweep"
-    shared = ["steps=40", "checkpoint.every_n_steps=10", "trainer.val_check_interval=10", "callbacks=none",
-              "trainer.enable_progress_bar=false"]
     alone = {}
     for seed in (1, 2):
         folder = sweep / "default" / f"seed={seed}"
-        alone[f"seed={seed}"] = train(compose_cfg(*shared, f"seed={seed}"), folder)["final_val_loss"]
-        (folder / "metrics.json").unlink()  # the checkpoint of step 30 is left to resume from
-    proc = run_cli("-m", "seed=1,2", *shared, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
-                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+        alone[f"seed={seed}"] = train(compose_cfg(*SHARED, f"seed={seed}"), folder)["final_val_loss"]
+        (folder / "metrics.json").unlink()  # the checkpoint of step 8 is left to resume from
+    proc = run_here("-m", "seed=1,2", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("metrics.json")}
-    assert all(r["resumed_from_step"] == 30 and r["group"]["size"] == 2 for r in records.values()), records
-    for k, v in alone.items():  # 10 stacked steps after 30 alone: float32 rounding from the job alone, not a restart
+    assert len(records) == 2 and all(r["resumed_from_step"] == 8 and r["group"]["size"] == 2 for r in records.values()), records
+    for k, v in alone.items():  # 4 stacked steps after 8 alone: float32 rounding from the job alone, not a restart
         assert abs(records[k]["final_val_loss"] - v) <= 1e-5 * v, (k, records[k]["final_val_loss"], v)
