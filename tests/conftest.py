@@ -53,6 +53,17 @@ def whole_and_resumed(overrides, tmp_path: Path) -> tuple[dict, dict]:
     return whole, train(compose_cfg(*overrides), tmp_path / "cut")
 
 
+@pytest.fixture(autouse=True)
+def no_hydra_job_left():
+    """A test that runs a command in this process (tests/_t*.py's runners) may leave Hydra's job config set; a later
+    ``train()`` in the same worker would then take itself for a job of that sweep (its run named by that sweep's
+    overrides). Every test ends with none set."""
+    yield
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = None
+
+
 @pytest.fixture
 def tiny():
     return list(TINY)

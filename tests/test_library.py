@@ -75,3 +75,16 @@ def test_the_public_surface_loads_on_first_use_and_import_initnorm_stays_light()
     assert {c.__name__ for c in (callbacks.LayerStats, callbacks.Diagnostics, callbacks.CoordCheck)} == set(callbacks.__all__)
     with pytest.raises(AttributeError, match="has no attribute 'parametrize'"):
         initnorm.parametrize  # noqa: B018
+
+
+def test_the_coord_check_function_survives_an_import_of_the_command_module(monkeypatch):
+    # `python -m initnorm.coord_check` run in a process that imported initnorm (reproduce --ci, a notebook's runpy) makes
+    # the package's attribute that module: initnorm.coord_check(...) must still be the library function.
+    import importlib
+
+    import initnorm
+    from initnorm.instruments.coord import check
+
+    importlib.import_module("initnorm.coord_check")
+    monkeypatch.setattr(check, "coord_check", lambda *a, **k: ("called", a, k))
+    assert initnorm.coord_check(1, widths=[8]) == ("called", (1,), {"widths": [8]})

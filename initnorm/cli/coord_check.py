@@ -25,6 +25,7 @@ import argparse
 import math
 import sys
 import time
+import types
 from pathlib import Path
 
 from initnorm.cli import console
@@ -134,3 +135,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class CallableCommand(types.ModuleType):
+    """The command's module (initnorm/coord_check.py) as the package's attribute answers a call as the library's
+    ``initnorm.coord_check`` function does (importing the module replaces the attribute)."""
+
+    def __call__(self, *args, **kwargs):
+        from initnorm.instruments.coord.check import coord_check
+
+        return coord_check(*args, **kwargs)
