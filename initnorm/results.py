@@ -231,30 +231,58 @@ def differing_keys(records: list[dict[str, Any]], keys: list[str]) -> list[str]:
     override) differs between jobs that agree on every value of ``keys``: a rerun of a sweep's folder with another
     lr, a seed added with another warmup. Averaging such jobs would report one setting that never ran, so these
     keys split the rows too. A key implied by one already found (``model.width`` by ``width``) is not repeated;
-    keys that do not change the experiment (``config.IGNORED``: callbacks, loggers ...) are not compared."""
-    candidates = dict.fromkeys(k for r in records for k in _leaf_keys(r) if k not in keys and not _watch_only(k))
-    found: list[str] = []
+    keys that do not change the experiment (``config.IGNORED``: callbacks, loggers ...) are not compared.
+
+    A summary asks this several times of one list of records (its table, runs.csv, TensorBoard's runs, the note):
+    the keys whose values vary at all are found once per list (``_varying``), so 10,000 jobs cost seconds."""
     if len(records) < 2:
-        return found
-    values = {k: [_canonical(recorded(r, k)) for r in records] for k in candidates}
+        return []
+    varying = _varying(records)
+    found: list[str] = []
     group = [tuple(row_value(r, k) for k in keys) for r in records]
-    for k in candidates:
-        if len(set(values[k])) < 2:  # the same in every job: nothing to split (most keys; cheap)
+    for k, values in varying.items():
+        if k in keys:
             continue
         seen: dict[tuple, str] = {}
-        if any(seen.setdefault(g, v) != v for g, v in zip(group, values[k])):
+        if any(seen.setdefault(g, v) != v for g, v in zip(group, values)):
             found.append(k)
-            group = [(*g, v) for g, v in zip(group, values[k])]
+            group = [(*g, v) for g, v in zip(group, values)]
     return found
 
 
-def _leaf_keys(record: Mapping[str, Any]) -> list[str]:
-    """The dotted keys a record's config sets (``optim.eps``; a list is one value), else its overrides' keys (a record
-    read back from runs.csv has no config)."""
+_VARYING: list[tuple[list, list, dict[str, list[str]]]] = []  # (the list, its records, its varying keys): the last few
+
+
+def _varying(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """{key: each record's canonical value} for the keys not watch-only whose recorded values are not all the same,
+    in ``_leaf_keys``'s order. Kept for the last few lists asked about, while the list and each of its records is the
+    same object (an appended or replaced record is a new question)."""
+    for lst, members, found in _VARYING:
+        if lst is records and len(members) == len(records) and all(a is b for a, b in zip(members, records)):
+            return found
+    flat = [_leaves(r) for r in records]
+    order = dict.fromkeys(k for f in flat for k in f)
+    candidates = [k for k in sorted(order, key=lambda k: (k.count("."), k)) if not _watch_only(k)]
+    found = {}
+    for k in candidates:
+        raw = [f.get(k) if f.get(k) is not None else recorded(r, k) for f, r in zip(flat, records)]
+        first = raw[0]
+        if all(type(v) is type(first) and v == first for v in raw) and not isinstance(first, (list, dict)):
+            continue  # the same in every job (most keys): compared as values, no text made
+        values = [_canonical(v) for v in raw]
+        if len(set(values)) > 1:
+            found[k] = values
+    _VARYING[:] = [(records, list(records), found), *_VARYING[:3]]
+    return found
+
+
+def _leaves(record: Mapping[str, Any]) -> dict[str, Any]:
+    """{dotted key: value} of what a record's config sets (``optim.eps``; a list is one value), else its overrides'
+    keys with their recorded values (a record read back from runs.csv has no config)."""
     config = record.get("config")
     if not isinstance(config, Mapping):
-        return [k for k in record.get("overrides") or {} if isinstance(k, str)]
-    out: list[str] = []
+        return {k: recorded(record, k) for k in record.get("overrides") or {} if isinstance(k, str)}
+    out: dict[str, Any] = {}
     stack: list[tuple[str, Mapping]] = [("", config)]
     while stack:
         prefix, node = stack.pop()
@@ -262,8 +290,8 @@ def _leaf_keys(record: Mapping[str, Any]) -> list[str]:
             if isinstance(v, Mapping) and v:
                 stack.append((f"{prefix}{k}.", v))
             else:
-                out.append(f"{prefix}{k}")
-    return sorted(out, key=lambda k: (k.count("."), k))  # ``width`` before ``model.width``: the key a user sets is shown
+                out[f"{prefix}{k}"] = v
+    return out
 
 
 def _watch_only(key: str) -> bool:

@@ -126,3 +126,26 @@ def test_a_runs_csv_initnorm_did_not_write_is_one_line_and_a_formula_cell_is_ign
     warned = [r.getMessage() for r in caplog.records if "should hold a number" in r.getMessage()]
     assert len(warned) == 1 and "line 2 lr '=cmd|calc', line 3 final_val_loss '=1+1'" in warned[0], warned
     assert "=cmd" not in (tmp_path / "summary.md").read_text()
+
+
+def test_a_summary_reads_each_records_settings_once_not_per_record_and_key(monkeypatch):
+    # Issue 37: 10,000 job folders took 44 CPU s in initnorm-summarize, 95% of it here: each of the summary's five
+    # questions (table, runs.csv, TensorBoard's runs, the note) JSON-encoded every key of every record. Now the keys that
+    # vary are found once per list of records, and only their values are encoded.
+    from initnorm import results
+
+    base = {f"k{i}": {"a": i, "b": [i, i + 1], "c": "x"} for i in range(30)}
+    recs = [{"overrides": {"lr": str(lr), "seed": str(s)}, "swept": ["lr"], "seed": s, "status": "finished",
+             "final_val_loss": 2.0, "config": {**base, "lr": lr, "seed": s, "warmup": 100 * (s == 7 and lr == 0.02)}}
+            for lr in (0.01, 0.02) for s in range(1, 51)]
+    encoded = []
+    monkeypatch.setattr(results, "_canonical", lambda v: encoded.append(v) or repr(v))
+    for _ in range(5):
+        assert results.setting_keys(recs) == ["lr", "warmup"]
+    assert len(encoded) <= 2 * len(recs) + 30 * len(recs)  # lr and warmup vary; the lists are encoded once each
+    before = len(encoded)
+    assert results.differing_keys(recs, ["lr"]) == ["warmup"] and len(encoded) == before  # the same list: asked before
+    recs[0] = {**recs[0], "config": {**recs[0]["config"], "warmup": 5}}  # a record replaced: a new question
+    assert results.differing_keys(recs, ["lr", "warmup"]) == [] and len(encoded) > before
+    recs.append({**recs[1], "config": {**recs[1]["config"], "optim": "sgd"}})  # one appended with another optimiser
+    assert results.differing_keys(recs, ["lr", "warmup"]) == ["optim"]

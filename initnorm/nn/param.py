@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num
 from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role, unplaced
-from initnorm.nn.umup import unit_normal, unit_scale_layers
 from initnorm.registry import About, Registry
 
 ADAM_LIKE = ("adam", "adamw")
@@ -246,6 +245,8 @@ def umup(width: int, base_width: int, depth: int | None = None, residual_mult: f
     depth_lr = depth**-0.5 if depth else 1.0
     block = {role: Rule(r.init, r.forward, r.lr * depth_lr, r.wd, r.eps, r.forward_fan_in, r.lr_fan_in) for role, r in rules.items()}
     block[Role.ATTN_SCORES] = rules[Role.ATTN_SCORES]
+    from initnorm.nn.umup import unit_normal, unit_scale_layers  # torch: not imported by a command that only reads tables
+
     return Table("umup", rules, block, width_mult=width / base_width, scheme=unit_normal,
                  layers=lambda model: unit_scale_layers(model, residual_mult, residual_attn_ratio, attn_mult))
 
