@@ -50,6 +50,16 @@ from initnorm.training.resume import Prior, error_line, inspect_folder
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
 
 
+class Checked(list):
+    """The checked jobs of a command line (``CheckedJob``, in Hydra's order), with what runs them: ``launcher``, the
+    resolved ``hydra.launcher`` node, and ``sweep``: whether they are a sweep's jobs (False for a single run, and for
+    a search, whose sweeper picks its jobs as it goes: the preflight checks its first)."""
+
+    def __init__(self, jobs, launcher: dict[str, Any] | None = None, sweep: bool = False) -> None:
+        super().__init__(jobs)
+        self.launcher, self.sweep = launcher, sweep
+
+
 @dataclass(frozen=True)
 class CheckedJob:
     """One job of a command line: its overrides, resolved config, folder and what the folder holds."""
@@ -269,13 +279,15 @@ def check_planted(folder: Path | None, key: str) -> None:
                           f"read it; delete it (or move it away), or pick another folder with `{key}=...`")
 
 
-def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
-    """The launcher's values and whether the output folder can be written, once per command line."""
+def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> dict[str, Any]:
+    """The launcher's values and whether the output folder can be written, once per command line; returns the
+    launcher's resolved node."""
     try:
         launcher = OmegaConf.to_container(primary.hydra.launcher, resolve=True) if "launcher" in primary.hydra else {}
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
-    schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    launcher = launcher if isinstance(launcher, dict) else {}
+    schema.check_launcher(launcher)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.db
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
@@ -285,6 +297,7 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
+    return launcher
 
 
 def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> list[dict[str, Any]]:
@@ -342,9 +355,9 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
             progress(0, len(job_lists))
-            check_launcher_and_folder(primary, multirun)
+            launcher = check_launcher_and_folder(primary, multirun)
             if not multirun:
-                return memory.fits([check_job(primary, job_lists[0], "", {})], primary)
+                return Checked(memory.fits([check_job(primary, job_lists[0], "", {})], launcher), launcher)
             swept = parse_sweep(sweep_overrides(primary))
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
             composer, seen, jobs = Composer(loader, primary), {}, []
@@ -353,7 +366,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
                 jobs.append(check_sweep_job(composer, overrides, num, f"job {named or num}", sweep_dir, seen))
                 progress(num + 1, len(job_lists))
-            return memory.fits(jobs, primary)
+            return Checked(memory.fits(jobs, launcher), launcher, sweep=primary.hydra.sweeper.get("_target_") in BASIC_SWEEPERS)
     finally:
         GlobalHydra.instance().clear()
         if saved_env is None:
@@ -385,16 +398,3 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
     except Exception as exc:
         raise ConfigError(f"{label}: {unexpected(exc)}") from exc
     return CheckedJob(overrides, c, folder, prior)
-
-
-def describe_plan(jobs: list[CheckedJob]) -> str | None:
-    """``12 jobs: 4 finished (skipped), 1 resumes (from step 500), 7 to run`` when a rerun finds work done."""
-    done = sum(j.prior.finished is not None for j in jobs)
-    resumed = [j.prior.step for j in jobs if j.prior.checkpoint is not None]
-    if len(jobs) == 1:
-        return f"resuming {jobs[0].folder} from step {resumed[0]}" if resumed else None
-    if not done and not resumed:
-        return None
-    steps = ", ".join(str(s) for s in sorted(set(resumed)))
-    parts = [f"{done} finished (skipped)"] + ([f"{len(resumed)} resume (from step {steps})"] if resumed else [])
-    return f"{len(jobs)} job{'s' * (len(jobs) != 1)}: " + ", ".join(parts) + f", {len(jobs) - done - len(resumed)} to run"
