@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, memory, preflight_own, search
+from initnorm.cli import devices, distinct, launchers, memory, preflight_own, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -144,28 +144,30 @@ def data_options() -> dict[str, list[str]]:
     return out
 
 
-def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, multirun: bool = False) -> dict[str, Any]:
+def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, multirun: bool = False,
+                 seeded: tuple[str, ...] = ()) -> dict[str, Any]:
     """``schema.check`` (paths made absolute against the launch folder), the text (once per corpus)
-    and the device the job will get; returns the checked config. ``seen``: what earlier jobs of the same
+    and whether the job can have the device it asks for; returns the checked config. ``seen``: what earlier jobs of the same
     command line checked (a text, a model built on the meta device, a config), so that it is not checked again.
 
-    Each distinct config is checked once: jobs that differ only in their seed (a sweep's seeds) share the
-    checked config of the first, and the seed is checked by its own rule (no other rule reads it).
+    Each distinct config is checked once (``cli/distinct.py``): jobs that differ only in their seed (a sweep's seeds)
+    share the checked config of the first, and the seed is checked by its own rule (no other rule reads it), as is
+    each key of ``seeded`` (``Composer.seeded``: the keys that copy the seed) that holds it.
     """
-    import json
-
     seed = c.get("seed")
-    key = "config:" + json.dumps({k: v for k, v in c.items() if k != "seed"}, sort_keys=True, default=repr)
+    key, copies = distinct.key(c, seeded)
     if key in seen:
-        schema.check_value("seed", seed, schema.RULES["seed"])
+        for k, rule in [("seed", schema.RULES["seed"]), *seen[key][1]]:
+            schema.check_value(k, seed, rule)
     else:
-        seen[key] = _check_config(c, seen)
-    checked = seen[key]
-    if "gpus" not in seen:
-        seen["gpus"] = devices.gpu_count()
-    trainer = checked.get("trainer", {})
-    devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
-    return {**checked, "seed": seed}  # the nested values are the first job's: read them, do not change them
+        first = _check_config(c, seen)
+        if "gpus" not in seen:
+            seen["gpus"] = devices.gpu_count()
+        trainer = first.get("trainer", {})  # the device's refusals read neither the seed nor the job's number
+        devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
+        rules = schema.RULES | schema.declared(first) if copies else {}
+        seen[key] = first, [(k, rule) for k in copies if (rule := schema.rule_for(k, rules)) is not None]
+    return distinct.with_seed(seen[key][0], seed, copies)
 
 
 def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
@@ -388,7 +390,7 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
             cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
         return check_job(cfg, overrides, label, seen)
     try:
-        c = check_config(task, seen, num, True)
+        c = check_config(task, seen, num, True, composer.seeded(overrides))
         folder = sweep_dir / composer.subdir(overrides, task) if sweep_dir is not None else None
         prior = inspect_folder(folder, c) if folder is not None else Prior()
     except OmegaConfBaseException as exc:
