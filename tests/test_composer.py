@@ -116,3 +116,27 @@ def test_a_jobs_config_and_refusal_are_hydras_own(loader, tmp_path, monkeypatch,
 def test_the_sweeps_compared_hold_every_preset_and_a_documented_one():
     presets = {p.stem for p in Path(CONF_DIR, "experiment").glob("*.yaml")}
     assert presets <= {a[1].removeprefix("experiment=") for a in SWEEPS} and len(SWEEPS) > len(presets) + len(OTHER) + len(REFUSED)
+
+
+NUMBERS = ["1", "0", "-3", "+4", "007", "1_000", "12345678901234567890", "0.1", "1e-3", "1.", ".5", "-2.5E+3", "1.e5", "00.5",
+           "0x10", "inf", "nan", "1e", "5 ", " 5", "1,2", "[1]", "${seed}", "'7'", "3.0e-05", "+.5e1", "1__0", "ab1"]
+
+
+def test_a_sweeps_numbers_are_read_as_hydras_parser_reads_them_and_it_runs_once_a_key(loader, monkeypatch):
+    """Thousands of job lines differ in one number (seed=1 .. seed=10000): the parser reads the first line of each key
+    and the others are read without it, to the same Override (value and its type included), whatever the text."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    composer = Composer(loader, loader.load_configuration("train", [], run_mode=RunMode.MULTIRUN))
+    keys = ["seed", "lr", "+trainer.gradient_clip_val", "model.width", "++x"]
+    lines = [f"{key}={text}" for key in keys for text in ["2", *NUMBERS]]
+    theirs = OverridesParser.create().parse_overrides(lines)
+    ours = [composer.parse([line])[0] for line in lines]  # a job's lines at a time, as a sweep hands them over
+    assert [(repr(o), type(o.value())) for o in ours] == [(repr(o), type(o.value())) for o in theirs]  # repr: nan != nan
+    parsed = []
+    parse_rule = OverridesParser.parse_rule
+    monkeypatch.setattr(OverridesParser, "parse_rule", lambda self, s, rule: parsed.append(s) or parse_rule(self, s, rule))
+    fresh = Composer(loader, composer.master)
+    for seed in range(1, 10_001):
+        fresh.split([f"seed={seed}", "steps=1"])
+    assert parsed == ["seed=1", "steps=1"]

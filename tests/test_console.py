@@ -1,6 +1,7 @@
 """What the command line shows: --help, tab completion, -m with --cfg, a sweep's progress line."""
 
 import importlib
+import io
 import json
 import subprocess
 
@@ -110,6 +111,28 @@ def test_checking_a_sweep_shows_its_progress_every_few_seconds(capsys):
     for done in range(3):
         quick(done, 2)
     assert capsys.readouterr().out == ""  # checked within the interval: the plan follows at once
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_check_count_is_one_line_that_updates():
+    """A log gets a line every few seconds; a terminal one line rewritten in place, often, ending on the time taken."""
+    screen = Terminal()
+    progress = console.CheckProgress(every=3.0, clock=iter([0.0, 0.0, 0.3, 0.4, 0.7, 1.0]).__next__, stream=screen)
+    for done in (0, 100, 200, 300, 1000):
+        progress(done, 1000)
+    # padded: the last text is shorter than the one it overwrites
+    assert screen.getvalue() == "\rchecked 100 of 1,000 jobs\rchecked 300 of 1,000 jobs\rchecked 1,000 jobs in 1s \n"
+    cut = Terminal()
+    progress = console.CheckProgress(every=3.0, clock=iter([0.0, 0.0, 0.5]).__next__, stream=cut)
+    progress(0, 9), progress(1, 9)
+    progress.end()  # a bad value in job 2: its error line starts on a line of its own
+    assert cut.getvalue() == "\rchecked 1 of 9 jobs\n"
+    progress.end()
+    assert cut.getvalue().count("\n") == 1
 
 
 def test_the_vectorised_plan_counts_groups_by_size():

@@ -20,6 +20,7 @@ from initnorm.cli import sweeper, workers
 from initnorm.cli.argv import parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.preflight import check_command_line
+from initnorm.errors import ConfigError
 from tests.conftest import run_cli
 
 
@@ -249,3 +250,19 @@ def test_help_and_a_bad_value_never_import_lightning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], proc.stdout[-2000:]
+
+
+def test_each_distinct_config_is_checked_once_the_seeds_copies_included(tmp_path, monkeypatch):
+    """experiment=coord_check copies the seed into its callback's node (callbacks.coord.seed: ${seed}): the seeds of one
+    width are one config to check, and each job still holds its own seed in both places, as its check alone gives."""
+    from initnorm.cli import preflight
+
+    widths, real = [], preflight._check_config
+    monkeypatch.setattr(preflight, "_check_config", lambda c, seen: widths.append(c["model"]["width"]) or real(c, seen))
+    jobs = check_command_line(["-m", "experiment=coord_check", "width=16,32", "seed=1,2,3", f"hydra.sweep.dir={tmp_path}"])
+    assert sorted(widths) == [16, 32] and len(jobs) == 6
+    for job in jobs:
+        alone = preflight.check_overrides([job.overrides])[0]  # composed by Hydra, checked alone
+        assert job.config == alone and job.config["callbacks"]["coord"]["seed"] == job.config["seed"]
+    with pytest.raises(ConfigError, match="seed"):  # a seed out of its range is still refused in a job that shares a check
+        check_command_line(["-m", "experiment=coord_check", "seed=1,-1", f"hydra.sweep.dir={tmp_path}"])

@@ -20,6 +20,7 @@ the task is resolved again, and the base is put back. A job it cannot do that wa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import sys
 from collections.abc import Sequence
@@ -27,13 +28,13 @@ from typing import Any
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-_MISSING = object()
+MISSING = object()
 
 
 class Base:
@@ -48,8 +49,23 @@ class Base:
         self.interpolated = dict(_interpolated(task, ""))  # dotted key -> its unresolved value
         # ${hydra:job.num}, ${hydra.job.id}: values that differ from job to job in the hydra node, which apply does not make
         self.reads_hydra = any("hydra" in str(raw) for raw in self.interpolated.values())
+        # the keys that copy the seed (experiment=coord_check's callbacks.coord.seed: ${seed}): the preflight checks once
+        # the jobs that differ in their seed alone, copies included
+        self.seeded = tuple(k for k in self.interpolated if self._origin(k) == "seed")
         self._resolved: dict[str, Any] | None = None
         self._untyped: dict[str, bool] = {}
+
+    def _origin(self, key: str) -> str | None:
+        """The key a chain of ``${a.b}`` interpolations from ``key`` ends on; None where it ends on anything else."""
+        passed = set()
+        while key in self.interpolated:
+            if key in passed:
+                return None  # a cycle: OmegaConf refuses it when it resolves the task
+            passed.add(key)
+            key = _simple_target(self.interpolated[key])
+            if key is None:
+                return None
+        return key
 
     def resolved(self) -> dict[str, Any]:
         if self._resolved is None:
@@ -88,17 +104,17 @@ class Base:
                 target = _simple_target(raw)
                 if target is None:
                     continue
-                value = _get(out, target)
-                if value is _MISSING:
+                value = value_at(out, target)
+                if value is MISSING:
                     return None
-                if value != _get(out, key):
+                if value != value_at(out, key):
                     _set(out, key, _copy(value))
                     moved = True
             if not moved:
                 break
         else:
             return None  # a cycle: OmegaConf says so in its own words
-        changed = keys + [k for k in self.interpolated if _get(out, k) != _get(self.resolved(), k)]
+        changed = keys + [k for k in self.interpolated if value_at(out, k) != value_at(self.resolved(), k)]
         for key, raw in self.interpolated.items():
             if key in keys or _simple_target(raw) is not None:
                 continue
@@ -122,19 +138,31 @@ class Composer:
         self.hydra_lines = [str(o) for o in OmegaConf.to_container(master.hydra.overrides.hydra, resolve=False)]
         self._parsed: dict[str, Override] = {}
         self._parser: OverridesParser | None = None
+        self._templates: dict[str, Override] = {}  # a line's text before "=" -> Hydra's parse of one line with that key
         self._is_group: dict[str, bool] = {}
         self._bases: dict[tuple[str, ...], Base] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # to a worker: the compositions and the master, not the parser's caches
-        return {**self.__dict__, "_parsed": {}, "_parser": None}
+        return {**self.__dict__, "_parsed": {}, "_parser": None, "_templates": {}}
 
     def parse(self, lines: Sequence[str]) -> list[Override]:
-        """Hydra's parse of each line, once per distinct line (a sweep repeats its values in every job)."""
+        """Hydra's parse of each line, once per distinct line (a sweep repeats its values in every job); a number given to
+        a key Hydra has parsed before is read without its parser (:func:`number`)."""
         new = [line for line in dict.fromkeys(lines) if line not in self._parsed]
-        if new:
+        slow = []
+        for line in new:
+            key, _, text = line.partition("=")
+            template, value = self._templates.get(key), number(text)
+            if template is None or value is None:
+                slow.append(line)
+            else:  # the part before "=" is read alone (Hydra's KEY mode), so the key's parse is the template's
+                self._parsed[line] = dataclasses.replace(template, _value=value, input_line=line)
+        if slow:
             self._parser = self._parser or OverridesParser.create()
-            for line, parsed in zip(new, self._parser.parse_overrides(new)):
+            for line, parsed in zip(slow, self._parser.parse_overrides(slow)):
                 self._parsed[line] = parsed
+                if parsed.value_type == ValueType.ELEMENT and not parsed.is_delete():
+                    self._templates.setdefault(line.partition("=")[0], parsed)
         return [self._parsed[line] for line in lines]
 
     def is_group(self, override: Override) -> bool:
@@ -195,22 +223,39 @@ class Composer:
             return _task(cfg), cfg
         return out, None
 
+    def seeded(self, overrides: Sequence[str]) -> tuple[str, ...]:
+        """The keys of the job's composition that copy its seed by interpolation (whether the job keeps them so is the
+        caller's to see: an override may set one)."""
+        return self.base(self.split(overrides)[0]).seeded
+
     def subdir(self, overrides: Sequence[str], task: dict[str, Any]) -> str:
         """The job's ``hydra.sweep.subdir`` resolved; ``task``: its resolved task config (from :meth:`task`)."""
         groups, _ = self.split(overrides)
-        raw = _get(self.base(groups).raw, "hydra.sweep.subdir")
+        raw = value_at(self.base(groups).raw, "hydra.sweep.subdir")
         text = str(raw)
         if "hydra" in text.replace("hydra.overrides.task", ""):  # another node of hydra (job.num, override_dirname): Hydra's way
             return str(self.job_config(overrides).hydra.sweep.subdir)
         default = JOB_DIR.match(text)
-        if default and _get(task, default.group(1)) is not _MISSING:  # the shipped one: its resolver, called as OmegaConf calls it
+        if default and value_at(task, default.group(1)) is not MISSING:  # the shipped one: its resolver, called as OmegaConf calls it
             from initnorm.cli.sweep import job_dir
 
-            return str(job_dir(list(overrides), _get(task, default.group(1))))
+            return str(job_dir(list(overrides), value_at(task, default.group(1))))
         # Only what it names, in a config of its own (in a copy of the whole config it costs 50 ms; a parse of its text 10 ms).
         names = {t.split(".")[0] for t in TOKEN.findall(text)} & set(task)
         small = OmegaConf.create({**{k: task[k] for k in names}, "hydra": {"overrides": {"task": list(overrides)}}, "subdir": raw})
         return str(small.subdir)
+
+
+def number(text: str) -> int | float | None:
+    """``text`` as Hydra's grammar reads it where it is one INT or FLOAT token (``int(text)``, ``float(text)``, as its
+    visitor converts them); None for anything else, which Hydra's parser reads. A sweep's thousands of job lines differ
+    in such a value (``seed=1`` .. ``seed=10000``), and the parser took half of each job's check (docs/performance.md).
+    Digits separated by ``_``, ``inf`` and ``nan`` are left to the parser."""
+    if INT.fullmatch(text):
+        return int(text)
+    if FLOAT.fullmatch(text):
+        return float(text)
+    return None
 
 
 def _task(cfg: DictConfig) -> dict[str, Any]:
@@ -222,9 +267,9 @@ def _settable(o: Override, raw: dict[str, Any]) -> bool:
     """A plain ``key=value`` on a key that exists and holds no dict, with a value of plain values."""
     if o.is_add() or o.is_force_add() or o.is_delete() or o.package is not None or o.key_or_group.startswith("hydra"):
         return False
-    old = _get(raw, o.key_or_group)
+    old = value_at(raw, o.key_or_group)
     value = o.value()
-    return old is not _MISSING and not isinstance(old, dict) and not _has_interpolation(value) and not _holds_dict(value)
+    return old is not MISSING and not isinstance(old, dict) and not _has_interpolation(value) and not _holds_dict(value)
 
 
 def _holds_dict(value: Any) -> bool:
@@ -272,10 +317,11 @@ def _has_interpolation(raw: Any) -> bool:
     return False
 
 
-def _get(raw: Any, key: str) -> Any:
+def value_at(raw: Any, key: str) -> Any:
+    """The value at a dotted ``key`` of plain dicts; ``MISSING`` where there is none."""
     for part in key.split("."):
         if not isinstance(raw, dict) or part not in raw:
-            return _MISSING
+            return MISSING
         raw = raw[part]
     return raw
 
@@ -287,6 +333,12 @@ def _set(out: dict[str, Any], key: str, value: Any) -> None:
     out[last] = value
 
 
+# Hydra's OverrideLexer.g4: INT is [+-]? INT_UNSIGNED, INT_UNSIGNED '0' | [1-9] digits (so "007" is not one); FLOAT a
+# POINT_FLOAT (INT_UNSIGNED '.' | INT_UNSIGNED? '.' digits) or an EXPONENT_FLOAT ((INT_UNSIGNED | POINT_FLOAT) [eE] [+-]? digits).
+_UNSIGNED = r"(?:0|[1-9][0-9]*)"
+_POINT = rf"(?:{_UNSIGNED}\.|{_UNSIGNED}?\.[0-9]+)"
+INT = re.compile(rf"[+-]?{_UNSIGNED}")
+FLOAT = re.compile(rf"[+-]?(?:{_POINT}|(?:{_UNSIGNED}|{_POINT})[eE][+-]?[0-9]+)")
 SIMPLE = re.compile(r"^\$\{([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\}$")  # ${a.b}
 RESOLVER = re.compile(r"\$\{\s*([\w.]+):")  # ${oc.select:...}
 JOB_DIR = re.compile(r"^\$\{initnorm\.job_dir:\$\{hydra\.overrides\.task\},\$\{([A-Za-z_][\w.]*)\}\}$")  # conf/hydra/default.yaml's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -118,23 +119,55 @@ def check_flags(cmd) -> None:
 
 
 class CheckProgress:
-    """``checked 4,000 of 10,000 jobs`` every ``every`` seconds while the preflight checks a sweep's jobs, and the
-    time it took once done; nothing for a sweep checked sooner (its plan follows at once)."""
+    """``checked 4,000 of 10,000 jobs`` while the preflight checks a sweep's jobs, and the time it took once done.
 
-    def __init__(self, every: float = 3.0, clock=time.monotonic) -> None:
-        self.every, self.clock = every, clock
+    On a terminal it is one line that updates in place (at most every ``tick`` seconds); in a log (a file, a pipe, a
+    SLURM output) a line of its own at most every ``every`` seconds, so a log of a long check stays a few lines.
+    Nothing for a sweep checked within the first interval: its plan follows at once. ``end()`` finishes a line left
+    open on a terminal (an error or a stop signal during the checks prints after it, not on it).
+    """
+
+    def __init__(self, every: float = 3.0, clock=time.monotonic, stream=None, tick: float = 0.25) -> None:
+        self.every, self.clock, self._stream, self.tick = every, clock, stream, tick
         self.start = self.last = clock()
         self.printed = False
+        self.open = 0  # characters of the updating line on the terminal, 0 when none is open
+
+    @property
+    def stream(self):
+        return self._stream if self._stream is not None else sys.stdout  # read late: pytest's capture replaces sys.stdout
+
+    def _terminal(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
 
     def __call__(self, done: int, total: int) -> None:
         now = self.clock()
         if done == 0:
             self.start = self.last = now
-        elif done < total and now - self.last >= self.every:
-            print(f"checked {done:,} of {total:,} jobs", flush=True)
+            return
+        terminal = self._terminal()
+        if done < total and now - self.last >= (self.tick if terminal else self.every):
+            self._show(f"checked {done:,} of {total:,} jobs", terminal, final=False)
             self.last, self.printed = now, True
         elif done == total and self.printed:
-            print(f"checked {total:,} jobs in {duration(now - self.start)}", flush=True)
+            self._show(f"checked {total:,} jobs in {duration(now - self.start)}", terminal, final=True)
+
+    def _show(self, text: str, terminal: bool, final: bool) -> None:
+        if not terminal:
+            print(text, file=self.stream, flush=True)
+            return
+        # Padded to the last line's length: a shorter text (the final one) leaves none of the longer one behind.
+        self.stream.write("\r" + text.ljust(self.open) + ("\n" if final else ""))
+        self.stream.flush()
+        self.open = 0 if final else max(self.open, len(text))
+
+    def end(self) -> None:
+        """Close the updating line if one is open (checks cut short by an error or a signal)."""
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open = 0
 
 
 def groups_line(jobs: int, sizes: list[int], alone: int) -> str:

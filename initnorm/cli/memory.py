@@ -47,12 +47,10 @@ def at_once(launcher: dict[str, Any], jobs: int, params: int) -> tuple[int, int]
     return workers, max(1, min(members, jobs))
 
 
-def fits(jobs: list, primary) -> list:
-    """The preflight's ``jobs`` (each with its checked ``config``), once ``check`` found they fit under ``primary``'s launcher."""
-    from omegaconf import OmegaConf
-
-    launcher = OmegaConf.to_container(primary.hydra.launcher, resolve=True) if "launcher" in primary.hydra else {}
-    check([j.config for j in jobs], launcher if isinstance(launcher, dict) else {}, count)
+def fits(jobs: list, launcher: dict[str, Any]) -> list:
+    """The preflight's ``jobs`` (each with its checked ``config``), once ``check`` found they fit under ``launcher`` (the
+    resolved ``hydra.launcher`` node)."""
+    check([j.config for j in jobs], launcher, count)
     return jobs
 
 

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, launchers, memory, preflight_own, search
+from initnorm.cli import devices, distinct, launchers, memory, preflight_own, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -48,6 +48,16 @@ from initnorm.training.compiling import should_compile
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
+
+
+class Checked(list):
+    """The checked jobs of a command line (``CheckedJob``, in Hydra's order), with what runs them: ``launcher``, the
+    resolved ``hydra.launcher`` node, and ``sweep``: whether they are a sweep's jobs (False for a single run, and for
+    a search, whose sweeper picks its jobs as it goes: the preflight checks its first)."""
+
+    def __init__(self, jobs, launcher: dict[str, Any] | None = None, sweep: bool = False) -> None:
+        super().__init__(jobs)
+        self.launcher, self.sweep = launcher, sweep
 
 
 @dataclass(frozen=True)
@@ -134,28 +144,30 @@ def data_options() -> dict[str, list[str]]:
     return out
 
 
-def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, multirun: bool = False) -> dict[str, Any]:
+def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, multirun: bool = False,
+                 seeded: tuple[str, ...] = ()) -> dict[str, Any]:
     """``schema.check`` (paths made absolute against the launch folder), the text (once per corpus)
-    and the device the job will get; returns the checked config. ``seen``: what earlier jobs of the same
+    and whether the job can have the device it asks for; returns the checked config. ``seen``: what earlier jobs of the same
     command line checked (a text, a model built on the meta device, a config), so that it is not checked again.
 
-    Each distinct config is checked once: jobs that differ only in their seed (a sweep's seeds) share the
-    checked config of the first, and the seed is checked by its own rule (no other rule reads it).
+    Each distinct config is checked once (``cli/distinct.py``): jobs that differ only in their seed (a sweep's seeds)
+    share the checked config of the first, and the seed is checked by its own rule (no other rule reads it), as is
+    each key of ``seeded`` (``Composer.seeded``: the keys that copy the seed) that holds it.
     """
-    import json
-
     seed = c.get("seed")
-    key = "config:" + json.dumps({k: v for k, v in c.items() if k != "seed"}, sort_keys=True, default=repr)
+    key, copies = distinct.key(c, seeded)
     if key in seen:
-        schema.check_value("seed", seed, schema.RULES["seed"])
+        for k, rule in [("seed", schema.RULES["seed"]), *seen[key][1]]:
+            schema.check_value(k, seed, rule)
     else:
-        seen[key] = _check_config(c, seen)
-    checked = seen[key]
-    if "gpus" not in seen:
-        seen["gpus"] = devices.gpu_count()
-    trainer = checked.get("trainer", {})
-    devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
-    return {**checked, "seed": seed}  # the nested values are the first job's: read them, do not change them
+        first = _check_config(c, seen)
+        if "gpus" not in seen:
+            seen["gpus"] = devices.gpu_count()
+        trainer = first.get("trainer", {})  # the device's refusals read neither the seed nor the job's number
+        devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
+        rules = schema.RULES | schema.declared(first) if copies else {}
+        seen[key] = first, [(k, rule) for k in copies if (rule := schema.rule_for(k, rules)) is not None]
+    return distinct.with_seed(seen[key][0], seed, copies)
 
 
 def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
@@ -269,13 +281,15 @@ def check_planted(folder: Path | None, key: str) -> None:
                           f"read it; delete it (or move it away), or pick another folder with `{key}=...`")
 
 
-def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
-    """The launcher's values and whether the output folder can be written, once per command line."""
+def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> dict[str, Any]:
+    """The launcher's values and whether the output folder can be written, once per command line; returns the
+    launcher's resolved node."""
     try:
         launcher = OmegaConf.to_container(primary.hydra.launcher, resolve=True) if "launcher" in primary.hydra else {}
     except OmegaConfBaseException as exc:
         raise one_line(exc) from exc
-    schema.check_launcher(launcher if isinstance(launcher, dict) else {})
+    launcher = launcher if isinstance(launcher, dict) else {}
+    schema.check_launcher(launcher)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.db
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
@@ -285,6 +299,7 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> None:
     if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
+    return launcher
 
 
 def check_overrides(jobs: list[list[str]], label=lambda i, o: f"job {i}") -> list[dict[str, Any]]:
@@ -342,9 +357,9 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             except (HydraException, OmegaConfBaseException) as exc:
                 raise one_line(exc) from exc
             progress(0, len(job_lists))
-            check_launcher_and_folder(primary, multirun)
+            launcher = check_launcher_and_folder(primary, multirun)
             if not multirun:
-                return memory.fits([check_job(primary, job_lists[0], "", {})], primary)
+                return Checked(memory.fits([check_job(primary, job_lists[0], "", {})], launcher), launcher)
             swept = parse_sweep(sweep_overrides(primary))
             os.environ[SWEPT_ENV] = ",".join(swept)  # as SummaryCallback sets it, for the job folder names
             composer, seen, jobs = Composer(loader, primary), {}, []
@@ -353,7 +368,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
                 jobs.append(check_sweep_job(composer, overrides, num, f"job {named or num}", sweep_dir, seen))
                 progress(num + 1, len(job_lists))
-            return memory.fits(jobs, primary)
+            return Checked(memory.fits(jobs, launcher), launcher, sweep=primary.hydra.sweeper.get("_target_") in BASIC_SWEEPERS)
     finally:
         GlobalHydra.instance().clear()
         if saved_env is None:
@@ -375,7 +390,7 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
             cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named
         return check_job(cfg, overrides, label, seen)
     try:
-        c = check_config(task, seen, num, True)
+        c = check_config(task, seen, num, True, composer.seeded(overrides))
         folder = sweep_dir / composer.subdir(overrides, task) if sweep_dir is not None else None
         prior = inspect_folder(folder, c) if folder is not None else Prior()
     except OmegaConfBaseException as exc:
@@ -385,16 +400,3 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
     except Exception as exc:
         raise ConfigError(f"{label}: {unexpected(exc)}") from exc
     return CheckedJob(overrides, c, folder, prior)
-
-
-def describe_plan(jobs: list[CheckedJob]) -> str | None:
-    """``12 jobs: 4 finished (skipped), 1 resumes (from step 500), 7 to run`` when a rerun finds work done."""
-    done = sum(j.prior.finished is not None for j in jobs)
-    resumed = [j.prior.step for j in jobs if j.prior.checkpoint is not None]
-    if len(jobs) == 1:
-        return f"resuming {jobs[0].folder} from step {resumed[0]}" if resumed else None
-    if not done and not resumed:
-        return None
-    steps = ", ".join(str(s) for s in sorted(set(resumed)))
-    parts = [f"{done} finished (skipped)"] + ([f"{len(resumed)} resume (from step {steps})"] if resumed else [])
-    return f"{len(jobs)} job{'s' * (len(jobs) != 1)}: " + ", ".join(parts) + f", {len(jobs) - done - len(resumed)} to run"

@@ -19,12 +19,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from initnorm.cli import console, disk, launchers, sweep, sweeper
+from initnorm.cli import console, disk, launchers, plan, sweep, sweeper
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.jobinfo import job_overrides, run_label
-from initnorm.cli.preflight import check_command_line, describe_plan
+from initnorm.cli.preflight import check_command_line
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.errors import ConfigError
 from initnorm.provenance import describe
@@ -98,16 +98,20 @@ def main(cmd: CommandLine | None = None) -> None:
     with cli_signals.honoured(sys.argv[1:]):
         try:
             console.check_flags(cmd)
-            jobs = check_command_line(cmd, checked_so_far(console.CheckProgress()))
+            progress = console.CheckProgress()
+            try:
+                jobs = check_command_line(cmd, checked_so_far(progress))
+            finally:
+                progress.end()  # a line updating on the terminal ends before an error's line or a stop's
         except ConfigError as exc:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
         signals.raise_if_requested()
-        plan = describe_plan(jobs) if jobs else None
-        if plan:
-            print(plan)
+        said = plan.describe(jobs, jobs.launcher, jobs.sweep) if jobs else None
+        if said:
+            print(said, flush=True)
         if jobs and len(jobs) > 1:
             os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
         launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
