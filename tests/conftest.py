@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import signal
 import subprocess
@@ -62,6 +63,27 @@ def no_hydra_job_left():
     from hydra.core.hydra_config import HydraConfig
 
     HydraConfig.instance().cfg = None
+
+
+def drop_closed_handlers() -> list[logging.Handler]:
+    """Take away every logging handler whose stream is closed (and return them). A command run in this process (Hydra's
+    job logging, a sweep's train.log) attaches handlers to the stream the test had as stdout or stderr, which pytest
+    closes when the test ends; a later test's first log line then prints ``--- Logging error ---`` on its own stderr,
+    and a test that reads its stderr fails by the order the tests ran in."""
+    dropped = []
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+    for lg in loggers:
+        for h in list(lg.handlers):
+            if getattr(getattr(h, "stream", None), "closed", False):
+                lg.removeHandler(h)
+                dropped.append(h)
+    return dropped
+
+
+@pytest.fixture(autouse=True)
+def no_closed_log_stream():
+    drop_closed_handlers()
+    yield
 
 
 @pytest.fixture

@@ -123,3 +123,21 @@ def test_full_error_gives_the_traceback(monkeypatch, capsys):
 def test_a_model_with_the_wrong_data_names_the_data_to_pick():
     message = one_line_error(["model=deep_mlp"])
     assert "data.dim" in message and "fix it with `data=clusters`" in message and "\n" not in message
+
+
+def test_a_handler_left_on_a_closed_stream_is_taken_away_before_the_next_test(capsys):
+    # test_docs_commands failed by test order: an in-process command of an earlier test left a handler on that test's
+    # captured stream, closed since, and the next log line wrote "--- Logging error ---" to this test's stderr.
+    import io
+    import logging
+
+    from tests.conftest import drop_closed_handlers
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("initnorm.test_closed_stream")
+    logger.addHandler(handler)
+    stream.close()
+    assert drop_closed_handlers() == [handler] and handler not in logger.handlers
+    logger.warning("a line after the stream closed")
+    assert "Logging error" not in capsys.readouterr().err
