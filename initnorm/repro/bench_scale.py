@@ -7,6 +7,8 @@ the end. The training is what the jobs' records say their fits took (each group'
 per group: Lightning's fit, its validations included); the building is what they say each member's build took (its
 data, model and init check: ``group.build_s``, absent before it was recorded); the set-up is the rest of the wall time:
 imports, composing and checking every job, grouping, each member's folder, Trainer, writers and record, the summary.
+The launcher's workers (one per core) fit their groups side by side, so the records' sums are worker-seconds: the
+wall time they take is their sum over the workers.
 The CPU time is the command's and its workers' (they share 2 cores with other work: it moves less with the load than
 the wall time). The parent's peak RSS is read from /proc while it runs. The curve (time against N) is a table per ``steps``.
 
@@ -67,7 +69,7 @@ def run_sweep(n: int, steps: int, work: Path, extra: tuple[str, ...] = ()) -> di
     cpu = _children_cpu() - cpu
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{''.join(tail)}")
-    return {"n": n, "steps": steps, "wall_s": wall, "cpu_s": cpu, "marks": marks, "parent_mb": peak[0] / 1024,
+    return {"n": n, "steps": steps, "wall_s": wall, "cpu_s": cpu, "marks": marks, "parent_mb": peak[0] / 1024, "workers": os.cpu_count(),
             "train_s": training_seconds(folder, steps), "build_s": build_seconds(folder), "load": (before, load())}
 
 
@@ -113,8 +115,9 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
              ("`initnorm.train -m seed=range(1,N+1) steps=S hydra/launcher=vectorized` (issue 37's command), one process per "
               "row. *First line*, *checked* (the sweep's header: every job composed and checked), *first job*, *summary*: "
               "seconds from the start. *CPU*: the command's and its workers'. *Training*: the fits' time the records state "
-              "(each group once); *building*: the members' builds they state (- where not recorded); *set-up*: the wall time "
-              "less the training, per job also less the building. *Parent RSS*: the sweep's own process (its workers train)."), ""]
+              "(each group once; summed over the workers, which fit side by side, one per core); *building*: the members' builds "
+              "they state (- where not recorded); *set-up*: the wall time less the training's share of it (its sum / the "
+              "workers), per job also less the building's. *Parent RSS*: the sweep's own process (its workers train)."), ""]
     for s in dict.fromkeys(r["steps"] for r in rows):
         lines += [f"steps={s}:", "",
                   ("| N | wall | CPU | first line | checked | first job | summary | training | building | set-up | set-up per job "
@@ -122,9 +125,10 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in rows if r["steps"] == s):
             at = {name: f"{r['marks'][name]:.1f} s" if name in r["marks"] else "-" for name in MARKS}
-            setup, build = r["wall_s"] - r["train_s"], r.get("build_s")
+            workers = r.get("workers") or 1
+            setup, build = r["wall_s"] - r["train_s"] / workers, r.get("build_s")
             built = "-" if build is None else f"{build:.1f} s"
-            beyond = "-" if build is None else f"{1000 * (setup - build) / r['n']:.0f} ms"
+            beyond = "-" if build is None else f"{1000 * (setup - build / workers) / r['n']:.0f} ms"
             cpu = f"{r['cpu_s']:.0f} s" if r.get("cpu_s") is not None else "-"
             lines.append(f"| {r['n']:,} | {r['wall_s']:.1f} s | {cpu} | {at['first line']} | {at['checked']} | {at['first job']} "
                          f"| {at['summary']} | {r['train_s']:.1f} s | {built} | {setup:.1f} s | {1000 * setup / r['n']:.0f} ms | {beyond} "
