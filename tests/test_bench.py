@@ -85,7 +85,9 @@ def test_a_smoke_run_appends_each_sweeps_rows_and_the_flop_floor(tmp_path, capsy
 
 def test_the_scale_part_counts_each_groups_training_once_and_reports_the_rest_as_set_up(tmp_path):
     """bench_scale reads the steps' time from the records (a group's number once, by its first member; a job alone by its
-    own) and reports the wall time less it as set-up, per row of the curve. No sweep runs here: the rows are made up."""
+    own) and each member's build, and reports the wall time less the training's share of it (its sum over the workers that
+    fit side by side) as set-up, per job also less the building's, per row of the curve. No sweep runs here: the rows are
+    made up."""
     import json
 
     from initnorm.repro import bench_scale
@@ -94,10 +96,14 @@ def test_the_scale_part_counts_each_groups_training_once_and_reports_the_rest_as
         job = tmp_path / f"seed={i}"
         job.mkdir()
         rec = {"status": "finished", "seed": i, "job_num": i, "ms_per_step": 9.0 if member is not None else ms,
-               "group": {"member": member or 0, "ms_per_step": ms, "size": 2 if member is not None else 1}}
+               "group": {"member": member or 0, "ms_per_step": ms, "size": 2 if member is not None else 1, "build_s": 0.25}}
         (job / "metrics.json").write_text(json.dumps(rec))
     assert bench_scale.training_seconds(tmp_path, steps=10) == (1000.0 + 400.0 + 50.0) * 10 / 1000
-    row = {"n": 1000, "steps": 1, "wall_s": 120.0, "train_s": 20.0, "parent_mb": 480.0, "load": (1.0, 1.5),
-           "marks": {"first line": 1.5, "checked": 12.0, "first job": 30.0}}
-    lines = bench_scale.report([row])
-    assert "| 1,000 | 120.0 s | 1.5 s | 12.0 s | 30.0 s | 20.0 s | 100.0 s | 100 ms | 480 MB | 1.00 / 1.50 |" in lines
+    assert bench_scale.build_seconds(tmp_path) == 1.0 and bench_scale.build_seconds(tmp_path / "seed=0" / "none") is None
+    row = {"n": 1000, "steps": 1, "wall_s": 120.0, "cpu_s": 200.0, "train_s": 40.0, "build_s": 40.0, "parent_mb": 480.0,
+           "load": (1.0, 1.5), "marks": {"first line": 1.5, "checked": 12.0, "first job": 30.0}, "workers": 2}
+    lines = bench_scale.report([row, {**row, "steps": 100, "build_s": None}])
+    # two workers fit side by side: the records' 40 s of training (and of building) take 20 s of the wall time
+    assert ("| 1,000 | 120.0 s | 200 s | 1.5 s | 12.0 s | 30.0 s | - | 40.0 s | 40.0 s | 100.0 s | 100 ms | 80 ms | 480 MB "
+            "| 1.00 / 1.50 |") in lines
+    assert "| 1,000 | 120.0 s | 200 s | 1.5 s | 12.0 s | 30.0 s | - | 40.0 s | - | 100.0 s | 100 ms | - | 480 MB | 1.00 / 1.50 |" in lines

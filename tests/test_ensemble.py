@@ -334,3 +334,12 @@ def test_the_default_callbacks_and_the_coordinate_check_stack():
                                   f"seed={s}")) for p in ("sp", "mup") for s in (1, 2, 3)]
     assert len({group_key(c) for c in coord}) == 1  # param and seed are the check's labels, not shapes
     assert group_key(coord[0]) != group_key(to_plain(compose_cfg("experiment=coord_check", "width=32")))
+
+
+def test_each_members_record_states_its_own_build(tmp_path):
+    """The set-up a group cannot share (each member's seed, data, model and init check) is in its record, so that the
+    benchmark reads the rest of a member's set-up apart from it (initnorm/repro/bench_scale.py)."""
+    base = ["steps=2", "trainer.val_check_interval=2", "checkpoint.every_n_steps=0", *QUIET]
+    records = fit([Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)])
+    builds = [r["group"]["build_s"] for r in records]
+    assert all(isinstance(b, float) and b > 0 for b in builds), builds

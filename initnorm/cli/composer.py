@@ -11,7 +11,8 @@ and the same refusal as Hydra's composition of that job (``tests/test_composer.p
 every preset's sweep).
 
 :meth:`Composer.job_config` is the job's full config (what a launcher hands ``run_job``), a deep copy
-each time. :meth:`Composer.task` is what the preflight checks, the job's resolved config as plain
+each time; :meth:`Composer.job_plain` the same as plain values without that copy (what a vectorised group's member
+saves in its folder: ``cli/member_setup.py``). :meth:`Composer.task` is what the preflight checks, the job's resolved config as plain
 values, made without that copy: the overrides are set on the base in place, every interpolation of
 the task is resolved again, and the base is put back. A job it cannot do that way (``+``, ``~``,
 ``++``, a dict value, an interpolation that reads the ``hydra`` node) goes through ``job_config``.
@@ -44,7 +45,7 @@ class Base:
     def __init__(self, cfg: DictConfig, task_lines: list[str]) -> None:
         self.cfg = cfg
         self.task_lines = task_lines  # the group overrides of the job in the composition (its overrides.task)
-        self.raw = OmegaConf.to_container(cfg, resolve=False)
+        self.raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)  # as Hydra saves it (.hydra/*.yaml)
         task = {k: v for k, v in self.raw.items() if k != "hydra"}
         self.interpolated = dict(_interpolated(task, ""))  # dotted key -> its unresolved value
         # ${hydra:job.num}, ${hydra.job.id}: values that differ from job to job in the hydra node, which apply does not make
@@ -208,9 +209,29 @@ class Composer:
         parsed = self.parse(list(overrides))
         with open_dict(cfg.hydra):
             cfg.hydra.overrides.task = [o.input_line for o in parsed]
-            job = cfg.hydra.job.config.override_dirname
-            cfg.hydra.job.override_dirname = get_overrides_dirname(overrides=parsed, kv_sep=job.kv_sep, item_sep=job.item_sep,
-                                                                   exclude_keys=job.exclude_keys)
+            cfg.hydra.job.override_dirname = _dirname(parsed, cfg.hydra.job.config.override_dirname)
+
+    def job_plain(self, overrides: Sequence[str]) -> dict[str, Any] | None:
+        """The job's config as :meth:`job_config` makes it, as plain unresolved values (what Hydra saves in ``.hydra/``),
+        without copying a config: the top-level nodes its value overrides set and the hydra node's ``overrides`` and
+        ``job`` are copies, every other node is its composition's own, shared by its jobs (read them, never change them).
+        None where a value override is not a plain ``key=value`` on an untyped key (:meth:`job_config` makes those)."""
+        groups, values = self.split(overrides)
+        base = self.base(groups)
+        named = base.raw["hydra"]["job"]["config"]["override_dirname"]
+        if _has_interpolation(named) or not all(_settable(o, base.raw) and base.untyped(o.key_or_group) for o in values):
+            return None
+        out = dict(base.raw)
+        for key in dict.fromkeys(o.key_or_group.split(".")[0] for o in values):
+            out[key] = _copy(base.raw[key])
+        for o in values:
+            _set(out, o.key_or_group, _copy(o.value()))
+        hydra = out["hydra"] = dict(base.raw["hydra"])
+        hydra["overrides"], hydra["job"] = _copy(hydra["overrides"]), _copy(hydra["job"])
+        parsed = self.parse(list(overrides))
+        hydra["overrides"]["task"] = [o.input_line for o in parsed]
+        hydra["job"]["override_dirname"] = _dirname(parsed, named)
+        return out
 
     def task(self, overrides: Sequence[str]) -> tuple[dict[str, Any], DictConfig | None]:
         """The job's task config resolved to plain values, and its full config where that had to be made
@@ -256,6 +277,11 @@ def number(text: str) -> int | float | None:
     if FLOAT.fullmatch(text):
         return float(text)
     return None
+
+
+def _dirname(parsed: list[Override], named: Any) -> str:
+    """``hydra.job.override_dirname`` of these overrides, by the config's ``hydra.job.config.override_dirname`` (``named``)."""
+    return get_overrides_dirname(overrides=parsed, kv_sep=named["kv_sep"], item_sep=named["item_sep"], exclude_keys=named["exclude_keys"])
 
 
 def _task(cfg: DictConfig) -> dict[str, Any]:

@@ -140,13 +140,18 @@ def hydra_saves_atomically() -> None:
     quiet_writer_thread()
 
     def _save_config(cfg, filename: str, output_dir: Path) -> None:
-        try:  # .hydra/ a real folder (a link there taken away, not followed); the file renamed into place
-            write_atomic(real_folder(output_dir) / filename, OmegaConf.to_yaml(cfg))
-        except OSError as exc:
-            raise (disk_error(exc, within=output_dir) or exc) from exc
+        save_hydra_file(output_dir, filename, OmegaConf.to_yaml(cfg))
 
     _save_config.initnorm = True
     hydra_utils._save_config = _save_config
+
+
+def save_hydra_file(output_dir: Path, filename: str, text: str) -> None:
+    """One of a job's ``.hydra/*.yaml`` files, as Hydra's ``_save_config`` here writes it (``hydra_saves_atomically``)."""
+    try:  # .hydra/ a real folder (a link there taken away, not followed); the file renamed into place
+        write_atomic(real_folder(output_dir) / filename, text)
+    except OSError as exc:
+        raise (disk_error(exc, within=output_dir) or exc) from exc
 
 
 def quiet_writer_thread() -> None:

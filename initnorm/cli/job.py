@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from initnorm import schema
 from initnorm.cli import console, devices
-from initnorm.cli.jobinfo import hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
+from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.training.compiling import should_compile, use_cache
@@ -26,18 +26,20 @@ from initnorm.training.fit import Member, fit
 console.quiet()
 
 
-def checked(cfg: DictConfig) -> dict[str, Any]:
-    """The job's resolved config, checked (``data.path`` absolute against the folder the command started in)."""
-    c = schema.check(to_plain(cfg), base=launch_folder())
+def checked(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The job's resolved config (composed, or as plain values), checked (``data.path`` absolute against the folder the
+    command started in)."""
+    c = schema.check(to_plain(cfg) if isinstance(cfg, DictConfig) else cfg, base=launch_folder())
     schema.check_text(c)
     return c
 
 
-def as_member(c: dict[str, Any], out_dir: str | Path) -> Member:
-    """This job (inside Hydra's run of it) as a member to fit: its config, folder, label, record fields and HPARAMS."""
-    overrides = job_overrides()[0]
-    return Member(c, Path(out_dir), label=run_label(overrides, swept_keys(), c["seed"]), base=launch_folder(), meta=job_meta(),
-                  hparams=hparams_of(c, overrides), write_hparams=hparams_writer(c))
+def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None) -> Member:
+    """This job (inside Hydra's run of it, or ``job``: its overrides, number and choices) as a member to fit: its config,
+    folder, label, record fields and HPARAMS."""
+    overrides = (job or job_overrides())[0]
+    return Member(c, Path(out_dir), label=run_label(overrides, swept_keys(), c["seed"]), base=launch_folder(), meta=job_meta(job),
+                  hparams=hparams_of(c, overrides), write_hparams=hparams_writer(c, job))
 
 
 def device_of(c: dict[str, Any]) -> str:

@@ -2,11 +2,13 @@
 its label, and the fields its record and its TensorBoard HPARAMS entry carry.
 
 Light on purpose (Hydra only): the command's own process reads these before any job trains, a job alone
-(``cli/job.py``) and a stacked group's members (``cli/vectorized.py``) read them while they train.
+(``cli/job.py``) reads them while it trains; a stacked group's members are given theirs (``cli/member_setup.py``: no
+Hydra job is set up for a member).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +21,22 @@ from initnorm.cli.sweep import swept_keys
 HPARAM_KEYS = ("norm", "warmup", "seed", "lr", "width", "depth", "steps", "batch_size")
 
 
-def job_overrides() -> tuple[dict[str, str], int, dict[str, str]]:
+JobInfo = tuple[dict[str, str], int, dict[str, str]]  # a job's task overrides as a dict, its number, its group choices
+
+
+def job_overrides() -> JobInfo:
     """The task overrides of this Hydra job as a dict, its number, and the group choices."""
     if not HydraConfig.initialized():
         return {}, 0, {}
     hc = HydraConfig.get()
-    overrides = dict(o.split("=", 1) for o in hc.overrides.task if "=" in o)
-    overrides = {k.lstrip("+~"): v for k, v in overrides.items()}
     num = hc.job.num if hc.mode is not None and hc.mode.name == "MULTIRUN" else 0
-    return overrides, int(num or 0), dict(hc.runtime.choices)
+    return overrides_dict(hc.overrides.task), int(num or 0), dict(hc.runtime.choices)
+
+
+def overrides_dict(task: Sequence[str]) -> dict[str, str]:
+    """``["seed=3", "+x=1"]`` -> ``{"seed": "3", "x": "1"}``."""
+    overrides = dict(o.split("=", 1) for o in task if "=" in o)
+    return {k.lstrip("+~"): v for k, v in overrides.items()}
 
 
 def hparams_of(c: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
@@ -50,16 +59,16 @@ def launch_folder() -> Path:
     return Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
 
 
-def job_meta() -> dict[str, Any]:
-    """What Hydra knows of this job, for its record: its number, overrides, swept keys and group choices."""
-    overrides, num, choices = job_overrides()
+def job_meta(job: JobInfo | None = None) -> dict[str, Any]:
+    """What Hydra knows of this job (or ``job``), for its record: its number, overrides, swept keys and group choices."""
+    overrides, num, choices = job or job_overrides()
     return {"job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
 
 
-def hparams_writer(c: dict[str, Any]):
-    """``(writer, hp metrics, step)`` -> this job's HPARAMS entry: what varies first (the swept keys; a single run's
-    overrides), the trial named by it, the metrics at the last step."""
-    overrides, _, _ = job_overrides()
+def hparams_writer(c: dict[str, Any], job: JobInfo | None = None):
+    """``(writer, hp metrics, step)`` -> this job's (or ``job``'s) HPARAMS entry: what varies first (the swept keys; a single
+    run's overrides), the trial named by it, the metrics at the last step."""
+    overrides, _, _ = job or job_overrides()
     swept = swept_keys()
     varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
     hparams, label = hparams_of(c, overrides), run_label(overrides, swept, c["seed"])

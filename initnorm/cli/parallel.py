@@ -54,6 +54,11 @@ def run_units(fn: Callable[..., Any], args: Sequence[tuple], n_jobs: int) -> lis
 def record_lost(jobs: Sequence[Any], lost: Lost, sweep_dir: Path) -> list[JobReturn]:
     """Each job of a lost unit recorded failed with ``lost.reason`` in its folder; its ``JobReturn`` (a loss of nan, as
     a failed job's) so that the sweeper sees every job it launched. ``jobs``: the launcher's ``PlannedJob`` records."""
+    return record_failed(jobs, UnitLost(lost.reason), sweep_dir)
+
+
+def record_failed(jobs: Sequence[Any], exc: BaseException, sweep_dir: Path) -> list[JobReturn]:
+    """Each of ``jobs`` recorded failed with ``exc`` in its folder, with its ``JobReturn`` (a loss of nan)."""
     rets = []
     for job in jobs:
         cfg = job.composer.job_config(job.overrides)
@@ -62,7 +67,6 @@ def record_lost(jobs: Sequence[Any], lost: Lost, sweep_dir: Path) -> list[JobRet
         task, _ = job.composer.task(job.overrides)
         folder = sweep_dir / job.composer.subdir(job.overrides, task)
         folder.mkdir(parents=True, exist_ok=True)
-        exc = UnitLost(lost.reason)
         overrides = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in job.overrides if "=" in o}
         fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides,
                   "swept": swept_keys(),

@@ -13,9 +13,10 @@
    read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
    through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
    ``hydra.launcher.slurm``).
-   Every member gets its folder from Hydra's own ``run_job`` (``.hydra/``, ``train.log``), then
-   ``training/fit.fit`` trains the group, as it trains a job alone, and writes each member's
-   metrics.json, events and HPARAMS.
+   Every member gets the folder Hydra's ``run_job`` would give it (``.hydra/``, ``train.log``) from
+   ``member_setup.py``, in milliseconds (through ``run_job`` itself where a Hydra callback asks for each
+   job's start or end), then ``training/fit.fit`` trains the group, as it trains a job alone, and writes
+   each member's metrics.json, events and HPARAMS.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
-from hydra.utils import instantiate
 from omegaconf import DictConfig, open_dict
 
 from initnorm import schema
@@ -61,6 +61,7 @@ class PlannedJob:
     alone: str | None  # why it runs alone (None: it can be a member)
     key: tuple = ()
     composer: Composer | None = None  # makes its sweep config when it runs: no sweep holds every job's config
+    checked: dict[str, Any] | None = None  # the config the preflight checked (its nested values shared: read them only)
 
 
 def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictConfig:
@@ -117,7 +118,7 @@ def classify(hydra_context, config: DictConfig, job_overrides,
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
         key = (group_key(c), step)
         examples.setdefault(key, c)
-        jobs.append(PlannedJob(num, list(overrides), alone, key, composer))
+        jobs.append(PlannedJob(num, list(overrides), alone, key, composer, known.config if known is not None else None))
     return jobs, examples
 
 
@@ -186,36 +187,35 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
         return [run_job(hydra_context=hydra_context, config=sc, task_function=task_function, job_dir_key="hydra.sweep.dir",
                         job_subdir_key="hydra.sweep.subdir")]
 
-    from initnorm.cli.job import as_member, checked
+    from initnorm.cli.member_setup import MemberSetup  # (Lightning's import: a worker's, at its first group)
     from initnorm.training.fit import Abandoned, fit
     from initnorm.training.stack import NotStackable
 
-    members, rets, nodes = [], [], []
+    members, rets, failed, kept = [], [], [], []
+    # Hydra's run_job only where a Hydra callback of the user's asks for each job's start or end (it takes the job's config)
+    setup = None if _job_callbacks(hydra_context) else MemberSetup(unit[0].composer or Composer(hydra_context.config_loader, config),
+                                                                   config)
     for job in unit:
-        sc = _config_of(job, hydra_context, config)
-        prepared: dict[str, Any] = {}
-
-        # Inside Hydra's run_job: folder, .hydra/, logging set up. `prepared` bound as a default: this iteration's dict.
-        def prepare(cfg: DictConfig, prepared: dict[str, Any] = prepared) -> None:
-            member = as_member(checked(cfg), os.getcwd())  # the same record fields a job alone writes
-            console.job_started(member.label, member.meta["job_num"])  # the same start line as the other launchers' jobs
-            prepared["callbacks"] = cfg.get("callbacks")  # the config's nodes, instantiated once for the group
-            prepared["member"] = member
-
-        ret = run_job(hydra_context=hydra_context, config=sc, task_function=prepare, job_dir_key="hydra.sweep.dir",
-                      job_subdir_key="hydra.sweep.subdir")
-        if ret.status != JobStatus.COMPLETED:
-            return [*rets, ret]  # cannot happen short of a broken folder: Hydra reports it
-        members.append(prepared["member"])
-        nodes.append(prepared["callbacks"])
+        try:
+            member, ret = setup.member(job) if setup is not None else _by_run_job(job, hydra_context, config)
+        except Exception as exc:  # this member alone (a search trial's config its check refuses ...): the others go on
+            if err := disk.disk_error(exc):
+                raise err from exc
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            failed += parallel.record_failed([job], exc, Path(str(config.hydra.sweep.dir)))
+            continue
+        members.append(member)
         rets.append(ret)
+        kept.append(job)
+    if not members:
+        return failed
     labels = [m.label for m in members]
     device = _device(config, unit_index)
     try:
-        # one set for the group: each sees every member (members_of)
-        callbacks = [instantiate(cb) for cb in (nodes[0] or {}).values()]
         sweep_dir = str(config.hydra.sweep.dir)
-        results = fit(members, device, abandoned=_abandoned_check(config), callbacks=callbacks, label=f"{labels[0]} .. {labels[-1]}",
+        # callbacks=None: one set for the group, from the first member's config; each sees every member (members_of)
+        results = fit(members, device, abandoned=_abandoned_check(config), label=f"{labels[0]} .. {labels[-1]}",
                       status=lambda: console.sweep_progress(sweep_dir))  # the group's lines carry the sweep's done/total
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
@@ -223,8 +223,8 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
         logging.shutdown()
         os._exit(1)
     except NotStackable as exc:  # the members' shapes differ (found before any step): each job alone
-        log.warning("these %d jobs cannot share one stacked model (%s); running them alone", len(unit), exc)
-        return [ret for j in unit for ret in _run([j], unit_index, hydra_context, config, task_function, singleton_state, env)]
+        log.warning("these %d jobs cannot share one stacked model (%s); running them alone", len(kept), exc)
+        return failed + [ret for j in kept for ret in _run([j], unit_index, hydra_context, config, task_function, singleton_state, env)]
     except Exception as exc:  # a crash in one group must not cost the other groups
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -238,7 +238,7 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
                 raise (disk.disk_error(write_exc) or write_exc) from exc
             print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
             ret.return_value = math.nan
-        return rets
+        return failed + rets
     for m, label, ret, r in zip(members, labels, rets, results):
         if r["status"] == "failed":  # this member alone (fit recorded it; the others went on)
             print(f"error: job {m.meta['job_num']} failed: {r['error']} -> {m.out_dir}", file=sys.stderr)
@@ -246,7 +246,33 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
             continue
         ret.return_value = r.get("final_val_loss", math.nan)
         console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
-    return rets
+    return failed + rets
+
+
+def _job_callbacks(hydra_context) -> bool:
+    """Whether a Hydra callback of the config's answers a job's start or end (``hydra.callbacks``)."""
+    from hydra.experimental.callback import Callback
+
+    return any(type(cb).on_job_start is not Callback.on_job_start or type(cb).on_job_end is not Callback.on_job_end
+               for cb in hydra_context.callbacks.callbacks)
+
+
+def _by_run_job(job: PlannedJob, hydra_context, config: DictConfig) -> tuple[Any, JobReturn]:
+    """A member set up inside Hydra's ``run_job`` (its folder, ``.hydra/``, its logging), its callbacks told."""
+    from initnorm.cli.job import as_member, checked
+
+    made: list = []
+
+    def prepare(cfg: DictConfig) -> None:
+        member = as_member(checked(cfg), os.getcwd())  # the same record fields a job alone writes
+        console.job_started(member.label, member.meta["job_num"])  # the same start line as the other launchers' jobs
+        made.append(member)
+
+    ret = run_job(hydra_context=hydra_context, config=_config_of(job, hydra_context, config), task_function=prepare,
+                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    if ret.status != JobStatus.COMPLETED:
+        raise ret._return_value  # its check refused it: recorded failed, as a member whose set-up failed
+    return made[0], ret
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, grouped: bool = True) -> Sequence[JobReturn]:

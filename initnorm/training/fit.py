@@ -136,6 +136,7 @@ class Prepared:
     built: BuiltMember
     stream: torch.Tensor
     state: dict[str, Any] | None = None
+    build_s: float | None = None  # its build's seconds (seed, data, model, init check): the set-up a group cannot share
 
     @property
     def step(self) -> int:
@@ -145,11 +146,13 @@ class Prepared:
 def prepare(m: Member, prior, log: logging.Logger) -> Prepared:
     """Member ``m`` built, and its checkpoint read and checked against its own module, before it meets any other member:
     whatever fails here (its data, its model, its init, its checkpoint) fails it alone."""
+    start = time.perf_counter()
     built, stream = build_member(m, log)
+    build_s = time.perf_counter() - start
     state = read_member(prior.checkpoint, m.cfg) if prior.checkpoint is not None else None
     if state is not None:
         check_state(built.model, m.cfg["optim"]["name"], state, prior.checkpoint)
-    return Prepared(m, log, built, stream, state)
+    return Prepared(m, log, built, stream, state, build_s)
 
 
 STOPS = (signals.Interrupted,)  # a stop is not a failure: it is to be resumed (a KeyboardInterrupt: signals.interrupt_cause)
@@ -355,7 +358,8 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
                               steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
                               ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
                               compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
-        metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device)}
+        metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
+                            "build_s": prepared[e].build_s}
         if stopped and h.diverged_step is None:
             metrics |= {"status": "stopped", "stopped": stopped}
         write_metrics(Path(m.out_dir), metrics)

@@ -2,7 +2,8 @@
 
 Every member of a fit (``training/fit.py``; a job alone is a group of one) hands the same facts to
 ``job_metrics``, so ``metrics.json`` has the same keys under every launcher, and ``group``: the size
-of the group it trained in, its place there, how its forward ran, and the group's own step time.
+of the group it trained in, its place there, how its forward ran, the group's own step time, and how long its own
+build took (`build_s`: its seed, data, model and init check).
 """
 
 from __future__ import annotations
