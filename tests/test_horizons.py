@@ -19,7 +19,9 @@ from tensorboard.plugins.hparams import metadata
 from initnorm.config import to_plain
 from initnorm.training import signals, trackers
 from initnorm.training.fit import Member, fit
+from initnorm.training.group import group_key
 from initnorm.training.resume import checkpoint_path, load_checkpoint
+from tests._tgroup import run_here
 from tests.conftest import compose_cfg
 
 # the default Decoder at its default width, with its instruments every 5 steps (so some come after a member retired)
@@ -84,6 +86,16 @@ def events(folder: Path) -> EventAccumulator:
     acc = EventAccumulator(str(files), size_guidance={"scalars": 0})
     acc.Reload()
     return acc
+
+
+def test_jobs_that_differ_only_in_steps_share_one_group_key():
+    c = {n: to_plain(compose_cfg(*SHARED, f"steps={n}")) for n in (6, 12, 24)}
+    assert len({group_key(x) for x in c.values()}) == 1
+    once = [to_plain(compose_cfg(f"steps={n}", "trainer.val_check_interval=" + str(n))) for n in (6, 24)]  # a preset's ${steps}
+    assert group_key(once[0]) == group_key(once[1])
+    # a trainer.max_steps of its own (not the steps) stops each job where it stops: it stays a shape of the group
+    assert group_key(to_plain(compose_cfg("steps=12", "trainer.max_steps=6"))) != group_key(to_plain(compose_cfg("steps=12")))
+    assert group_key(c[6]) != group_key(to_plain(compose_cfg(*SHARED, "steps=6", "width=32")))
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "linear_to_zero"])
@@ -157,3 +169,18 @@ def test_a_group_stopped_after_its_shortest_member_retired_resumes_to_the_same_r
     assert [r["group"]["size"] for r in again[1:]] == [2, 2]
     for r, u in zip(again, uninterrupted):
         assert pairs(r["val_history"]) == pairs(u["val_history"]) and r["final_val_loss"] == u["final_val_loss"]  # bit for bit
+
+
+def test_the_vectorised_launcher_stacks_a_sweep_over_steps_into_one_group(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_here("-m", "steps=6,12,24", "seed=1,2", "callbacks=none", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
+                    "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "vectorized: 6 jobs in 1 stacked group (1 of 6) and 0 alone" in proc.stdout, proc.stdout[-2000:]
+    # its progress lines count the members that retired (at 50%, step 12: the two of 6 steps; those of 12 retire as the next step starts)
+    assert re.search(r"group of 6 \(.*\): step 12/24 \(50%\), 4/6 alive, 2 done at their last step", proc.stdout), proc.stdout[-3000:]
+    records = [json.loads(p.read_text()) for p in sweep.rglob("metrics.json")]
+    assert len(records) == 6 and {r["group"]["size"] for r in records} == {6}, [r["group"] for r in records]
+    for r in records:
+        n = r["config"]["steps"]
+        assert r["steps"] == n and r["val_history"][-1][0] == n and r["status"] == "finished"
