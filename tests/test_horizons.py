@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata
 
+from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.training import signals, trackers
 from initnorm.training.fit import Member, fit
@@ -96,6 +97,10 @@ def test_jobs_that_differ_only_in_steps_share_one_group_key():
     # a trainer.max_steps of its own (not the steps) stops each job where it stops: it stays a shape of the group
     assert group_key(to_plain(compose_cfg("steps=12", "trainer.max_steps=6"))) != group_key(to_plain(compose_cfg("steps=12")))
     assert group_key(c[6]) != group_key(to_plain(compose_cfg(*SHARED, "steps=6", "width=32")))
+    # what a horizon rule resolves differs by horizon (lr, weight decay, transfer.applied): numbers of each member
+    rules = ["transfer.horizon_rule=power", "transfer.base.steps=375", "optim.weight_decay_rule=fraction"]
+    ruled = [schema.check(to_plain(compose_cfg(f"steps={n}", *rules))) for n in (375, 1500)]
+    assert ruled[0]["lr"] != ruled[1]["lr"] and group_key(ruled[0]) == group_key(ruled[1])
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "linear_to_zero"])

@@ -27,7 +27,8 @@ __all__ = ["MEMBER_KEYS", "group_key", "parameter_count"]
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
                "optim.weight_decay_mode", "optim.momentum", "summary", "regularizer",
                "callbacks.coord.seed", "callbacks.coord.param",  # the coordinate check's labels for its table
-               "steps", "trainer.val_check_interval", "transfer.applied")  # a horizon, its validations, what a rule moved
+               "steps", "trainer.val_check_interval",  # a horizon and its validations
+               "transfer")  # the rules that carried lr, wd, betas and eps to the job (numbers: members' own, resolved)
 # A horizon's own key where it only repeats ``steps`` (conf/trainer: max_steps: ${steps}); one set apart from the steps
 # stays in the key, so every member of a group stops the run where its job alone stops it.
 HORIZON_KEYS = ("trainer.max_steps",)
