@@ -79,10 +79,10 @@ def test_compiled_run_matches_eager_and_keeps_its_statistics(tmp_path, monkeypat
     eager_steps = []  # per training forward run eagerly: whether it carried the statistics' probe points
     real = stack_py.Stack.losses
 
-    def spy(self, loss_fn, xs, ys, points=None, reduce=None):
+    def spy(self, loss_fn, xs, ys, points=None, reduce=None, live=None):
         if not torch.compiler.is_compiling():  # the compiled graph does not call back into Python
             eager_steps.append(bool(points))
-        return real(self, loss_fn, xs, ys, points, reduce)
+        return real(self, loss_fn, xs, ys, points, reduce, live)
 
     monkeypatch.setattr(stack_py.Stack, "losses", spy)
     eager = train(compose_cfg(*RUN, "compile=false"), tmp_path / "eager")

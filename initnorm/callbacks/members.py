@@ -9,7 +9,7 @@ these members and reads every tensor with a leading member dimension ``[E, ...]`
 - ``E``, ``model`` (the module whose names, layers and fans describe every member), ``folders``,
   ``configs`` (each member's resolved config, where the engine knows it), ``datamodules()`` (each
   member's data module), ``active()`` ([E] bool:
-  False for a member that diverged and is frozen), ``writers()`` (each member's TensorBoard writers);
+  False for a member that diverged or retired at its last step, and is frozen), ``writers()`` (each member's TensorBoard writers);
 - ``params()`` and ``grads()``: ``{name: [E, *shape]}`` of the trainable parameters (views, no copies);
 - ``rates()``: ``{name: [E]}`` float64, the learning rate each parameter is stepped with now
   (base lr x the table's multiplier x the schedule's factor);

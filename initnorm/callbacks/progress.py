@@ -10,7 +10,9 @@ whichever comes first (a job alone: ``norm=pre seed=1: step 500/1500, about 40s 
 seconds; its own start line says it began). Time left is the fit's own measured step time; the bracket is
 ``status()``, the sweep's done/total and time left (``cli/console.sweep_progress``: the library names no command
 line). Each line writes ``PROGRESS_FILE`` (``step steps``) into each member's folder first, which the sweep's
-progress counts, so its time left accounts for fits that run side by side.
+progress counts, so its time left accounts for fits that run side by side. Members of different horizons
+(``training/horizons.py``) each count their own steps, and one that retired is counted as done
+(``..., 2/3 alive, 1 done at its last step``).
 """
 
 from __future__ import annotations
@@ -67,14 +69,18 @@ class GroupProgress(L.Callback):
             return  # the last step's lines are the members' own end lines
         self._last = now
         self._next_pct = self._mark_after(step)
-        for folder in self._view.folders:  # before the line: the sweep's time left counts this group's share
+        horizons = [int(c["steps"]) if c and "steps" in c else self.steps for c in self._view.configs]
+        for folder, h in zip(self._view.folders, horizons):  # before the line: the sweep's time left counts this group's share
+            if h < step:
+                continue  # retired at the start of the step after its last: its record is written
             try:
-                write_atomic(Path(folder) / PROGRESS_FILE, f"{step} {self.steps}\n")
+                write_atomic(Path(folder) / PROGRESS_FILE, f"{step} {h}\n")
             except OSError:  # only an estimate: a full disk is reported where the results are written
                 pass
-        alive = sum(self._view.active())
+        alive, ended = sum(self._view.active()), sum(h < step for h in horizons)
         per_step = (now - self._start) / max(1, step - self._from)
         E = self._view.E
         who = f"group of {E} ({self.label}): step {step}/{self.steps} ({pct:.0f}%), {alive}/{E} alive" if E > 1 else \
             f"{self.label}: step {step}/{self.steps}"
+        who += f", {ended} done at {'its' if ended == 1 else 'their'} last step" if ended else ""
         self._write(f"{who}, about {duration(per_step * (self.steps - step))} left")

@@ -90,8 +90,10 @@ class MemberCheckpoints(L.Callback):
             self.save(step)
 
     def save(self, step: int) -> None:
-        for e in range(self.engine.E):
-            save_member(self.engine, e, step)
+        """Each member whose run has a step ``step`` (a member of a shorter horizon that retired keeps its last one)."""
+        for e, horizon in enumerate(self.engine.horizons):
+            if step < horizon:
+                save_member(self.engine, e, step)
 
 
 class CheckpointOnSignal(L.Callback):

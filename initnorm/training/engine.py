@@ -14,8 +14,9 @@ A family's LightningModule is a small subclass that gives only what is the famil
 - ``extra_metrics(c, history)``: its own numbers for the record, from a member's ``History``.
 
 Per member: divergence (a NaN/inf loss is recorded at its step, the member frozen, the others go on;
-when none is left the fit stops), the train loss and learning rate in its own events every
-``log_every`` steps, every validation, every training loss. ``member_view()`` is what the
+when none is left the fit stops), its horizon (``steps``: it retires at its own last step, frozen from
+then on, its validations its own: ``training/horizons.py``), the train loss and learning rate in its own
+events every ``log_every`` steps, every validation, every training loss. ``member_view()`` is what the
 instruments read (``callbacks/members.py``, ``training/view.py``).
 """
 
@@ -39,7 +40,7 @@ from initnorm.training.compiling import hooked
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
 from initnorm.training.stack import Stack
-from initnorm.training.validation import at_start, missing_at, validate_now
+from initnorm.training.validation import at_start, missing_at, scheduled, validate_now, validation_interval
 from initnorm.training.vec_optim import VecOptimizer
 
 
@@ -107,7 +108,14 @@ class Engine(L.LightningModule):
         self.members = nn.ModuleList(self.stack.members)  # member e: its family's (or the user's) own module
         self.E, self.N = self.stack.E, self.stack.N
         c0 = self.configs[0]
-        self.steps, self.log_every = int(c0["steps"]), int(c0["log_every"])  # the same for every member (training/group.py)
+        self.log_every = int(c0["log_every"])  # the same for every member (training/group.py)
+        # Each member's horizon and validation interval, as its job alone has them; the fit runs to the longest, whose
+        # interval is Lightning's own (the engine validates at the others' points: on_train_batch_end).
+        self.horizons = [int(c["steps"]) for c in self.configs]
+        self.intervals = [validation_interval(h, c["trainer"]["val_check_interval"]) for h, c in zip(self.horizons, self.configs)]
+        self.steps = max(self.horizons)
+        self.interval = self.intervals[self.horizons.index(self.steps)]
+        self.retired = torch.zeros(self.E, dtype=torch.bool)  # members past their last step (training/horizons.py)
         groups = [optimiser_groups(m, r, t, c["lr"], c["optim"]) for m, r, t, c in zip(self.members, self.roles, self.tables, self.configs)]
         where = [{id(p): self.stack.positions(e)[n] for n, p in m.named_parameters()} for e, m in enumerate(self.members)]
         self.optimizer = EngineOptimizer(self, groups)
@@ -119,10 +127,11 @@ class Engine(L.LightningModule):
         self.writers: list[list] = [[] for _ in range(self.E)]  # each member's tracker writers (training/trackers.py), set by fit
         self.resumed = 0
         self.compiled = compiled
-        self._fast = torch.compile(lambda xs, ys: self.stack.losses(self.loss, xs, ys)[0]) if compiled else None
+        self._fast = torch.compile(lambda xs, ys, live: self.stack.losses(self.loss, xs, ys, live=live)[0]) if compiled else None
         self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
         self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with
         self._sums: list[dict[str, torch.Tensor]] = []
+        self._validating = torch.zeros(self.E, dtype=torch.bool)  # the members recording the validation in progress
         self._counts: list[int] = []
 
     # ------------------------------------------------------------------ what a family gives
@@ -143,7 +152,23 @@ class Engine(L.LightningModule):
 
     @property
     def active(self) -> torch.Tensor:
-        return self.divergence.active
+        """Members still training: neither diverged nor retired."""
+        return self.divergence.active & ~self.retired
+
+    @property
+    def over(self) -> bool:
+        """No member is left to train."""
+        return not bool(self.active.any())
+
+    def retire(self, e: int) -> None:
+        """Member ``e`` has taken its last step: frozen from now on (no update, no decay, no moment, no step count), no
+        more losses, validations or instruments' records (its writers dropped, its trackers are finished)."""
+        self.retired[e] = True
+        self.writers[e] = []
+
+    def _live(self, alive: torch.Tensor) -> torch.Tensor | None:
+        """The members to compute (indices on the members' device), None when it is every member."""
+        return None if bool(alive.all()) else alive.nonzero().flatten().to(self.stack.flat.device)
 
     def factors(self, step: int) -> torch.Tensor:
         """Each member's schedule factor at ``step`` (float64: LambdaLR's base lr x factor is taken in double)."""
@@ -155,11 +180,15 @@ class Engine(L.LightningModule):
     def training_step(self, batch, batch_idx):
         xs, ys = batch
         step = self.global_step
+        if self.over:  # the last members retired, the others diverged before
+            self.trainer.should_stop = True
+            return None
         request = self._capture
+        live = self._live(self.active)  # only the members still training are computed
         if self._fast is not None and request is None and not any(hooked(m) for m in self.members):
-            losses, seen = self._fast(xs, ys), {}
+            losses, seen = self._fast(xs, ys, live), {}
         else:
-            losses, seen = self.stack.losses(self.loss, xs, ys, *(request[:2] if request else ()))
+            losses, seen = self.stack.losses(self.loss, xs, ys, *(request[:2] if request else (None, None)), live=live)
         if request:
             request[2].update(seen)
         values = losses.detach().cpu()
@@ -167,10 +196,10 @@ class Engine(L.LightningModule):
         for e, v in enumerate(values.tolist()):
             if alive[e]:
                 self.history[e].train_losses.append(v if math.isfinite(v) else math.nan)
-        for e in self.divergence.check(values, step):  # frozen at this step; the others go on
+        for e in self.divergence.check(torch.where(self.active, values, 0.0), step):  # frozen at this step; the others go on
             self.history[e].diverged_step = step
             self.logs[e].info("diverged at step %d (loss %s)%s", step, values[e].item(), "; the other members go on" if self.E > 1 else "")
-        if self.divergence.stopped:
+        if self.over:
             self.trainer.should_stop = True
             return None
         total = torch.where(self.active.to(losses.device), losses, torch.zeros((), device=losses.device)).sum()
@@ -223,6 +252,18 @@ class Engine(L.LightningModule):
         if at_start(self, [h.val for h in self.history]):
             validate_now(self, self.stack.flat.device)  # every curve starts where training starts
 
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        """A member's own validation point that Lightning's loop (the longest member's interval) does not make: another
+        member's interval, or its last step (before it retires at the next step's start, and before any checkpoint)."""
+        step = self.global_step
+        if step % self.interval and any(self._due(e, step) for e in range(self.E)):
+            validate_now(self, self.stack.flat.device)
+
+    def _due(self, e: int, step: int) -> bool:
+        """Whether member ``e`` validates at ``step`` and has not yet."""
+        h = self.history[e].val
+        return bool(self.active[e]) and scheduled(step, self.horizons[e], self.intervals[e]) and not (h and h[-1][0] == step)
+
     def validate_last(self) -> None:
         """The last step's validation where the loop's interval missed it, for the members alive."""
         if not self.divergence.stopped and missing_at(self.global_step, [h.val for h in self.history], self.active.tolist()):
@@ -231,11 +272,16 @@ class Engine(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         names = self.trainer.datamodule.eval_names
         self._sums, self._counts = [{} for _ in names], [0 for _ in names]
+        # The members whose curve has a point here, each on its own schedule: none where Lightning's loop validates
+        # off every schedule (a callback's stop), which records nothing, as a resumed run would not have it.
+        self._validating = torch.tensor([self._due(e, self.global_step) for e in range(self.E)], dtype=torch.bool)
 
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         xs, ys = batch
+        if not self._validating.any():
+            return
         sums = self._sums[dataloader_idx]
-        for k, v in self.stack.evaluate(self.evaluate, xs, ys).items():
+        for k, v in self.stack.evaluate(self.evaluate, xs, ys, self._live(self._validating)).items():
             # summed in Python doubles, batch by batch
             sums[k] = sums.get(k, torch.zeros(self.E, dtype=torch.float64)) + torch.tensor(v.tolist(), dtype=torch.float64)
         self._counts[dataloader_idx] += ys[0].numel()
@@ -247,7 +293,7 @@ class Engine(L.LightningModule):
         for name, sums, count in zip(self.trainer.datamodule.eval_names, self._sums, self._counts):
             label = tb.EVAL_LABELS.get(name, name)
             for e in range(self.E):
-                if not self.active[e]:
+                if not self._validating[e]:
                     continue
                 metrics = {k: v[e].item() / max(1, count) for k, v in sums.items()}
                 self.history[e].evals.setdefault(name, []).append((step, metrics))
@@ -256,7 +302,7 @@ class Engine(L.LightningModule):
                 for w in self.writers[e]:
                     for k, v in metrics.items():
                         w.add_scalar(f"{k.capitalize()}/{label}", v, step)
-        alive = [h.val[-1][1] for h, a in zip(self.history, self.active.tolist()) if a and h.val and h.val[-1][0] == step]
+        alive = [h.val[-1][1] for h, a in zip(self.history, self._validating.tolist()) if a and h.val and h.val[-1][0] == step]
         if self.trainer.validating and alive:  # Lightning's own loop (step 0's, in a training hook, would stay in the bar)
             self.log("val_loss", sum(alive) / len(alive), prog_bar=True, logger=False)
 

@@ -36,10 +36,10 @@ from initnorm.training.batches import StackedData
 from initnorm.training.checkpoints import CheckpointOnSignal, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
 from initnorm.training.engine import BuiltMember, Engine
+from initnorm.training.horizons import Retire
 from initnorm.training.record import hp_metrics, job_metrics, status_line
 from initnorm.training.resume import check_state, inspect_folder, read_member, record_failure
 from initnorm.training.tasks import TASKS
-from initnorm.training.validation import validation_interval
 
 __all__ = ["Abandoned", "Member", "fit"]
 
@@ -268,7 +268,8 @@ def assemble(members: Sequence[Member] | Sequence[Prepared], device: str | torch
             p = Prepared(p, log, *build_member(p, log))
         prepared.append(p)
     c0 = prepared[0].member.cfg
-    compiled = should_compile(c0["compile"], int(c0["steps"]), len(prepared))
+    member_steps = sum(int(p.member.cfg["steps"]) for p in prepared)  # members of different horizons: their own steps
+    compiled = should_compile(c0["compile"], member_steps // len(prepared), len(prepared))
     engine = TASKS.get(c0["data"]["kind"]).make_module([p.built for p in prepared], torch.device(device), compiled)
     data = StackedData([p.built.data for p in prepared])
     data.check_evaluation()
@@ -292,9 +293,9 @@ def _load(engine: Engine, prepared: Sequence[Prepared]) -> int:
 def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandoned, label, status) -> list[dict[str, Any]]:
     members, logs = [p.member for p in prepared], [p.log for p in prepared]
     c0 = members[0].cfg
-    steps = int(c0["steps"])
     engine, data, _ = assemble(prepared, device)
-    forward, compiled = engine.stack.strategy, engine.compiled
+    steps = engine.steps  # the longest member's: each member retires at its own last step (training/horizons.py)
+    forward = engine.stack.strategy
     resumed = engine.resumed = _load(engine, prepared)
     data.start_step = resumed
     for m in members:
@@ -306,23 +307,32 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     for e, (m, log) in enumerate(zip(members, logs)):
         c = m.cfg
         log.info("%s: %s of %s (%d parameters), lr=%s warmup=%s schedule=%s steps=%d batch=%d seed=%s%s%s", m.name, c["param"]["name"],
-                 c["model"]["family"], engine.N, c["lr"], c["warmup"], c["schedule"], steps, c["batch_size"], c["seed"],
+                 c["model"]["family"], engine.N, c["lr"], c["warmup"], c["schedule"], c["steps"], c["batch_size"], c["seed"],
                  f"; member {e + 1} of {engine.E}, forward: {forward}" if engine.E > 1 else "",
                  f"; resumed at step {resumed}" if resumed else "")
     if callbacks is None:
         from hydra.utils import instantiate  # the config's _target_ nodes
 
         callbacks = [instantiate(node) for node in (c0["callbacks"] or {}).values()]
-    chosen = [cb for cb in callbacks if progress_bar or not isinstance(cb, ProgressBar)]  # Lightning refuses a bar it does not draw
+    written: dict[int, dict[str, Any]] = {}  # the records of members that retired before the fit's last step
+
+    def retire(trainer: L.Trainer, e: int) -> None:
+        m = members[e]
+        written[e] = _record(engine, e, m, logs[e], done=trainer.global_step, wall=time.perf_counter() - start, device=device,
+                             build_s=prepared[e].build_s)
+        trainer.loggers = [lg for lg in trainer.loggers if all(lg is not own for own in m.loggers)]  # finished: Lightning leaves them
+
+    # Lightning refuses a bar it does not draw; Retire first, so that every other callback sees a member retired at its step
+    chosen = [Retire(engine, retire), *(cb for cb in callbacks if progress_bar or not isinstance(cb, ProgressBar))]
     saver = MemberCheckpoints(engine, c0["checkpoint"]["every_n_steps"])
     chosen += [saver, CheckpointOnSignal(saver.save, members[0].out_dir)]
     if not progress_bar:
         chosen.append(GroupProgress(label or " .. ".join(dict.fromkeys([members[0].name, members[-1].name])), steps, status=status))
     if abandoned is not None:
         chosen.append(AbandonCheck(abandoned, logs))
-    trainer = L.Trainer(**_trainer_kwargs(c0, device) | {
+    trainer = L.Trainer(**_trainer_kwargs(c0, device) | {"max_steps": max(int(m.cfg["trainer"]["max_steps"]) for m in members),
         "logger": [lg for m in members for lg in m.loggers] or False, "callbacks": chosen, "enable_progress_bar": progress_bar,
-        "val_check_interval": validation_interval(steps, c0["trainer"]["val_check_interval"]),
+        "val_check_interval": engine.interval,  # the longest member's; the engine validates at the others' points
         # Lightning's own checkpoints only where a callback of the user's asks for them (it refuses one otherwise)
         "enable_checkpointing": any(isinstance(cb, ModelCheckpoint) for cb in chosen),
         "default_root_dir": str(members[0].out_dir)})
@@ -337,37 +347,44 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
             signals.record_again()
             raise signals.interrupt_cause(exc.__context__, handled) from None
     except Exception:
-        for m in members:  # a tracker's run is not left RUNNING; the next try (alone, or a rerun) makes its loggers again
-            trackers.finish(m.loggers, "failed")
+        for m in (m for e, m in enumerate(members) if e not in written):  # a tracker's run is not left RUNNING; the next try
+            trackers.finish(m.loggers, "failed")  # (alone, or a rerun) makes its loggers again; a retired member's are ended
             m.loggers = None
         raise
     done = trainer.global_step
     stopped = None
     if done == steps:
         engine.validate_last()
-    elif not engine.divergence.stopped:  # a callback ended the fit early: not finished; its checkpoint lets a rerun complete it
+    elif not engine.over:  # a callback ended the fit early: not finished; its checkpoint lets a rerun complete it
         saver.save(done)
         stopped = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop); rerun the command to complete it"
     wall = time.perf_counter() - start
+    return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, device=device,
+                                                    build_s=prepared[e].build_s, stopped=stopped)
+            for e, (m, log) in enumerate(zip(members, logs))]
+
+
+def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, device: torch.device,
+            build_s: float | None = None, stopped: str | None = None) -> dict[str, Any]:
+    """Member ``e``'s record once its training is over (at step ``done``, ``wall`` seconds into the fit): ``metrics.json``,
+    its trackers' record and end, ``train.log``'s end line; at the fit's end, or where it retired (training/horizons.py)."""
+    resumed, forward, compiled = engine.resumed, engine.stack.strategy, engine.compiled
     group_ms = 1000.0 * wall / max(1, done - resumed)
-    out = []
-    for e, (m, log) in enumerate(zip(members, logs)):
-        c, h = m.cfg, engine.history[e]
-        extra = engine.extra_metrics(c, h)
-        metrics = job_metrics(c, val_history=h.val, diverged_step=h.diverged_step,
-                              steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
-                              ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
-                              compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
-        metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
-                            "build_s": prepared[e].build_s}
-        if stopped and h.diverged_step is None:
-            metrics |= {"status": "stopped", "stopped": stopped}
-        write_metrics(Path(m.out_dir), metrics)
-        hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps")}
-        trackers.record(m.loggers, hparams, hp_metrics(metrics, extra), metrics["steps"], m.write_hparams or (
-            lambda w, hp_, step, hparams=hparams, name=m.name: tb.write_hparams(w, hparams, hp_, list(hparams), name, step)))
-        trackers.finish(m.loggers)
-        log.info("%s (%d steps, %.2f ms a step%s)", status_line(metrics), metrics["steps"], metrics["ms_per_step"],
-                 f", a share of the group's {group_ms:.2f} ms" if engine.E > 1 else "")
-        out.append(metrics)
-    return out
+    c, h = m.cfg, engine.history[e]
+    extra = engine.extra_metrics(c, h)
+    metrics = job_metrics(c, val_history=h.val, diverged_step=h.diverged_step,
+                          steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
+                          ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
+                          compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
+    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
+                        "build_s": build_s}
+    if stopped and h.diverged_step is None:
+        metrics |= {"status": "stopped", "stopped": stopped}
+    write_metrics(Path(m.out_dir), metrics)
+    hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps")}
+    trackers.record(m.loggers, hparams, hp_metrics(metrics, extra), metrics["steps"], m.write_hparams or (
+        lambda w, hp_, step, hparams=hparams, name=m.name: tb.write_hparams(w, hparams, hp_, list(hparams), name, step)))
+    trackers.finish(m.loggers)
+    log.info("%s (%d steps, %.2f ms a step%s)", status_line(metrics), metrics["steps"], metrics["ms_per_step"],
+             f", a share of the group's {group_ms:.2f} ms" if engine.E > 1 else "")
+    return metrics

@@ -192,7 +192,8 @@ class Stack:
     def _call(self, params: dict, bufs: dict) -> Callable:
         return lambda x: functional_call(self.template, {**params, **bufs}, (x,))
 
-    def _vmapped(self, fn: Callable, xs, ys, points: Points | None = None, reduce: Callable | None = None):
+    def _vmapped(self, fn: Callable, xs, ys, points: Points | None = None, reduce: Callable | None = None,
+                 live: torch.Tensor | None = None):
         def one(params, bufs, x, y):
             if not points:
                 return fn(self._call(params, bufs), (x, y), "mean")
@@ -200,7 +201,15 @@ class Stack:
                 out = fn(self._call(params, bufs), (x, y), "mean")
             return out, dict(seen)
 
-        return vmap(one)(self.stacked, self.buffers, xs, ys)
+        return vmap(one)(*self._rows(live), xs, ys)
+
+    def _rows(self, live: torch.Tensor | None) -> tuple[dict, dict]:
+        """The stacked parameters and buffers of the members ``live`` (indices; None: every member). A subset is a copy
+        whose gradient flows back into the members' own rows of ``grad``."""
+        if live is None:
+            return self.stacked, self.buffers
+        return ({n: v.index_select(0, live) for n, v in self.stacked.items()},
+                {n: b.index_select(0, live) for n, b in self.buffers.items()})
 
     @contextlib.contextmanager
     def _stream(self, e: int) -> Iterator[None]:
@@ -223,29 +232,43 @@ class Stack:
         return {k: (own[where[id(mod)]], side) for k, (mod, side) in points.items()}
 
     def losses(self, loss_fn: LossFn, xs: torch.Tensor, ys: torch.Tensor, points: Points | None = None,
-               reduce: Callable | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               reduce: Callable | None = None, live: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Each member's training loss on its own batch (``[E]``, with its graph); with ``points`` also ``reduce`` of
-        each point per member (``{"layer/role": [E, ...]}``)."""
+        each point per member (``{"layer/role": [E, ...]}``). ``live`` (member indices): only those members run, the
+        others' entries are zeros with no graph (members that retired or diverged: nothing of theirs is computed)."""
+        if live is not None:
+            xs, ys = xs.index_select(0, live.to(xs.device)), ys.index_select(0, live.to(ys.device))
         if self.strategy == "vmap":
-            out = self._vmapped(loss_fn, xs, ys, points, reduce)
-            return out if points else (out, {})
-        losses, seen = [], []
-        for e, m in enumerate(self.members):
-            with self._stream(e), capture(self.member_points(points, e), reduce) if points else contextlib.nullcontext({}) as got:
-                losses.append(loss_fn(m, (xs[e], ys[e]), "mean"))
-            seen.append(dict(got))
-        return torch.stack(losses), _stack_dicts(seen)
+            out = self._vmapped(loss_fn, xs, ys, points, reduce, live)
+            out, seen = out if points else (out, {})
+        else:
+            order = range(self.E) if live is None else live.tolist()
+            losses, per_member = [], []
+            for k, e in enumerate(order):
+                with self._stream(e), capture(self.member_points(points, e), reduce) if points else contextlib.nullcontext({}) as got:
+                    losses.append(loss_fn(self.members[e], (xs[k], ys[k]), "mean"))
+                per_member.append(dict(got))
+            out, seen = torch.stack(losses), _stack_dicts(per_member)
+        if live is None:
+            return out, seen
+        return _spread(out, live, self.E), {k: _spread(v, live, self.E) for k, v in seen.items()}
 
     @torch.no_grad()
-    def evaluate(self, eval_fn: EvalFn, xs: torch.Tensor, ys: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each member's summed metrics on its own evaluation batch (``{"loss": [E], ...}``), models in eval mode."""
+    def evaluate(self, eval_fn: EvalFn, xs: torch.Tensor, ys: torch.Tensor, live: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Each member's summed metrics on its own evaluation batch (``{"loss": [E], ...}``), models in eval mode;
+        ``live`` as in ``losses``."""
+        if live is not None:
+            xs, ys = xs.index_select(0, live.to(xs.device)), ys.index_select(0, live.to(ys.device))
         self.set_training(False)
         try:
             if self.strategy == "vmap":
-                return vmap(lambda p, b, x, y: eval_fn(self._call(p, b), (x, y)))(self.stacked, self.buffers, xs, ys)
-            return _stack_dicts([eval_fn(m, (x, y)) for m, x, y in zip(self.members, xs, ys)])
+                out = vmap(lambda p, b, x, y: eval_fn(self._call(p, b), (x, y)))(*self._rows(live), xs, ys)
+            else:
+                order = range(self.E) if live is None else live.tolist()
+                out = _stack_dicts([eval_fn(self.members[e], (x, y)) for e, x, y in zip(order, xs, ys)])
         finally:
             self.set_training(True)
+        return out if live is None else {k: _spread(v, live, self.E) for k, v in out.items()}
 
     @torch.no_grad()
     def forward(self, inputs: torch.Tensor, points: Points, reduce: Callable) -> dict[str, torch.Tensor]:
@@ -295,6 +318,11 @@ class Stack:
         for name, b in self.members[e].named_buffers():
             if name in self.buffers:  # a buffer in which members differ: vmap reads the stacked copy
                 self.buffers[name][e].copy_(b)
+
+
+def _spread(t: torch.Tensor, live: torch.Tensor, E: int) -> torch.Tensor:
+    """``t`` (``[len(live), ...]``, the members ``live`` computed) as ``[E, ...]``, zeros for the others (the graph kept)."""
+    return t.new_zeros((E, *t.shape[1:])).index_copy(0, live.to(t.device), t)
 
 
 def _stack_dicts(per_member: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -3,7 +3,10 @@ at step 0 of a fresh run and at the last step.
 
 Lightning validates only after training steps, so step 0 and a last step off the interval are
 validated here, through the module's own validation hooks: one code path makes every point of
-every curve, for E >= 1 members (``training/engine.py``).
+every curve, for E >= 1 members (``training/engine.py``). Members of one group may end at different
+steps, each with its own interval (``training/horizons.py``): Lightning's loop keeps the longest member's
+interval, the engine validates at the other members' own points, and each member records only its own
+(``scheduled``), so its curve is the one its job alone draws.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def validate_now(module: L.LightningModule, device: torch.device) -> None:
 def at_start(module: L.LightningModule, histories: Sequence[list]) -> bool:
     """Whether step 0 is still to be validated: a fresh run (not resumed) with no validation yet."""
     return module.global_step == 0 and not any(histories) and module.trainer.datamodule is not None
+
+
+def scheduled(step: int, steps: int, interval: int) -> bool:
+    """Whether a run of ``steps`` validated every ``interval`` steps has a point at ``step``: step 0, each multiple of the
+    interval within the run, and its last step."""
+    return step == 0 or step == steps or (0 < step < steps and step % interval == 0)
 
 
 def missing_at(step: int, histories: Sequence[list], alive: Sequence[bool]) -> bool:
