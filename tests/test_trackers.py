@@ -93,8 +93,13 @@ def wandb_records(run_file: Path):
 
 
 def wandb_run(job: Path) -> tuple[str, list[dict], dict]:
-    """A W&B offline run of ``job``: its name, its history rows and its config."""
+    """A W&B offline run of ``job``: its name, its history rows and its config. W&B's own service process writes the
+    file: ``run.finish()`` returns before the last records are on disk when the machine is busy (the name read back as
+    None under load), so the file is read once it holds the run's exit record, for at most 60 s."""
     (run_file,) = job.glob("wandb/offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + 60
+    while not _has_exit(run_file) and time.monotonic() < deadline:
+        time.sleep(0.2)
     name, rows, config = None, [], {}
     for r in wandb_records(run_file):
         kind = r.WhichOneof("record_type")
@@ -105,6 +110,13 @@ def wandb_run(job: Path) -> tuple[str, list[dict], dict]:
         elif kind == "config":
             config |= {i.key: json.loads(i.value_json) for i in r.config.update}
     return name, rows, config
+
+
+def _has_exit(run_file: Path) -> bool:
+    try:
+        return any(r.WhichOneof("record_type") == "exit" for r in wandb_records(run_file))
+    except Exception:  # a chunk still being written
+        return False
 
 
 def series(rows: list[dict], tag: str) -> list[tuple[int, float]]:
