@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,8 +33,38 @@ def compose_cfg(*overrides: str):
     if overrides not in _COMPOSED:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-            _COMPOSED[overrides] = compose(config_name="train", overrides=list(overrides))
+            _COMPOSED[overrides] = hydra_compose(config_name="train", overrides=list(overrides))
     return copy.deepcopy(_COMPOSED[overrides])
+
+
+_COMPOSER = None
+
+
+def compose(*overrides: str):
+    """The training config with ``overrides``, as ``compose_cfg`` gives it (no ``hydra`` node), made by the library's
+    Composer (initnorm/cli/composer.py): Hydra composes once per distinct choice of config groups, and each list's value
+    overrides are applied to a copy with Hydra's own function, in Hydra's order (tests/test_composer.py holds the two
+    equal). Hydra's composition costs ~0.4 s of CPU a list; a test module that composes dozens of lists pays that once per
+    choice of groups."""
+    global _COMPOSER
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    from initnorm.cli.compose import CONF_DIR
+    from initnorm.cli.composer import Composer
+    from initnorm.cli.sweep import register_resolvers
+
+    if _COMPOSER is None:
+        register_resolvers()
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            _COMPOSER = Composer(loader, loader.load_configuration("train", [], run_mode=RunMode.RUN))
+        GlobalHydra.instance().clear()
+    cfg = _COMPOSER.job_config(list(overrides))
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600,
@@ -56,8 +87,8 @@ def whole_and_resumed(overrides, tmp_path: Path) -> tuple[dict, dict]:
 
 @pytest.fixture(autouse=True)
 def no_hydra_job_left():
-    """A test that runs a command in this process (tests/_t*.py's runners) may leave Hydra's job config set; a later
-    ``train()`` in the same worker would then take itself for a job of that sweep (its run named by that sweep's
+    """A test that runs a command's ``main`` in this process without tests/inproc.py may leave Hydra's job config set; a
+    later ``train()`` in the same worker would then take itself for a job of that sweep (its run named by that sweep's
     overrides). Every test ends with none set."""
     yield
     from hydra.core.hydra_config import HydraConfig

@@ -1,6 +1,7 @@
 """Callbacks that send a real stop signal at a known point, once: to this process, the sweep's process or its whole process
-group; at a training step (Lightning) or once the sweep's summary is written (Hydra). And one that holds a job at a step
-until a signal comes (``HoldAt``), so that a test signals or kills it mid-training without a long run to race."""
+group; at a training step (Lightning; ``StopWhenAll`` once every group of a parallel sweep stands there) or once the
+sweep's summary is written (Hydra). And one that holds a job at a step until a signal comes (``HoldAt``), so that a test
+signals or kills it mid-training without a long run to race."""
 
 import os
 import time
@@ -10,6 +11,14 @@ import lightning as L
 from hydra.experimental.callback import Callback
 
 from initnorm.cli.workers import LAUNCHER_PID_ENV
+
+
+def _send(signum: int, target: str) -> None:
+    """``signum`` to this process (self), the sweep's process (parent: a launcher's worker knows it) or the process group."""
+    if target == "group":
+        os.killpg(os.getpgid(0), signum)
+    else:
+        os.kill(int(os.environ.get(LAUNCHER_PID_ENV, os.getpid())) if target == "parent" else os.getpid(), signum)
 
 
 class StopAt(L.Callback):
@@ -26,11 +35,38 @@ class StopAt(L.Callback):
             os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
-        if self.target == "group":
-            os.killpg(os.getpgid(0), self.signum)
-        else:
-            os.kill(int(os.environ.get(LAUNCHER_PID_ENV, os.getpid())) if self.target == "parent" else os.getpid(), self.signum)
+        _send(self.signum, self.target)
 
+
+class StopWhenAll(L.Callback):
+    """After the batch of step ``step``: wait until ``count`` processes (the groups of a parallel sweep, each in a worker)
+    stand there, then the last to arrive sends ``signum`` to ``target`` (as ``StopAt``) once per ``marker``; each group
+    waits at that step until its own process has recorded the stop. Every group is stopped at ``step`` whatever the load
+    did to its workers' start: none finished, none stopped before its first step."""
+
+    def __init__(self, step: int, signum: int, marker: str, target: str = "self", count: int = 1):
+        self.step, self.signum, self.marker, self.target, self.count = step, signum, Path(marker), target, count
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        from initnorm.training import signals
+
+        if trainer.global_step != self.step or self.marker.exists():
+            return
+        Path(f"{self.marker}.{os.getpid()}").touch()
+        deadline = time.monotonic() + 120
+        while len(list(self.marker.parent.glob(f"{self.marker.name}.*"))) < self.count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"StopWhenAll: fewer than {self.count} groups reached step {self.step} in 120 s")
+            time.sleep(0.05)
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            _send(self.signum, self.target)
+        except FileExistsError:
+            pass
+        while signals.requested() is None:  # the signal, or the parent passing it on, reaches this process
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"StopWhenAll: no stop signal reached process {os.getpid()} in 120 s")
+            time.sleep(0.05)
 
 class StopAtSummary(Callback):
     """A Hydra callback after the sweep's own (its summary written): ``signum`` to this process or its whole group."""

@@ -13,7 +13,7 @@ from initnorm.models.build import build_model
 from initnorm.repro import bench_flops, bench_sweeps
 from initnorm.repro.bench_measure import plain_run
 from initnorm.training.tasks import TASKS
-from tests._texp import run_module
+from tests.inproc import run_module
 
 
 def test_flop_count_equals_torch_counter():
@@ -54,17 +54,17 @@ def test_plain_loop_trains_mup_as_train_does(tmp_path):
     assert math.isfinite(plain["final_val_loss"]) and plain["final_val_loss"] == job["final_val_loss"]
 
 
-def smoke_run(tmp_path, capsys, *parts: str) -> str:
+def smoke_run(tmp_path, *parts: str) -> str:
     """A bench run of one step per job appended to a RESULTS.md that already holds a section; its text. The bench's own
-    process runs in this one (tests/_texp.py); each row's command is still a process of its own, as the bench times it.
+    process runs in this one (tests/inproc.py); each row's command is still a process of its own, as the bench times it.
     Each sweep is two jobs that stack into one group, which the vectorised launcher trains in the sweep's own process
     whatever its engine: ``engine=sequential`` keeps it from starting a fork server and workers it would end unused."""
     out = tmp_path / "RESULTS.md"
     out.write_text("# an earlier measured section\n")
-    code = run_module("initnorm.bench", [*parts, "--launchers", "plain,vectorized", "--steps", "1", "--set", "width=64", "--set",
-                                         "lr=0.01", "--set", "seed=1", "--set", "++hydra.launcher.engine=sequential",
-                                         "--out", str(out)], cwd=tmp_path)
-    assert code == 0, capsys.readouterr().err[-3000:]
+    ran = run_module("initnorm.bench", [*parts, "--launchers", "plain,vectorized", "--steps", "1", "--set", "width=64", "--set",
+                                        "lr=0.01", "--set", "seed=1", "--set", "++hydra.launcher.engine=sequential",
+                                        "--out", str(out)], cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     text = out.read_text()
     assert text.startswith("# an earlier measured section\n") and "# Benchmark run of " in text
     assert "--steps 1" in text and "steps=1" in text  # the shrunk commands are printed, so a smoke run cannot pass for a full one
@@ -72,10 +72,10 @@ def smoke_run(tmp_path, capsys, *parts: str) -> str:
     return text
 
 
-def test_a_smoke_run_appends_each_sweeps_rows_and_the_flop_floor(tmp_path, capsys):
+def test_a_smoke_run_appends_each_sweeps_rows_and_the_flop_floor(tmp_path):
     # One bench process for both sweeps (each start of one costs seconds): a Decoder sweep with its plain-loop row, and the
     # MLP sweep, which has none and says why, with the FLOP floor beside it.
-    text = smoke_run(tmp_path, capsys, "--sweeps", "7e,mup_mlp", "--flops", "--flops-seconds", "0.02")
+    text = smoke_run(tmp_path, "--sweeps", "7e,mup_mlp", "--flops", "--flops-seconds", "0.02")
     assert "## Sweep `7e`" in text and "| plain loops, one process |" in text
     assert "## Sweep `mup_mlp`" in text and "## The FLOP floor" in text
     assert "No plain-loop row" in text  # the MLP sweep says why it has none

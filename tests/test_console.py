@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from initnorm.cli import console
-from tests._texp import run_main, run_module
 from tests.conftest import ROOT, run_cli
+from tests.inproc import run, run_module
 
 
-def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp_path, capsys):
-    """In this process, as `python -m initnorm.train --help` runs (tests/_texp.py); the sweep's first line below is
+def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp_path):
+    """In this process, as `python -m initnorm.train --help` runs (tests/inproc.py); the sweep's first line below is
     the real process, the one that shows the entry point's start-up."""
-    assert run_module("initnorm.train", ["--help"], cwd=tmp_path) == 0
-    out = capsys.readouterr().out
+    helped = run_module("initnorm.train", ["--help"], cwd=tmp_path)
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    out = helped.stdout
     assert out.startswith("initnorm-train: train a tiny model")
     order = [out.index(s) for s in ("== Common commands ==", "hydra/launcher=local_parallel", "== Configuration groups (group=option) ==",
                                     "norm_type: layernorm, none, rmsnorm")]
@@ -30,13 +31,13 @@ HELPED = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initn
           "initnorm.cli.transfer")
 
 
-def test_every_command_answers_help_with_its_usage(tmp_path, capsys):
+def test_every_command_answers_help_with_its_usage(tmp_path):
     """``--help`` through each command's ``python -m`` entry (its module run as ``__main__``, in this process:
-    tests/_texp.py); ``-h`` below through its ``main`` (the same parser)."""
+    tests/inproc.py); ``-h`` below through its ``main`` (the same parser)."""
     answers = {}
     for module in HELPED:
-        code = run_module(module, ["--help"], cwd=tmp_path)
-        answers[module] = (code, *capsys.readouterr())
+        ran = run_module(module, ["--help"], cwd=tmp_path)
+        answers[module] = (ran.returncode, ran.stdout, ran.stderr)
     for module, (code, out, err) in answers.items():
         assert code == 0 and out.startswith("usage: python -m " + module), (module, out[:300], err[-300:])
         assert "error" not in out + err, (module, err[-300:])
@@ -63,23 +64,24 @@ def test_the_terminal_summary_ends_with_the_transfer_verdicts(tmp_path):
     assert "| setting |" not in text and "![" not in text
 
 
-def test_tab_completion_installs_in_bash(capsys):
+def test_tab_completion_installs_in_bash():
     # As the console script `initnorm-train` runs it (Hydra names the command from argv[0]), in this process; bash installs it.
     from initnorm.cli.train import main
 
-    assert run_main(main, ["initnorm-train", "--shell-completion", "install=bash"]) == 0
-    script = capsys.readouterr().out
+    installer = run(main, ["initnorm-train", "--shell-completion", "install=bash"])
+    assert installer.returncode == 0, installer.stderr[-2000:]
+    script = installer.stdout
     assert "hydra_bash_completion" in script and script.rstrip().endswith("initnorm-train")
     installed = subprocess.run(["bash", "-c", f'{script}\ncomplete -p initnorm-train'], capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0 and "-F hydra_bash_completion initnorm-train" in installed.stdout
-    assert run_main(main, ["initnorm-train", "-sc", "query=bash"], env={"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"}) == 0
-    assert "norm_type=" in capsys.readouterr().out.split()  # what <TAB> offers
+    query = run(main, ["initnorm-train", "-sc", "query=bash"], env={"COMP_LINE": "initnorm-train norm_t", "COMP_POINT": "21"})
+    assert query.returncode == 0 and "norm_type=" in query.stdout.split()  # what <TAB> offers
 
 
-def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path, capsys):
-    code = run_module("initnorm.train", ["-m", "norm=pre,post", "seed=1,2", "--cfg", "job"], cwd=tmp_path)
-    err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err
+def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
+    ran = run_module("initnorm.train", ["-m", "norm=pre,post", "seed=1,2", "--cfg", "job"], cwd=tmp_path)
+    err = ran.stderr
+    assert ran.returncode == 2 and "Traceback" not in err
     (line,) = err.strip().splitlines()
     assert "drop -m" in line and "`initnorm-train norm=pre seed=1 --cfg job`" in line
 

@@ -13,7 +13,7 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.instruments.coord import coord_check, fixed_windows
 from initnorm.training.tasks import TASKS
-from tests._trest import compose
+from tests.conftest import compose
 from tests.test_own_model import GPT
 
 NANOGPT = {"width_arg": "n_embd", "depth": 2, "depth_arg": "n_layer", "blocks": "h", "attn_mult_attr": "attn_mult", "n_head": 2,

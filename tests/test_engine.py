@@ -13,7 +13,7 @@ from initnorm.config import to_plain
 from initnorm.models.decoder import Decoder
 from initnorm.training.fit import Member, assemble, fit
 from initnorm.training.resume import checkpoint_path
-from tests._trest import compose
+from tests.conftest import compose
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
 SHORT = ["steps=12", "trainer.val_check_interval=4", "checkpoint.every_n_steps=0", "width=8", "depth=1", *QUIET]

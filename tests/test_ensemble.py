@@ -16,8 +16,8 @@ from initnorm.training.fit import Member, fit
 from initnorm.training.group import group_key, parameter_count
 from initnorm.training.optim import schedule_factor
 from initnorm.training.vec_optim import VecOptimizer
-from tests._tgroup import run_here
 from tests.conftest import compose_cfg, run_cli
+from tests.inproc import command
 from tests.test_own_model import GPT
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false"]
@@ -232,7 +232,7 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
             "trainer.enable_progress_bar=false",
             "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=3",
             f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    proc = run_here(*args, cwd=tmp_path)
+    proc = command(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     sweep = tmp_path / "sweep"
     metrics = sorted(sweep.rglob("metrics.json"))
@@ -253,14 +253,14 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
                    "eps_frac/", "sigma_w/", "sigma_dw/"):
         assert any(t.startswith(prefix) for t in tags), prefix
     # metrics.json: every key a job alone writes (the same record, training/record.py), and the group's own numbers
-    alone = run_here("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
+    alone = command("norm=pre", "seed=1", "steps=20", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false",
                     f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
     assert alone.returncode == 0, alone.stderr[-2000:]
     alone_keys = set(json.loads((tmp_path / "alone" / "metrics.json").read_text()))
     assert all(set(r) == alone_keys for r in records), [sorted(set(r) ^ alone_keys) for r in records][:1]
     assert json.loads((tmp_path / "alone" / "metrics.json").read_text())["group"]["size"] == 1
     # Rerun: every job is finished, so each is skipped (the task function's own "already finished").
-    again = run_here(*args, cwd=tmp_path)
+    again = command(*args, cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]
 
 

@@ -5,7 +5,6 @@ initnorm.train`` runs first, Hydra's composition included); a few go through the
 prove the exit status, the single line and the absent traceback.
 """
 
-import sys
 import urllib.request
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.train import main as cli
 from initnorm.errors import ConfigError
-from tests._trest import run_train
 from tests.conftest import TINY, run_cli
+from tests.inproc import command, run
 
 MLP = ["model=char_mlp", "data=char_windows"]
 
@@ -97,27 +96,25 @@ def test_no_corpus_and_no_network(tmp_path, monkeypatch):
 def test_cli_exit_status_one_line_no_traceback(tmp_path):
     """Through the real command, as a process (its exit status and all it prints are the point): an unknown group
     option (Hydra's composition). A bad value in one job of a sweep goes through the command's main in this process
-    (tests/_trest.py): the same exit status and line, and nothing trains (no job folder appears)."""
+    (tests/inproc.py): the same exit status and line, and nothing trains (no job folder appears)."""
     unknown = run_cli("init=xavir", *TINY, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines() == [unknown.stderr.strip()]
     assert unknown.stderr.startswith("error: unknown option init='xavir'; known: custom, gpt2,")
     assert "Traceback" not in unknown.stderr + unknown.stdout and not (tmp_path / "run").exists()
 
-    sweep = run_train("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    sweep = command("-m", "lr=0.01,0", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
     assert sweep.stderr.strip() == "error: job lr=0 seed=1: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`"
     assert not (tmp_path / "sweep").exists()  # checked before Hydra made any job folder
 
 
-def test_full_error_gives_the_traceback(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["initnorm.train", "lr=0"])
-    with pytest.raises(SystemExit) as info:
-        cli()
-    assert info.value.code == 2 and capsys.readouterr().err == "error: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`\n"
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    with pytest.raises(ConfigError, match="lr=0 is invalid"):  # raised: Python prints the traceback
-        cli()
+def test_full_error_gives_the_traceback(tmp_path):
+    # The command's main in this process (tests/inproc.py): the signal handlers, filters and loggers it sets are put back.
+    refused = run(cli, ["initnorm.train", "lr=0"], tmp_path)
+    assert refused.returncode == 2 and refused.stderr == "error: lr=0 is invalid: a finite positive number; fix it with `lr=0.01`\n"
+    raised = run(cli, ["initnorm.train", "lr=0"], tmp_path, env={"HYDRA_FULL_ERROR": "1"})  # raised: Python prints the traceback
+    assert raised.returncode == 1 and "Traceback" in raised.stderr and "ConfigError: lr=0 is invalid" in raised.stderr, raised.stderr
 
 
 def test_a_model_with_the_wrong_data_names_the_data_to_pick():

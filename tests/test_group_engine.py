@@ -20,8 +20,8 @@ import pytest
 
 from initnorm.config import to_plain
 from initnorm.training.fit import Member, fit
-from tests._tgroup import run_here
 from tests.conftest import ROOT, compose_cfg
+from tests.inproc import command
 
 SHARED = ["steps=12", "checkpoint.every_n_steps=4", "trainer.val_check_interval=4", "callbacks=none", "trainer.enable_progress_bar=false"]
 GROUPS = ((1, 2), (3, 4))  # hydra.launcher.max_group=2 parts the sweep's four jobs in job order
@@ -75,14 +75,14 @@ def stopped(tmp_path_factory):
             tmp = tmp_path_factory.mktemp(case)
             sweep = tmp / "sweep"
             parallel = ["hydra.launcher.n_jobs=2"] if engine == "joblib" else []  # both groups at once, whatever the cores
-            kill = ["+callbacks.kill._target_=tests._tgroup.StopWhenAll", f"+callbacks.kill.step={STOP}",
+            kill = ["+callbacks.kill._target_=tests.stop_at.StopWhenAll", f"+callbacks.kill.step={STOP}",
                     f"+callbacks.kill.signum={int(signum)}", f"+callbacks.kill.marker={tmp / 'fired'}", f"+callbacks.kill.target={target}",
                     f"+callbacks.kill.count={2 if engine == 'joblib' else 1}"]
             args = [*BASE, f"hydra.launcher.engine={engine}", *parallel, f"hydra.sweep.dir={sweep}", *kill]
             # The sequential engine trains in the sweep's own process: the command runs here, and the signal comes to this
-            # process, recorded by the command's handler while it runs (tests/_tgroup.py puts the test's back). Workers
+            # process, recorded by the command's handler while it runs (tests/inproc.py puts the test's back). Workers
             # are processes of their own: the command too, in a process group of its own.
-            first = run_here(*args, cwd=tmp) if engine == "sequential" else run_own_group(args, tmp)
+            first = command(*args, cwd=tmp) if engine == "sequential" else run_own_group(args, tmp)
             deadline = time.time() + 10  # the workers end within a second on a quiet machine; more under a parallel test run
             while (left := subprocess.run(["pgrep", "-f", str(sweep)], capture_output=True, text=True).stdout.split()) and \
                     time.time() < deadline:
@@ -186,9 +186,9 @@ def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk)
     """The command runs here, its groups in the sweep's own process (the sequential engine): a group that finds the disk
     full stops the sweep in one line and the resume line. From a worker process the same ``DiskError`` reaches the sweep's
     process as itself (the next test), where this one reports it."""
-    proc = run_here("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized",
-                    "hydra.launcher.max_group=2", "hydra.launcher.engine=sequential", f"hydra.sweep.dir={small_disk / 'sweep'}",
-                    cwd=tmp_path)
+    proc = command("-m", "seed=1,2,3,4", "steps=400", "checkpoint.every_n_steps=20", "hydra/launcher=vectorized",
+                   "hydra.launcher.max_group=2", "hydra.launcher.engine=sequential", f"hydra.sweep.dir={small_disk / 'sweep'}",
+                   cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and "No space left on device" in lines[0] and lines[1].startswith("resume with: "), proc.stderr[-3000:]
@@ -224,8 +224,8 @@ def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
         folder = sweep / "default" / f"seed={seed}"
         alone[f"seed={seed}"] = train(compose_cfg(*SHARED, f"seed={seed}"), folder)["final_val_loss"]
         (folder / "metrics.json").unlink()  # the checkpoint of step 8 is left to resume from
-    proc = run_here("-m", "seed=1,2", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
-                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    proc = command("-m", "seed=1,2", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("metrics.json")}
     assert len(records) == 2 and all(r["resumed_from_step"] == 8 and r["group"]["size"] == 2 for r in records.values()), records

@@ -22,8 +22,8 @@ from initnorm.errors import ConfigError
 from initnorm.summary import summarize
 from initnorm.training.checkpoints import save_atomically
 from initnorm.training.resume import inspect_folder
-from tests._tproc import command
 from tests.conftest import TINY
+from tests.inproc import command
 
 
 def refused(argv) -> str:
@@ -68,11 +68,11 @@ def test_an_exception_in_a_check_is_still_one_line(monkeypatch):
 
 def test_a_relative_data_path_works_in_every_job_of_a_sweep(tmp_path):
     """Each job runs in its own folder (Hydra's chdir): the path is resolved against where the command started. The
-    command runs in this process, in tmp_path (tests/_tproc.py)."""
+    command runs in this process, in tmp_path (tests/inproc.py)."""
     (tmp_path / "plain.txt").write_text("the quick brown fox jumps over the lazy dog. " * 200)
     run = command("-m", "seed=1,2", "data=text", "data.path=plain.txt", *TINY, "steps=10",
                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
-    assert run.code == 0, run.err[-2000:]
+    assert run.returncode == 0, run.stderr[-2000:]
     records = results.read_metrics(tmp_path / "sweep")
     assert [r["status"] for r in records] == ["finished", "finished"]
     assert records[0]["config"]["data"]["path"] == str(tmp_path.resolve() / "plain.txt")
@@ -153,15 +153,15 @@ def test_a_planted_checkpoint_is_refused_and_runs_nothing(tmp_path, content):
 
 def test_a_planted_checkpoint_stops_a_vectorised_sweep_in_one_line(tmp_path):
     """The command's checks refuse it before any worker trains; they run in the command's own process, so here in this
-    one (tests/_tproc.py; no worker is started in process)."""
+    one (tests/inproc.py; no worker is started in process)."""
     job = tmp_path / "sweep" / "default" / "seed=2"
     (job / "checkpoints").mkdir(parents=True)
     marker = tmp_path / "pwned"
     torch.save({"x": Planted(marker)}, job / "checkpoints" / "initnorm.ckpt")
     proc = command("-m", "seed=1,2", *TINY, "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
-    assert proc.code == 2 and not marker.exists(), proc.err[-2000:]
-    lines = proc.err.strip().splitlines()
-    assert len(lines) == 1 and "initnorm.ckpt is not a checkpoint initnorm wrote" in lines[0], proc.err[-2000:]
+    assert proc.returncode == 2 and not marker.exists(), proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "initnorm.ckpt is not a checkpoint initnorm wrote" in lines[0], proc.stderr[-2000:]
     assert not (tmp_path / "sweep" / "default" / "seed=1").exists()  # refused before any job trained
 
 
@@ -254,19 +254,19 @@ def test_an_unwritable_output_folder_is_one_line_naming_it(tmp_path, monkeypatch
 
 
 def test_a_full_disk_mid_sweep_stops_with_one_line_and_keeps_what_finished(tmp_path, monkeypatch):
-    """The sweep runs in this process (tests/_tproc.py): FillDisk replaces results.write_atomic, put back after the test."""
+    """The sweep runs in this process (tests/inproc.py): FillDisk replaces results.write_atomic, put back after the test."""
     monkeypatch.setattr(results, "write_atomic", results.write_atomic)
     sweep = tmp_path / "sweep"
     fill = ["+callbacks.fill._target_=tests.test_hardening.FillDisk", "+callbacks.fill.seed_to_fail=2"]
     run = command("-m", "seed=1,2,3", *TINY, "steps=10", f"hydra.sweep.dir={sweep}", *fill, cwd=tmp_path)
-    assert run.code == 1, run.err[-3000:]
-    errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "No space left on device" in errors[0] and "seed=2" in errors[0], run.err[-3000:]
-    assert "Traceback" not in run.err
+    assert run.returncode == 1, run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "seed=2" in errors[0], run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
     assert json.loads((sweep / "default" / "seed=1" / "metrics.json").read_text())["status"] == "finished"
     assert not (sweep / "default" / "seed=2" / "metrics.json").exists() and not (sweep / "default" / "seed=3").exists()
     # the job the disk stopped
     assert "1 of 2 jobs finished; missing: default/seed=2 (no metrics.json)." in (sweep / "summary.md").read_text()
-    assert "resume with: python -m initnorm.train" in run.err
+    assert "resume with: python -m initnorm.train" in run.stderr
     empty = [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0 and p.suffix != ".log"]  # Hydra's job log may be empty
     assert empty == []

@@ -23,8 +23,8 @@ from initnorm.cli.preflight import check_command_line
 from initnorm.errors import ConfigError
 from initnorm.summary import summarize
 from initnorm.training.resume import inspect_folder
-from tests._tproc import command
 from tests.conftest import ROOT, TINY, run_cli
+from tests.inproc import command
 from tests.test_hardening import refused
 
 # ---- launcher values: one line from the preflight, before multirun.yaml or any folder
@@ -73,10 +73,10 @@ def test_a_truncated_checkpoint_is_one_line_and_exit_2(tmp_path):
     line = refused(["steps=5", f"hydra.run.dir={tmp_path}/run"])
     assert "initnorm.ckpt cannot be read" in line and "delete it" in line
     truncated(tmp_path / "sweep" / "default" / "seed=1" / "checkpoints" / "initnorm.ckpt")
-    # the whole command, in this process (tests/_tproc.py): its checks refuse it before any worker would train
+    # the whole command, in this process (tests/inproc.py): its checks refuse it before any worker would train
     proc = command("-m", "seed=1,2", *TINY, "hydra/launcher=vectorized", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
-    lines = proc.err.strip().splitlines()
-    assert proc.code == 2 and len(lines) == 1 and "initnorm.ckpt cannot be read" in lines[0], proc.err[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "initnorm.ckpt cannot be read" in lines[0], proc.stderr[-2000:]
     assert "delete it" in lines[0] and not (tmp_path / "sweep" / "default" / "seed=2").exists()
 
 
@@ -305,8 +305,8 @@ def test_a_data_path_that_is_not_a_file_says_what_it_is(tmp_path, what, says, al
 
 def test_the_progress_counts_jobs_in_the_default_sweep_folder(tmp_path):
     proc = command("-m", "seed=1,2", *TINY, "steps=5", cwd=tmp_path)  # no hydra.sweep.dir: outputs/multirun/<time>_<id>
-    assert proc.code == 0, proc.err[-2000:]
-    assert "[2/2 done]" in proc.out, proc.out
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[2/2 done]" in proc.stdout, proc.stdout
     assert len(list((tmp_path / "outputs" / "multirun").glob("*/default/seed=2/metrics.json"))) == 1  # the sweep was there
 
 
@@ -394,10 +394,10 @@ def test_a_second_command_on_a_folder_in_use_is_refused_and_a_dead_ones_lock_is_
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        # the second command in this process (tests/_tproc.py): the holder is the other process that matters
+        # the second command in this process (tests/inproc.py): the holder is the other process that matters
         proc = command("-m", "seed=1,2", *TINY, "steps=5", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
-        lines = proc.err.strip().splitlines()
-        assert proc.code == 2 and len(lines) == 1, proc.err[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
         assert f"is in use by another initnorm command (process {holder.pid})" in lines[0] and "hydra.sweep.dir=" in lines[0]
         assert sorted(os.listdir(tmp_path / "sweep")) == [lock.LOCK_FILE]  # no multirun.yaml, no job folder
     finally:
@@ -436,8 +436,8 @@ def small_disk(tmp_path):
 
 
 def test_a_really_full_disk_is_one_line_and_exit_1(small_disk, tmp_path):
-    """A real full disk, met by the command run in this process (tests/_tproc.py): the disk is the point, not the process."""
+    """A real full disk, met by the command run in this process (tests/inproc.py): the disk is the point, not the process."""
     proc = command("-m", "seed=1,2,3", *TINY, f"hydra.sweep.dir={small_disk}/sweep", cwd=tmp_path)
-    errors = [line for line in proc.err.splitlines() if line.startswith("error: ")]
-    assert proc.code == 1 and len(errors) == 1 and "No space left on device" in errors[0], proc.err[-3000:]
-    assert "Traceback" not in proc.err and "cannot write None" not in proc.err
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 1 and len(errors) == 1 and "No space left on device" in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "cannot write None" not in proc.stderr

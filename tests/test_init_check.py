@@ -13,7 +13,7 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.models.init_check import check_built, mismatch
 from initnorm.training.tasks import TASKS
-from tests._trest import compose
+from tests.conftest import compose
 from tests.test_own_model import GPT
 
 

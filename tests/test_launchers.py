@@ -3,7 +3,7 @@ launcher, the SLURM launcher submits what its config says (on a fake cluster), a
 never share a folder.
 
 A launcher's processes are the point here, so its sweeps run as processes; the sequential sweep (Hydra's basic launcher
-runs its jobs in the command's own process) runs in this process (tests/_tproc.py). The three SLURM tests share two
+runs its jobs in the command's own process) runs in this process (tests/inproc.py). The three SLURM tests share two
 sweeps, each run once per module (``array_sweep``, ``one_job_sweep``), and a job is held at a step (tests/stop_at.py
 ``HoldAt``) until the cluster's signal comes, instead of a long run raced to its end."""
 
@@ -19,9 +19,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from initnorm.cli.sweep import register_resolvers, unique_dir
-from tests._tproc import command
 from tests.conftest import CONF, ROOT, TINY
 from tests.fake_slurm import install
+from tests.inproc import command
 
 SWEEP = ["-m", "norm=pre,post", "seed=1", *TINY]  # two jobs: one per worker of the parallel sweep
 
@@ -52,7 +52,7 @@ def test_parallel_sweep_writes_the_sequential_summary_in_its_own_folder(tmp_path
         seq = command(*SWEEP, same, cwd=tmp_path)  # while the parallel one starts its workers and runs
     finally:
         out = finish(par)
-    assert seq.code == 0, seq.err[-3000:]
+    assert seq.returncode == 0, seq.stderr[-3000:]
     folders = sorted((tmp_path / "sweeps").iterdir())
     assert len(folders) == 2 and all(f.name.startswith("same_second_") for f in folders), out[-3000:]
     for f in folders:
@@ -71,7 +71,7 @@ def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summar
     """os._exit in a job, SIGKILL of its worker (the OOM killer's way), a KeyboardInterrupt raised by its own code: that
     job is recorded failed with why, the other job finishes, the summary and the line that reruns it; exit 1, no
     traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently). The basic launcher runs
-    its jobs in the command's own process, so that case runs in this one (tests/_tproc.py)."""
+    its jobs in the command's own process, so that case runs in this one (tests/inproc.py)."""
     sweep = tmp_path / "sweep"
     die = ["+callbacks.die._target_=tests.die_at.DieAt", "+callbacks.die.step=2", f"+callbacks.die.how={how}", "+callbacks.die.seed=1"]
     chosen = [] if launcher == "basic" else [f"hydra/launcher={launcher}", "hydra.launcher.n_jobs=2"]
@@ -79,7 +79,7 @@ def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summar
     args = ["-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}"]
     if launcher == "basic":
         ran = command(*args, cwd=tmp_path)
-        code, out = ran.code, ran.out + ran.err
+        code, out = ran.returncode, ran.stdout + ran.stderr
     else:
         proc = start(*args, cwd=tmp_path)
         out, _ = proc.communicate(timeout=400)

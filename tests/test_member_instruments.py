@@ -111,10 +111,10 @@ def test_batched_power_iteration_is_each_matrix_alone_and_survives_a_zero_matrix
 
 def test_coord_check_sweep_stacks_under_the_vectorized_launcher(tmp_path):
     """The command, run in this process (its sequential engine: the sweep's grouping and each member's coord.csv)."""
-    from tests._tgroup import run_here
+    from tests.inproc import command
 
     sweep = tmp_path / "sweep"
-    proc = run_here("-m", "experiment=coord_check", "width=16", "param=sp,mup", "seed=1,2",
+    proc = command("-m", "experiment=coord_check", "width=16", "param=sp,mup", "seed=1,2",
                    "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
                    "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -13,8 +13,8 @@ from initnorm.data.windows import CharWindows
 from initnorm.models.build import build_model
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
-from tests._texp import run_module
 from tests.conftest import compose_cfg
+from tests.inproc import run_module
 
 QUIET = ["callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
 
@@ -127,19 +127,19 @@ PLOT_FILES = {"deep_mlp_train": "train_curves.png", "regularization": "train_val
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_tiny_preset_runs_as_one_command(tmp_path, preset, capsys):
-    """The command's sweep, then initnorm-summarize, each run in this process as `python -m` runs it (tests/_texp.py)."""
+def test_tiny_preset_runs_as_one_command(tmp_path, preset):
+    """The command's sweep, then initnorm-summarize, each run in this process as `python -m` runs it (tests/inproc.py)."""
     overrides, rows = PRESETS[preset]
     sweep = tmp_path / "sweep"
-    code = run_module("initnorm.train", ["-m", f"experiment={preset}", *overrides, *QUIET, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
-    assert code == 0, capsys.readouterr().err[-2000:]
+    ran = run_module("initnorm.train", ["-m", f"experiment={preset}", *overrides, *QUIET, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
     md = (sweep / "summary.md").read_text()
     assert "2 jobs" in md and all(any(line.startswith(r) for line in md.splitlines()) for r in rows), md
     if preset in PLOT_FILES:
         png = sweep / PLOT_FILES[preset]
         assert png.read_bytes()[:4] == b"\x89PNG"
         png.unlink()  # a plot is a function of the folder: summarize draws it again
-        assert run_module("initnorm.summarize", [str(sweep)], cwd=tmp_path) == 0 and png.is_file()
+        assert run_module("initnorm.summarize", [str(sweep)], cwd=tmp_path).returncode == 0 and png.is_file()
     if preset == "mup_mlp_sweep":
         assert "| sp | 64 | 0.0078125 | -7 |" in md and "Best learning rate per width" in md
 

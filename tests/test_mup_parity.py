@@ -37,7 +37,7 @@ from initnorm.config import to_plain
 from initnorm.models.build import build_model
 from initnorm.nn.roles import HIDDEN_ROLES, Role
 from initnorm.training.optim import make_optimizer
-from tests._trest import compose
+from tests.conftest import compose
 
 VOCAB = 28
 BASE = 16

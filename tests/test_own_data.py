@@ -11,7 +11,7 @@ from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training.tasks import TASKS
-from tests._trest import compose
+from tests.conftest import compose
 from tests.test_own_model import GPT
 
 DATA = ["data=custom", "data._target_=tests.own_data.Tokens", "+data.vocab=13"]

@@ -18,8 +18,8 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.instruments.coord import verdict
 from initnorm.models.build import build_model
-from tests._trest import compose, run_train
-from tests.conftest import ROOT
+from tests.conftest import ROOT, compose
+from tests.inproc import command
 
 OWN_PARAM = "tests.own_param:mup_lr_power"
 OWN = ["model=wide_mlp", "data=char_windows", "model.family=tests.own_family:FAMILY", "+model.residual=true", "param=mup", "width=128"]
@@ -33,8 +33,8 @@ def checked(*overrides):
 
 def test_own_family_and_table_train_from_the_command_line(tmp_path):
     run = tmp_path / "run"
-    # the command's main, its checks and Hydra's run, in this process (tests/_trest.py; a process spent seconds importing torch)
-    p = run_train(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT, f"hydra.run.dir={run}", cwd=ROOT)
+    # the command's main, its checks and Hydra's run, in this process (tests/inproc.py; a process spent seconds importing torch)
+    p = command(*OWN, f"param.name={OWN_PARAM}", "+param.lr_power=0.5", *SHORT, f"hydra.run.dir={run}", cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     metrics = json.loads((run / "metrics.json").read_text())
     assert math.isfinite(metrics["final_val_loss"])

@@ -17,7 +17,7 @@ from initnorm.models.build import build_model
 from initnorm.models.own import logits_of
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
-from tests._trest import compose
+from tests.conftest import compose
 
 VOCAB = 28
 GPT = ["model=custom", "model._target_=examples.nanogpt.GPT", "model.width_arg=n_embd", "model.depth_arg=n_layer",

@@ -13,8 +13,7 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.training.optim import make_optimizer
-from tests._trest import compose
-from tests.conftest import TINY
+from tests.conftest import TINY, compose
 
 VOCAB = 28
 LR, WD, EPS = 0.01, 0.1, 1e-8

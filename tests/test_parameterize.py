@@ -20,7 +20,7 @@ from initnorm.models.parameterize import parameterize
 from initnorm.nn.roles import Role
 from initnorm.training.optim import make_optimizer
 from initnorm.training.tasks import TASKS
-from tests._trest import compose
+from tests.conftest import compose
 from tests.test_own_model import GPT, VOCAB
 
 # examples/nanogpt.py as initnorm-train's overrides name it (tests/test_own_model.GPT) and as parameterize's keywords do

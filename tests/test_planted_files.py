@@ -239,13 +239,13 @@ ATTACK = {"model": "custom", "model._target_": "torch.nn.Linear", "model.width_a
     ({"lr": "0.01"}, "holds lr='0.01', which the search space"),
     ({}, "holds the keys (none), not the search space's (lr)"),
 ])
-def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, monkeypatch, capsys, planted, says):
+def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, planted, says):
     """A RUNNING trial in search.db is launched again with its own values when the search is rerun (its documented resume);
     its params became `k=v` overrides unchecked. Now: exactly the space's keys, each value one the space could ask."""
     import optuna
 
     from initnorm.cli.search import STUDY_FILE, STUDY_NAME
-    from tests.test_search import search
+    from tests.test_search import run_search
 
     marker = tmp_path / "X"
     folder = tmp_path / "search"
@@ -254,11 +254,9 @@ def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, mo
     study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
     values = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in planted.items()}
     study.ask({k: optuna.distributions.CategoricalDistribution([v]) for k, v in values.items()})  # asked, never told
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as stop:
-        search(monkeypatch, folder, 1)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {folder / STUDY_FILE}: its trial 0, left running, ")
+    stop = run_search(folder, 1)
+    err = stop.stderr.strip().splitlines()
+    assert stop.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {folder / STUDY_FILE}: its trial 0, left running, "), err
     assert says in err[0], err[0]
     assert not marker.exists() and sorted(p.name for p in folder.iterdir()) == [STUDY_FILE]  # no job folder, no multirun.yaml
 
@@ -271,7 +269,7 @@ def mlflow_job(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     from initnorm.config import to_plain
     from initnorm.training import trackers
-    from tests._trest import compose
+    from tests.conftest import compose
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
@@ -360,9 +358,10 @@ def test_a_link_in_a_named_run_folder_is_refused(tmp_path):
         check_command_line(["steps=2", f"hydra.run.dir={tmp_path / 'run'}"])
 
 
-def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leaves_the_target(tmp_path, monkeypatch, capsys):
+def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leaves_the_target(tmp_path, monkeypatch):
     from initnorm.cli.train import main
     from tests.conftest import TINY
+    from tests.inproc import run
 
     victim = tmp_path / "other" / "metrics.json"
     results.write_metrics(victim.parent, record(1))
@@ -370,12 +369,9 @@ def test_a_sweep_into_a_folder_with_a_planted_multirun_yaml_is_one_line_and_leav
     (tmp_path / "sweep").mkdir()
     os.symlink(victim, tmp_path / "sweep" / "multirun.yaml")
     no_sweep_env(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1,2", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    with pytest.raises(SystemExit) as stop:
-        main()
-    err = capsys.readouterr().err.strip().splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and "multirun.yaml is a symbolic link to" in err[0], err
+    stop = run(main, ["initnorm.train", "-m", "seed=1,2", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    err = stop.stderr.strip().splitlines()
+    assert stop.returncode == 2 and len(err) == 1 and "multirun.yaml is a symbolic link to" in err[0], err
     assert victim.read_bytes() == before and os.listdir(tmp_path / "sweep") == ["multirun.yaml"]
 
 
@@ -384,6 +380,7 @@ def test_hydras_writes_never_go_through_a_link_planted_after_the_preflight(tmp_p
     .hydra/ are taken away (the entry, not its target) before Hydra writes there; the job trains as usual."""
     from initnorm.cli.train import hydra_main
     from tests.conftest import TINY
+    from tests.inproc import run
 
     victim = tmp_path / "victim"
     (victim / "inside").mkdir(parents=True)
@@ -394,9 +391,9 @@ def test_hydras_writes_never_go_through_a_link_planted_after_the_preflight(tmp_p
     os.symlink(victim / "file", job / "train.log")
     os.symlink(victim / "inside", job / ".hydra")
     no_sweep_env(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sys.argv", ["initnorm.train", "-m", "seed=1", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    hydra_main()  # Hydra itself, without the preflight
+    # Hydra itself, without the preflight, in this process (tests/inproc.py: its job's logging and config are put back)
+    ran = run(hydra_main, ["initnorm.train", "-m", "seed=1", *TINY, "steps=4", f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     assert (victim / "file").read_text() == "the victim's\n" and os.listdir(victim / "inside") == []
     for path in (tmp_path / "sweep" / "multirun.yaml", job / "train.log", job / ".hydra" / "config.yaml", job / "metrics.json"):
         assert not path.is_symlink() and path.is_file(), path  # (train.log holds only warnings: none here)

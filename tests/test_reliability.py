@@ -18,7 +18,7 @@ from initnorm.errors import ConfigError
 from initnorm.results import write_metrics
 from initnorm.summary import summarize
 from initnorm.training.checkpoints import save_atomically
-from tests import _tproc as tproc
+from tests import inproc
 from tests.conftest import ROOT, TINY, compose_cfg, whole_and_resumed
 
 
@@ -90,7 +90,7 @@ def test_checkpoint_and_metrics_writes_are_atomic(tmp_path, monkeypatch):
 def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
     """kill -9 (no handler runs) of a run held after its checkpoint at step 10, then the same command: it resumes from
     that checkpoint to what an uninterrupted run computes, bit for bit. The kill needs the run's own process; the
-    rerun is the library resuming, so it runs in this process (tests/_tproc.py)."""
+    rerun is the library resuming, so it runs in this process (tests/inproc.py)."""
     hold = ["+callbacks.hold._target_=tests.stop_at.HoldAt", "+callbacks.hold.step=12", f"+callbacks.hold.marker={tmp_path / 'held'}"]
     args = [*TINY, "steps=30", "batch_size=8", "trainer.val_check_interval=10", "checkpoint.every_n_steps=10", *hold]
     command = [sys.executable, "-m", "initnorm.train", *args, f"hydra.run.dir={tmp_path}/run"]
@@ -109,9 +109,9 @@ def test_sigkill_then_same_command_resumes_bit_for_bit(tmp_path):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()  # killed mid-way
 
-    again = tproc.command(*args, f"hydra.run.dir={run}", cwd=tmp_path)  # the hold's marker is there: it trains through
-    assert again.code == 0, again.err[-2000:]
-    assert f"resuming {run} from step" in again.out
+    again = inproc.command(*args, f"hydra.run.dir={run}", cwd=tmp_path)  # the hold's marker is there: it trains through
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming {run} from step" in again.stdout
     resumed = read(run / "metrics.json")
     whole = train(compose_cfg(*args), tmp_path / "uninterrupted")
     assert resumed["resumed_from_step"] == 10 and resumed["steps"] == 30
@@ -136,12 +136,12 @@ def test_a_folder_of_another_config_is_refused(tmp_path):
 
 def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path):
     """What a sweep writes and what its rerun skips, resumes and records: the library's work, so both commands run in
-    this process (tests/_tproc.py)."""
+    this process (tests/inproc.py)."""
     sweep = tmp_path / "sweep"
     args = ["-m", "init=custom", "init.fn=initnorm.nn.init.normal,tests.test_reliability.explode", "seed=1,2", *TINY,
             "checkpoint.every_n_steps=5", f"hydra.sweep.dir={sweep}"]
-    first = tproc.command(*args, cwd=tmp_path)
-    assert first.code == 1, first.err[-2000:]  # the sweep went on, then says something failed
+    first = inproc.command(*args, cwd=tmp_path)
+    assert first.returncode == 1, first.stderr[-2000:]  # the sweep went on, then says something failed
     good, bad = sweep / "init.fn=initnorm.nn.init.normal", sweep / "init.fn=tests.test_reliability.explode"
     for seed in (1, 2):
         assert read(good / f"seed={seed}" / "metrics.json")["status"] == "finished"
@@ -154,9 +154,9 @@ def test_rerun_sweep_skips_finished_resumes_killed_and_records_failures(tmp_path
     before, stamp, lost = kept.read_text(), kept.stat().st_mtime_ns, read(killed)
     killed.unlink()  # as if killed after its last checkpoint (step 10 of 12)
 
-    second = tproc.command(*args, cwd=tmp_path)
-    assert second.code == 1
-    assert "4 jobs: 1 finished (skipped), 1 resume (from step 10), 2 to run" in second.out
+    second = inproc.command(*args, cwd=tmp_path)
+    assert second.returncode == 1
+    assert "4 jobs: 1 finished (skipped), 1 resume (from step 10), 2 to run" in second.stdout
     assert kept.read_text() == before and kept.stat().st_mtime_ns == stamp  # not retrained, not rewritten
     resumed = read(killed)
     assert resumed["resumed_from_step"] == 10 and resumed["final_val_loss"] == lost["final_val_loss"]

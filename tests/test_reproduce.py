@@ -16,9 +16,9 @@ NO_AGREEMENT_COLUMN = {"deck_7d_depth", "depth_transfer"}
 @pytest.mark.parametrize("key", [e.key for e in EXPERIMENTS])  # the extras (depth transfer) too, which a plain run leaves out
 def test_every_experiment_runs_and_is_reported(tmp_path, key, monkeypatch):
     """One experiment per test, so that the suite's workers share them. Each command runs in this process
-    (tests/_texp.py: ``reproduce.run`` builds and times the same command line; only the interpreter is not started
+    (tests/inproc.py: ``reproduce.run`` builds and times the same command line; only the interpreter is not started
     again); the failing command below runs as a process of its own, the path of every experiment of a real run."""
-    from tests._texp import in_process_subprocess
+    from tests.inproc import in_process_subprocess
 
     monkeypatch.setattr(reproduce, "subprocess", in_process_subprocess())
     exp = next(e for e in EXPERIMENTS if e.key == key)
@@ -39,7 +39,7 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
     """coord_check --from an empty folder exits 2: unexpected here, so main returns 1 after the report. The command
     runs as a process of its own here (the status is the process's); once that is shown, the same command with its
     status expected runs in this process."""
-    from tests._texp import in_process_subprocess
+    from tests.inproc import in_process_subprocess
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -56,7 +56,7 @@ def test_a_failing_command_is_recorded_not_fatal(tmp_path, monkeypatch):
 
 
 def test_extras_run_only_when_named_and_a_section_without_its_runs_is_kept(tmp_path, monkeypatch):
-    from tests._texp import in_process_subprocess
+    from tests.inproc import in_process_subprocess
 
     monkeypatch.setattr(reproduce, "subprocess", in_process_subprocess())  # an extra that ran would fail its import here
     empty = tmp_path / "empty"

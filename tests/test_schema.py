@@ -4,8 +4,7 @@ import pytest
 
 from initnorm import schema
 from initnorm.errors import ConfigError
-from tests._trest import compose
-from tests.conftest import ROOT
+from tests.conftest import ROOT, compose
 
 PRESETS = [[], ["experiment=deep_mlp_train"], ["experiment=mup_mlp_sweep"], ["experiment=regularization"], ["experiment=coord_check"],
            ["experiment=mup_sweep_wide"], ["experiment=norm_warmup"], ["experiment=norm_type"], ["data=shakespeare"], ["param=mup"],

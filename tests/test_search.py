@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from initnorm.results import read_metrics
+from tests.inproc import Ran, command, run
 
 pytest.importorskip("optuna")
 
@@ -19,16 +19,15 @@ SEARCH = ["-m", "hparams_search=lr_base", "steps=5", "trainer.val_check_interval
           "summary.plots=[]", "hydra.sweeper.seeds=[1]", "hydra.sweeper.n_jobs=2"]
 
 
-def search(monkeypatch, folder: Path, n_trials: int, overrides: tuple[str, ...] = ("width=8",)) -> dict:
-    """Run the search in this process (a subprocess would spend its time importing torch) and read its search.json."""
-    from initnorm.cli import console, sweep
-    from initnorm.cli.train import main
+def run_search(folder: Path, n_trials: int, overrides: tuple[str, ...] = ("width=8",)) -> Ran:
+    """The search, run in this process (tests/inproc.py: a subprocess would spend its time importing torch)."""
+    return command(*SEARCH, *overrides, f"hydra.sweeper.n_trials={n_trials}", f"hydra.sweep.dir={folder}", cwd=folder.parent)
 
-    for name in (sweep.SWEPT_ENV, console.TOTAL_ENV, console.START_ENV):
-        monkeypatch.delenv(name, raising=False)  # the callbacks set them for the jobs; monkeypatch restores them after
-    monkeypatch.setattr(sys, "argv", ["initnorm.train", *SEARCH, *overrides, f"hydra.sweeper.n_trials={n_trials}",
-                                      f"hydra.sweep.dir={folder}"])
-    main()
+
+def search(folder: Path, n_trials: int, overrides: tuple[str, ...] = ("width=8",)) -> dict:
+    """The search run in this process, finished; its search.json."""
+    ran = run_search(folder, n_trials, overrides)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads((folder / "search.json").read_text())
 
 
@@ -36,16 +35,16 @@ def lrs(summary: dict) -> list[float]:
     return [t["params"]["lr"] for t in summary["trials"]]
 
 
-def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, monkeypatch):
-    first = search(monkeypatch, tmp_path / "a", 3)
-    again = search(monkeypatch, tmp_path / "b", 3)
+def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path):
+    first = search(tmp_path / "a", 3)
+    again = search(tmp_path / "b", 3)
     assert [t["state"] for t in first["trials"]] == ["COMPLETE"] * 3
     assert lrs(again) == lrs(first) and again["best"] == first["best"]
     assert all(1e-4 <= lr <= 1e-1 for lr in lrs(first)) and first["log_scale"] == ["lr"]  # the figure's log axes
     assert (tmp_path / "a" / "search.png").stat().st_size > 0 and "Best: trial" in (tmp_path / "a" / "search.md").read_text()
 
     done = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").rglob("metrics.json")}
-    resumed = search(monkeypatch, tmp_path / "a", 4)
+    resumed = search(tmp_path / "a", 4)
     assert lrs(resumed)[:3] == lrs(first) and len(resumed["trials"]) == 4
     assert len(set(lrs(resumed))) == 4  # the resumed sampler does not ask its first trials' values again
     assert {p: p.stat().st_mtime_ns for p in done} == done  # finished trials are not trained again
@@ -53,8 +52,9 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
 
     from initnorm.cli import transfer
 
-    monkeypatch.setattr(sys, "argv", ["initnorm-transfer"])
-    assert transfer.main([str(tmp_path / "a"), "width=12"]) == 0  # one job: the best trial at width 12, seed 1
+    # one job: the best trial at width 12, seed 1
+    moved = run(transfer.main, ["initnorm-transfer", str(tmp_path / "a"), "width=12"], tmp_path)
+    assert moved.returncode == 0, moved.stderr[-3000:]
     [job] = read_metrics(tmp_path / "a_transfer")
     assert job["config"]["width"] == 12 and job["config"]["lr"] == resumed["best"]["params"]["lr"]
     row = f"| 12 | {job['final_val_loss']:.4f} | {resumed['best']['loss']:.4f} |"
@@ -64,7 +64,8 @@ def test_search_reruns_to_the_same_best_trial_and_resumes_its_study(tmp_path, mo
     # above the transferred lr): its optimum, the shift +1 and the penalty 0.1 with intervals; the job trained above is reused.
     x0 = math.log2(resumed["best"]["params"]["lr"]) + 1
     write_grid(tmp_path / "grid", x0, "final_val_loss")
-    assert transfer.main([str(tmp_path / "a"), "width=12", "--grid", str(tmp_path / "grid")]) == 0
+    moved = run(transfer.main, ["initnorm-transfer", str(tmp_path / "a"), "width=12", "--grid", str(tmp_path / "grid")], tmp_path)
+    assert moved.returncode == 0, moved.stderr[-3000:]
     text = (tmp_path / "a_transfer" / "transfer_report.md").read_text()
     assert f"{row} {2 ** x0:.4g} | [{2 ** x0:.4g}, {2 ** x0:.4g}] | +1.00 | [+1.00, +1.00] | 0.1000 | [0.1000, 0.1000] |" in text
     assert "Every loss here is final_val_loss" in text and len(read_metrics(tmp_path / "a_transfer")) == 1
@@ -99,11 +100,11 @@ def test_transfer_refuses_a_grid_the_search_did_not_score_and_a_missing_target(t
     assert sorted(grid_curves(records, "grid", "width", "sp", "final_loss", [12])[12]) == [1, 2]
 
 
-def test_a_search_scores_the_experiments_metric_with_the_preset_grid_fixed_by_the_command_line(tmp_path, monkeypatch):
+def test_a_search_scores_the_experiments_metric_with_the_preset_grid_fixed_by_the_command_line(tmp_path):
     """experiment=mup_mlp_sweep merges its own grid (param, width, lr) into the space: param=mup and width=64 fix them,
     and each trial's loss is the chapter's score (final_loss, the mean of the last training batches), not final_val_loss."""
     overrides = ["experiment=mup_mlp_sweep", "param=mup", "width=64", "steps=4", "summary.tail_steps=2", "data.val_chars=1000"]
-    summary = search(monkeypatch, tmp_path, 2, overrides)
+    summary = search(tmp_path, 2, overrides)
     assert summary["metric"] == "final_loss" and summary["objective"] == "mean final_loss over seeds [1]"
     jobs = read_metrics(tmp_path)
     assert {(j["config"]["width"], j["config"]["param"]["name"]) for j in jobs} == {(64, "mup")}
@@ -111,7 +112,7 @@ def test_a_search_scores_the_experiments_metric_with_the_preset_grid_fixed_by_th
     assert all(j["final_loss"] != j["final_val_loss"] for j in jobs)
 
 
-def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path, monkeypatch):
+def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path):
     import optuna
 
     from initnorm.cli.search import STUDY_FILE, STUDY_NAME
@@ -121,7 +122,7 @@ def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_p
     study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
     study.enqueue_trial({"lr": 0.0123})
     study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # asked, never told: the run was killed
-    summary = search(monkeypatch, folder, 1)
+    summary = search(folder, 1)
     assert [(t["state"], t["params"]["lr"]) for t in summary["trials"]] == [("COMPLETE", 0.0123)]
     [job] = read_metrics(folder)
     assert job["config"]["lr"] == 0.0123
@@ -275,13 +276,14 @@ def test_a_search_db_that_is_not_a_study_is_one_line(tmp_path):
         SearchSweeper().study(tmp_path)
 
 
-def test_a_search_prints_its_progress_and_its_rates_to_the_digits_that_tell_them_apart(tmp_path, monkeypatch, capsys):
+def test_a_search_prints_its_progress_and_its_rates_to_the_digits_that_tell_them_apart(tmp_path):
     """Issue 36: it printed `sweep of the jobs`, `(job 1)` with no total and no time left, and a table of unsorted
     18-digit rates. Now: trials x seeds as the total, every sweep's progress, rates as short as keeps them apart, in order."""
     import re
 
-    summary = search(monkeypatch, tmp_path, 3)
-    out = capsys.readouterr().out
+    ran = run_search(tmp_path, 3)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    summary, out = json.loads((tmp_path / "search.json").read_text()), ran.stdout
     assert "search of 3 trials x 1 seed = 3 jobs" in out and "(job 1 of 3)" in out and "(job 3 of 3)" in out, out
     assert re.search(r"\[1/3 done, about \S+ left\]", out) and "[3/3 done]" in out, out
     assert not any(repr(lr) in out for lr in lrs(summary)), out  # the start, done and summary lines

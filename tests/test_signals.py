@@ -14,8 +14,8 @@ import lightning as L
 import pytest
 
 from initnorm.training import signals
-from tests._tproc import command as in_process
 from tests.conftest import ROOT, TINY, run_cli
+from tests.inproc import command as in_process
 from tests.test_startup import end_marked, survivors
 
 
@@ -35,7 +35,7 @@ class SignalAt(L.Callback):
 @pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tmp_path, signum, status):
     """The stopped sweep is a process of its own (a real signal, its exit status); the printed command then runs in this
-    process (tests/_tproc.py): what it resumes and writes is the library's work."""
+    process (tests/inproc.py): what it resumes and writes is the library's work."""
     sweep = tmp_path / "sweep"
     kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=4", f"+callbacks.kill.signum={int(signum)}",
             f"+callbacks.kill.marker={tmp_path / 'fired'}"]
@@ -51,7 +51,7 @@ def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tm
     assert command[:3] == ["python", "-m", "initnorm.train"] and f"hydra.sweep.dir={sweep.resolve()}" in command
 
     second = in_process(*command[3:], cwd=tmp_path)
-    assert second.code == 0, second.err[-2000:]
+    assert second.returncode == 0, second.stderr[-2000:]
     m1, m2 = (json.loads((j / "metrics.json").read_text()) for j in (job1, job2))
     assert m1["status"] == m2["status"] == "finished" and m1["resumed_from_step"] == 4 and m2["resumed_from_step"] == 0
     assert (sweep / "summary.md").is_file()

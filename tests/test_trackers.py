@@ -30,8 +30,8 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.training import trackers
 from initnorm.training.fit import Member, fit
-from tests._tgroup import run_here
 from tests.conftest import compose_cfg
+from tests.inproc import command
 
 TINY = ["steps=30", "trainer.val_check_interval=10", "log_every=5", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0"]
 # the instruments on, measuring at steps 0 and 10, so per-layer statistics and diagnostics reach every tracker too
@@ -261,7 +261,7 @@ def test_mlflow_under_the_vectorised_launcher_at_the_default_address(tmp_path, m
     the store and its artifacts sit in outputs/, the experiment is announced once. (The command runs in this process:
     the sweep's members and their runs are what is checked.)"""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    proc = run_here("-m", "lr=0.01,0.03", "seed=1,2", "logger=mlflow", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+    proc = command("-m", "lr=0.01,0.03", "seed=1,2", "logger=mlflow", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
                    "steps=4", "width=8", "trainer.val_check_interval=2", "callbacks=none", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

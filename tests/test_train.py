@@ -6,8 +6,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from initnorm.cli.train import train
-from tests._texp import run_module
 from tests.conftest import TINY, compose_cfg, run_cli
+from tests.inproc import run_module
 
 
 def test_short_run_lowers_the_loss(tmp_path, tiny):
@@ -38,9 +38,9 @@ def test_hparams_metric_is_the_real_final_loss(tmp_path, tiny):
     assert hparams["norm"].string_value == "pre" and hparams["seed"].string_value == "1"  # a seed is a name: 1, not 1.0000
 
 
-def test_multirun_writes_summary_rows(tmp_path, capsys):
+def test_multirun_writes_summary_rows(tmp_path):
     """The sweep as a process of its own: what its terminal shows (one line per job, no library noise) is the process's
-    output, warnings a fresh interpreter prints included. initnorm-summarize reruns in this process (tests/_texp.py)."""
+    output, warnings a fresh interpreter prints included. initnorm-summarize reruns in this process (tests/inproc.py)."""
     proc = run_cli("-m", "norm=pre,post", "seed=1,2", *TINY, f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     sweep = tmp_path / "sweep"
@@ -51,9 +51,9 @@ def test_multirun_writes_summary_rows(tmp_path, capsys):
     csv_lines = (sweep / "summary.csv").read_text().splitlines()
     assert csv_lines[0].startswith("norm,final_val_loss_mean") and len(csv_lines) == 3
     again = run_module("initnorm.summarize", [str(sweep)], cwd=tmp_path)
-    shown = capsys.readouterr().out
+    shown = again.stdout
     table = md.split("\n\n", 2)[-1].partition("\n![")[0].strip()
-    assert again == 0 and shown.startswith(table) and f"Figures: {sweep / 'val_curves.png'}" in shown
+    assert again.returncode == 0 and shown.startswith(table) and f"Figures: {sweep / 'val_curves.png'}" in shown
     # The terminal: one line per job as it starts and as it ends (final loss, progress), the summary; no library noise.
     out = proc.stdout + proc.stderr
     assert "start norm=post seed=2 (job 4 of 4)" in out and "done  norm=post seed=2: final validation loss" in out and "[4/4 done]" in out

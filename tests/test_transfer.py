@@ -301,17 +301,17 @@ def test_diagnostics_in_the_event_files_and_training_unchanged(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_sweep(tmp_path_factory):
-    """The sweep command run in this process (tests/_trest.run_train: the command's main, its checks and Hydra's multirun;
+    """The sweep command run in this process (tests.inproc.command: the command's main, its checks and Hydra's multirun;
     a subprocess spent its first seconds importing torch), with everything it changes in the process put back."""
-    from tests._trest import run_train
+    from tests.inproc import command
 
     tmp = tmp_path_factory.mktemp("transfer")
     sweep = tmp / "sweep"
     # 12 jobs: the fewest that fill every column (two widths, three rates for a parabola, two seeds for an interval)
-    proc = run_train("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
-                     "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false",
-                     "checkpoint.every_n_steps=0",
-                     "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
+    proc = command("-m", "experiment=mup_mlp_sweep", "param=sp", "width=16,32", "lr=0.001953125,0.0078125,0.03125",
+                   "seed=0,1", "steps=12", "summary.tail_steps=4", "~callbacks.progress", "trainer.enable_progress_bar=false",
+                   "checkpoint.every_n_steps=0",
+                   "callbacks.stats.every_n_steps=4", "callbacks.diagnostics.every_n_steps=4", f"hydra.sweep.dir={sweep}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (tmp / "stdout.txt").write_text(proc.stdout)
     return sweep

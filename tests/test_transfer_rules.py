@@ -9,8 +9,7 @@ from initnorm import schema
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.transfer.rules import parameter_count
-from tests._trest import compose
-from tests.conftest import TINY
+from tests.conftest import TINY, compose
 
 
 def resolved(*overrides: str) -> dict:
