@@ -22,8 +22,8 @@ from initnorm.training import signals, trackers
 from initnorm.training.fit import Member, fit
 from initnorm.training.group import group_key
 from initnorm.training.resume import checkpoint_path, load_checkpoint
-from tests._tgroup import run_here
 from tests.conftest import compose_cfg
+from tests.inproc import command
 
 # the default Decoder at its default width, with its instruments every 5 steps (so some come after a member retired)
 SHARED = ["checkpoint.every_n_steps=4", "log_every=2", "callbacks.stats.every_n_steps=5", "callbacks.diagnostics.every_n_steps=5",
@@ -178,7 +178,7 @@ def test_a_group_stopped_after_its_shortest_member_retired_resumes_to_the_same_r
 
 def test_the_vectorised_launcher_stacks_a_sweep_over_steps_into_one_group(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_here("-m", "steps=6,12,24", "seed=1,2", "callbacks=none", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
+    proc = command("-m", "steps=6,12,24", "seed=1,2", "callbacks=none", "trainer.enable_progress_bar=false", "hydra/launcher=vectorized",
                     "hydra.launcher.engine=sequential", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "vectorized: 6 jobs in 1 stacked group (1 of 6) and 0 alone" in proc.stdout, proc.stdout[-2000:]

@@ -13,7 +13,7 @@ import pytest
 from hydra.experimental.callback import Callback
 
 from initnorm.cli import vectorized
-from tests._tgroup import run_here
+from tests.inproc import command
 
 SWEEP = ["steps=2", "trainer.val_check_interval=1", "callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
          "hydra/launcher=vectorized", "hydra.launcher.engine=sequential", "hydra.launcher.max_group=4", "hydra.sweep.dir=sweep"]
@@ -46,13 +46,13 @@ def test_a_members_folder_is_what_hydras_run_job_leaves_without_it(tmp_path, mon
     with monkeypatch.context() as m:
         m.setattr(vectorized, "_job_callbacks", lambda hydra_context: True)  # every member through run_job
         (tmp_path / "hydra").mkdir()
-        theirs = run_here(*args, cwd=tmp_path / "hydra")
+        theirs = command(*args, cwd=tmp_path / "hydra")
     assert theirs.returncode == 0, theirs.stdout[-2000:] + theirs.stderr[-3000:]
 
     calls = []
     monkeypatch.setattr(vectorized, "run_job", lambda *a, **k: calls.append(k) or pytest.fail("a member went through run_job"))
     (tmp_path / "cheap").mkdir()
-    ours = run_here(*args, cwd=tmp_path / "cheap")
+    ours = command(*args, cwd=tmp_path / "cheap")
     assert ours.returncode == 0 and not calls, ours.stdout[-2000:] + ours.stderr[-3000:]
 
     expected = folder_files(tmp_path / "hydra" / "sweep", tmp_path / "hydra")
@@ -81,7 +81,7 @@ class CountJobs(Callback):
 
 
 def test_a_hydra_callback_of_ones_own_is_told_of_every_members_start_and_end(tmp_path):
-    ran = run_here("-m", "seed=1,2", "lr=0.01,0.02", *SWEEP, "+hydra.callbacks.count._target_=tests.test_member_setup.CountJobs",
+    ran = command("-m", "seed=1,2", "lr=0.01,0.02", *SWEEP, "+hydra.callbacks.count._target_=tests.test_member_setup.CountJobs",
                    cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
     told = sorted((tmp_path / "told.txt").read_text().splitlines())
@@ -101,7 +101,7 @@ def test_a_member_whose_set_up_fails_is_recorded_failed_and_the_others_train(tmp
         return ready(self, job)
 
     monkeypatch.setattr(MemberSetup, "member", member)
-    ran = run_here("-m", "seed=1,2,3", *SWEEP, cwd=tmp_path)
+    ran = command("-m", "seed=1,2,3", *SWEEP, cwd=tmp_path)
     assert ran.returncode == 1 and "error: job 1 failed: RuntimeError: this member's set-up broke" in ran.stderr, ran.stderr[-3000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("metrics.json")}
     assert {k: r["status"] for k, r in records.items()} == {"seed=1": "finished", "seed=2": "failed", "seed=3": "finished"}
