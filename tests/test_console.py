@@ -94,6 +94,10 @@ def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch
         (tmp_path / str(i) / "metrics.json").write_text(json.dumps({"status": status}))
     assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 1m00s left"
     assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
+    # A group that still needs 5 minutes by its own step time: the sweep does not end before it (a rate from small
+    # first jobs said 48 s beside a group's own 1m22s in make reproduce's §7e).
+    assert console.sweep_progress(tmp_path, now=1060, at_least=300) == "2/4 done, about 5m00s left"
+    assert console.sweep_progress(tmp_path, now=1060, at_least=10) == "2/4 done, about 1m00s left"
 
 
 def test_a_sweep_says_so_before_it_checks_its_jobs(tmp_path):

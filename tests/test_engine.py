@@ -186,7 +186,8 @@ def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_pat
     line comes as it starts training, then one at each quarter of its steps, each with the sweep's done/total (``status``)
     and each member's .progress written first, so the sweep's own time left counts the group's share."""
     group = members(tmp_path, ["seed=1"], ["seed=2"])
-    fit(group, label="seed=1 .. seed=2", status=lambda: "3/8 done, about 20s left")
+    asked = []  # the fit's own time left, handed to the sweep's status: the sweep's can be no shorter
+    fit(group, label="seed=1 .. seed=2", status=lambda left: asked.append(left) or "3/8 done, about 20s left")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("group of 2")]
     assert lines[0] == "group of 2 (seed=1 .. seed=2): 12 steps [3/8 done, about 20s left]"
     steps = [line.split(": step ")[1].split(",")[0] for line in lines[1:]]
@@ -194,6 +195,7 @@ def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_pat
     assert all(", 2/2 alive, about " in line and line.endswith("left [3/8 done, about 20s left]") for line in lines[1:])
     last = steps[-1].split("/")[0]  # 9, or a later step where 10 s passed since (a loaded machine)
     assert [(m.out_dir / ".progress").read_text() for m in group] == [f"{last} 12\n"] * 2
+    assert asked[0] == 0.0 and len(asked) == len(lines) and all(x > 0 for x in asked[1:])
 
 
 def test_a_members_train_log_ends_on_the_loss_the_sweeps_table_scores(tmp_path):

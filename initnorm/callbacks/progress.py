@@ -8,7 +8,7 @@ members' end lines only at its end; without this a vectorised sweep read as noth
 40s left [2/12 done, about 3m left]`` at each ``every_pct`` of its steps (a group only) or ``every_s`` seconds,
 whichever comes first (a job alone: ``norm=pre seed=1: step 500/1500, about 40s left`` every ``every_s``
 seconds; its own start line says it began). Time left is the fit's own measured step time; the bracket is
-``status()``, the sweep's done/total and time left (``cli/console.sweep_progress``: the library names no command
+``status(left)``, the sweep's done/total and time left (``cli/console.sweep_progress``: the library names no command
 line). Each line writes ``PROGRESS_FILE`` (``step steps``) into each member's folder first, which the sweep's
 progress counts, so its time left accounts for fits that run side by side. Members of different horizons
 (``training/horizons.py``) each count their own steps, and one that retired is counted as done
@@ -33,15 +33,15 @@ class GroupProgress(L.Callback):
     """Lines on ``stream`` (default: standard output) as a fit advances, and each member's ``.progress``."""
 
     def __init__(self, label: str, steps: int, every_s: float = 10.0, stream=None, every_pct: float = 25.0,
-                 status: Callable[[], str] | None = None):
+                 status: Callable[[float], str] | None = None):
         self.label, self.steps, self.every_s, self.every_pct = label, int(steps), float(every_s), float(every_pct)
         self.stream, self.status = stream, status
         self._start = self._last = 0.0
         self._from = 0
         self._next_pct = math.inf
 
-    def _write(self, text: str) -> None:
-        bracket = self.status() if self.status is not None else ""
+    def _write(self, text: str, left: float = 0.0) -> None:
+        bracket = self.status(left) if self.status is not None else ""  # the sweep's, never shorter than this fit's ``left``
         stream = self.stream or sys.stdout
         stream.write(text + (f" [{bracket}]" if bracket else "") + "\n")  # one write per line: other groups share the terminal
         stream.flush()
@@ -83,4 +83,5 @@ class GroupProgress(L.Callback):
         who = f"group of {E} ({self.label}): step {step}/{self.steps} ({pct:.0f}%), {alive}/{E} alive" if E > 1 else \
             f"{self.label}: step {step}/{self.steps}"
         who += f", {ended} done at {'its' if ended == 1 else 'their'} last step" if ended else ""
-        self._write(f"{who}, about {duration(per_step * (self.steps - step))} left")
+        left = per_step * (self.steps - step)
+        self._write(f"{who}, about {duration(left)} left", left)

@@ -65,10 +65,12 @@ def _share_done(folder: Path) -> float:
 _ENDED: dict[str, set[str]] = {}
 
 
-def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
+def sweep_progress(sweep_dir: Path | str, now: float | None = None, at_least: float = 0.0) -> str:
     """``5/12 done, about 1m20s left`` from the finished jobs in the sweep folder ('' outside a sweep).
     Time left counts the share done of jobs still training in groups (their ``.progress``), so groups
-    that run side by side and end together are not read as the sweep's first half."""
+    that run side by side and end together are not read as the sweep's first half. ``at_least``: the seconds the
+    fit that asks still needs by its own step time: the sweep cannot end before it, though a rate from its smaller
+    first jobs says so (make reproduce's §7e printed ``about 48s left`` beside a group's own ``about 1m22s``)."""
     total = int(os.environ.get(TOTAL_ENV, "0") or 0)
     if not total:
         return ""
@@ -93,7 +95,7 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None) -> str:
     work = min(float(total), done + sum(_share_done(p) for p in training))
     start = float(os.environ.get(START_ENV, "0") or 0)
     elapsed = (now or time.time()) - start if start else 0.0
-    left = f", about {duration(elapsed / work * (total - work))} left" if start and work and done < total else ""
+    left = f", about {duration(max(elapsed / work * (total - work), at_least))} left" if start and work and done < total else ""
     return f"{done}/{total} done{left}"
 
 

@@ -59,5 +59,5 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         from hydra.core.hydra_config import HydraConfig
 
         sweep_dir = HydraConfig.get().sweep.dir
-        status = lambda: console.sweep_progress(sweep_dir)
+        status = lambda left: console.sweep_progress(sweep_dir, at_least=left)
     return fit([as_member(c, out_dir)], device_of(c), progress_bar=bar, status=status)[0]

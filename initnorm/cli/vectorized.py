@@ -216,7 +216,7 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
         sweep_dir = str(config.hydra.sweep.dir)
         # callbacks=None: one set for the group, from the first member's config; each sees every member (members_of)
         results = fit(members, device, abandoned=_abandoned_check(config), label=f"{labels[0]} .. {labels[-1]}",
-                      status=lambda: console.sweep_progress(sweep_dir))  # the group's lines carry the sweep's done/total
+                      status=lambda left: console.sweep_progress(sweep_dir, at_least=left))  # the sweep's done/total
     except Abandoned:
         # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.

@@ -161,7 +161,7 @@ STOPS = (signals.Interrupted,)  # a stop is not a failure: it is to be resumed (
 def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callbacks: Sequence[L.Callback] | None = None,
         progress_bar: bool = False, abandoned: Callable[[], bool] | None = None,
         on_done: Callable[[int, dict], None] | None = None, label: str | None = None,
-        status: Callable[[], str] | None = None) -> list[dict[str, Any]]:
+        status: Callable[[float], str] | None = None) -> list[dict[str, Any]]:
     """Train ``members`` as one (E >= 1), write each one's job folder; return their metrics in order.
 
     A job is the unit of failure: a member whose folder, data, model or checkpoint fails is recorded failed (its
