@@ -255,8 +255,9 @@ _VARYING: list[tuple[list, list, dict[str, list[str]]]] = []  # (the list, its r
 
 def _varying(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     """{key: each record's canonical value} for the keys not watch-only whose recorded values are not all the same,
-    in ``_leaf_keys``'s order. Kept for the last few lists asked about, while the list and each of its records is the
-    same object (an appended or replaced record is a new question)."""
+    fewest dots first (``width`` before ``model.width``: the key a user sets is the one shown). Kept for the last few
+    lists asked about, while the list and each of its records is the same object (an appended or replaced record is a
+    new question)."""
     for lst, members, found in _VARYING:
         if lst is records and len(members) == len(records) and all(a is b for a, b in zip(members, records)):
             return found
@@ -265,7 +266,7 @@ def _varying(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     candidates = [k for k in sorted(order, key=lambda k: (k.count("."), k)) if not _watch_only(k)]
     found = {}
     for k in candidates:
-        raw = [f.get(k) if f.get(k) is not None else recorded(r, k) for f, r in zip(flat, records)]
+        raw = [v if (v := f.get(k)) is not None else recorded(r, k) for f, r in zip(flat, records)]
         first = raw[0]
         if all(type(v) is type(first) and v == first for v in raw) and not isinstance(first, (list, dict)):
             continue  # the same in every job (most keys): compared as values, no text made
