@@ -29,7 +29,7 @@ def to_plain(cfg) -> dict:
 
 # Keys that change how a run is watched or where it runs, not the experiment: a rerun may change them.
 IGNORED = (
-    "callbacks", "logger", "checkpoint", "summary", "threads", "log_every",
+    "callbacks", "logger", "checkpoint", "summary", "threads", "log_every", "forks",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
 )
 

@@ -52,6 +52,7 @@ RULES: dict[str, KeyRule] = {
     "threads": Int(0, fix=1, note="0: torch's default"),
     "log_every": Int(1, fix=25),
     "flush_denormal": Bool(fix=False),
+    "forks": Bool(fix=False),
     "compile": KeyRule("auto_bool", fix="auto", note="torch.compile the training step; auto: a job alone from 30,000 steps on, a "
                                                      "vectorised group from 50,000 member-steps on"),
     "checkpoint.every_n_steps": Int(0, fix=250, note="0: no periodic checkpoints"),

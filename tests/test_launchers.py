@@ -219,3 +219,14 @@ def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():
     assert lines[1:] == ["export INITNORM_DATA_DIR='/data/my corpora'", "export INITNORM_SWEPT_KEYS=''", "export PYTHONPATH=/src"]
     assert [status_of(s) for s in ("CANCELLED by 0", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED",
                                    "")] == ["cancelled", "timeout", "out_of_memory", "preempted", "unknown"]
+
+
+def test_slurm_array_tasks_of_a_horizon_sweep_branch_from_the_provider(tmp_path):
+    # Each job its own SLURM task, all at once: the shorter horizons wait for the longest run's state at their branch
+    # step (training/forks.py) and equal their separate runs bit for bit (tests/test_forks.py has those)
+    sweep = tmp_path / "sweep"
+    finish(start("-m", "schedule=wsd:0.25", "steps=16,32", "seed=1", "trainer.val_check_interval=8", "callbacks=none",
+                 "checkpoint.every_n_steps=0", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}", cwd=tmp_path, env=slurm_env(tmp_path)))
+    branch = json.loads((sweep / "steps=16" / "seed=1" / "metrics.json").read_text())
+    assert branch["status"] == "finished" and branch["fork"] == {"from": str(sweep / "steps=32" / "seed=1"), "step": 13}, branch
+    assert (sweep / ".submitit").is_dir() and (sweep / ".forks" / "plan.json").is_file()  # through submitit, planned

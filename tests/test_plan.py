@@ -45,3 +45,13 @@ def test_the_preflight_hands_the_plan_its_launcher(tmp_path):
     assert plan.describe(jobs, jobs.launcher, jobs.sweep).startswith("plan: 2 jobs: 2 to run, on hydra/launcher=vectorized")
     single = check_command_line(["steps=2", f"hydra.run.dir={tmp_path}/run"])
     assert not single.sweep and plan.describe(single, single.launcher, single.sweep) is None
+
+
+def test_the_preflight_checks_an_interpolated_override_as_each_job_resolves_it(tmp_path):
+    # `trainer.val_check_interval=${steps}` is each job's own steps (it was read as the primary config's 1,500), and the
+    # checked jobs are keyed by the overrides Hydra's sweeper hands the launcher (the interpolation escaped)
+    from initnorm.cli.preflight import check_command_line
+
+    jobs = check_command_line(["-m", "steps=16,32", "trainer.val_check_interval=${steps}", f"hydra.sweep.dir={tmp_path}"])
+    assert [(j.config["steps"], j.config["trainer"]["val_check_interval"]) for j in jobs] == [(16, 16), (32, 32)]
+    assert jobs[0].overrides == ["steps=16", "trainer.val_check_interval=$\\{steps\\}"]

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import console, devices
+from initnorm.cli import console, devices, forks
 from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
@@ -34,12 +34,18 @@ def checked(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None) -> Member:
+def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None, sweep_dir: str | Path | None = None) -> Member:
     """This job (inside Hydra's run of it, or ``job``: its overrides, number and choices) as a member to fit: its config,
-    folder, label, record fields and HPARAMS."""
+    folder, label, record fields, HPARAMS and its place in a horizon fork of its sweep (``sweep_dir``, default Hydra's
+    sweep folder in a multirun: ``cli/forks.py``)."""
     overrides = (job or job_overrides())[0]
-    return Member(c, Path(out_dir), label=run_label(overrides, swept_keys(), c["seed"]), base=launch_folder(), meta=job_meta(job),
-                  hparams=hparams_of(c, overrides), write_hparams=hparams_writer(c, job))
+    if sweep_dir is None and console.in_sweep():
+        from hydra.core.hydra_config import HydraConfig
+
+        sweep_dir = HydraConfig.get().sweep.dir
+    return Member(c, Path(out_dir), label=run_label(overrides, swept_keys(), c["seed"]), base=launch_folder(),
+                  meta=job_meta(job), hparams=hparams_of(c, overrides), write_hparams=hparams_writer(c, job),
+                  fork=forks.fork_of(c, Path(out_dir).absolute(), None if sweep_dir is None else launch_folder() / str(sweep_dir)))
 
 
 def device_of(c: dict[str, Any]) -> str:

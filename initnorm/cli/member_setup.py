@@ -97,7 +97,7 @@ class MemberSetup:
             save_hydra_file(Path(out, subdir), "config.yaml", self.dumps.mapping({k: v for k, v in plain.items() if k != "hydra"}))
             save_hydra_file(Path(out, subdir), "hydra.yaml", self.dumps.mapping(hydra, "hydra"))
             save_hydra_file(Path(out, subdir), "overrides.yaml", dump(hydra["overrides"]["task"]))
-        member = as_member(c, out, (overrides_dict(job.overrides), job.num, dict(hydra["runtime"]["choices"])))
+        member = as_member(c, out, (overrides_dict(job.overrides), job.num, dict(hydra["runtime"]["choices"])), self.sweep_dir)
         console.job_started(member.label, job.num)
         ret = JobReturn(overrides=list(job.overrides), hydra_cfg=OmegaConf.create({"hydra": {"job": {"num": job.num}}}),
                         working_dir=out, task_name=name, status=JobStatus.COMPLETED)

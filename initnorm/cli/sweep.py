@@ -57,9 +57,13 @@ def parse_sweep(task_overrides) -> list[str]:
 
 def sweep_overrides(config: DictConfig) -> list[str]:
     """A preset's ``hydra.sweeper.params``, then the command line, which wins key by key (as Hydra's basic sweeper merges them)."""
+    from omegaconf import OmegaConf
+
     merged: dict[str, str] = {}
-    params = config.hydra.sweeper.get("params") or {}
-    for o in [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]:
+    # as written, not resolved: `trainer.val_check_interval=${steps}` is each job's own steps, not the primary config's
+    params = OmegaConf.to_container(config.hydra.sweeper.params, resolve=False) if config.hydra.sweeper.get("params") else {}
+    task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    for o in [f"{k}={v}" for k, v in params.items()] + [str(o) for o in task]:
         merged[o.partition("=")[0].lstrip("+~")] = o
     return list(merged.values())
 

@@ -56,6 +56,26 @@ class CheckedSweeper(Sweeper):
 
     def setup(self, **kwargs: Any) -> None:
         self.basic.setup(**kwargs)
+        launch = self.basic.launcher.launch
+
+        def forked(batch: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+            """The batch with its horizon-fork plan written and each family's provider first (``cli/forks.py``)."""
+            from pathlib import Path
+
+            from initnorm.cli import forks
+            from initnorm.cli.composer import Composer
+
+            basic = self.basic
+            composers: list = []
+
+            def subdir(overrides: Sequence[str], c: Any) -> str:
+                if not composers:  # made only for a sweep over steps
+                    composers.append(Composer(basic.hydra_context.config_loader, basic.config))
+                return composers[0].subdir(overrides, c)
+
+            return launch(forks.prepare(Path(str(basic.config.hydra.sweep.dir)), batch, plan(), subdir), initial_job_idx=initial_job_idx)
+
+        self.basic.launcher.launch = forked  # type: ignore[method-assign]
 
     def sweep(self, arguments: list[str]) -> Any:
         from pathlib import Path

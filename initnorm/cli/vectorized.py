@@ -37,7 +37,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from omegaconf import DictConfig, open_dict
 
 from initnorm import schema
-from initnorm.cli import console, devices, disk, parallel, sweeper, workers
+from initnorm.cli import console, devices, disk, forks, parallel, sweeper, workers
 from initnorm.cli.composer import Composer
 from initnorm.cli.pool import Lost
 from initnorm.errors import ConfigError
@@ -98,6 +98,7 @@ def classify(hydra_context, config: DictConfig, job_overrides,
     composer = Composer(hydra_context.config_loader, config)
     checked = sweeper.plan()
     sweep_dir = Path(str(config.hydra.sweep.dir))
+    plan = forks.read(sweep_dir)
     jobs, examples = [], {}
     for idx, overrides in enumerate(job_overrides):
         num = initial_job_idx + idx
@@ -116,6 +117,9 @@ def classify(hydra_context, config: DictConfig, job_overrides,
                 step = known.prior.step if known is not None else inspect_folder(folder, c).step
             except ConfigError as exc:
                 alone = str(exc)  # the task function refuses the folder the same way, as one line
+        if alone is None and step == 0 and plan["families"]:  # a horizon fork's branch stacks with the others at its step
+            fork = forks.fork_of(c, folder or sweep_dir / composer.subdir(overrides, c), sweep_dir)
+            step = fork.branch if fork is not None and fork.branch else 0
         key = (group_key(c), step)
         examples.setdefault(key, c)
         jobs.append(PlannedJob(num, list(overrides), alone, key, composer, known.config if known is not None else None))

@@ -26,7 +26,7 @@ import torch
 
 from initnorm.config import comparable
 from initnorm.safe_files import real_folder
-from initnorm.training import signals
+from initnorm.training import forks, signals
 from initnorm.training.resume import FORMAT, checkpoint_path
 
 
@@ -69,11 +69,11 @@ def save_atomically(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
-def save_member(engine, e: int, step: int) -> None:
-    """Member ``e`` of ``engine`` (an ``Engine``) at the start of ``step`` into its folder's checkpoint."""
+def save_member(engine, e: int, step: int, path: Path | None = None) -> None:
+    """Member ``e`` of ``engine`` (an ``Engine``) at the start of ``step`` into its folder's checkpoint (or ``path``)."""
     state = {"format": FORMAT, "global_step": int(step), "config": comparable(engine.configs[e]), "rng": rng_states(),
              **engine.member_state(e)}
-    save_atomically(checkpoint_path(engine.folders[e]), lambda tmp: torch.save(state, tmp))
+    save_atomically(path or checkpoint_path(engine.folders[e]), lambda tmp: torch.save(state, tmp))
 
 
 class MemberCheckpoints(L.Callback):
@@ -112,3 +112,23 @@ class CheckpointOnSignal(L.Callback):
             return
         self.save(trainer.global_step)
         raise signals.stopped_at(self.folder, trainer.global_step)
+
+
+class ForkPoints(L.Callback):
+    """At the start of each step a provider's branches start from (``training/forks.py``): its state there into the
+    family's store, after its TensorBoard events so far (the state last: a branch that sees it finds the events too).
+    ``forks[e]``: member ``e``'s ``Fork`` or None."""
+
+    def __init__(self, engine, forks):
+        self.engine, self.forks = engine, list(forks)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        for e, f in enumerate(self.forks):
+            if f is None or step not in f.provide or not bool(self.engine.active[e]) or forks.point(f.store, step).is_file():
+                continue
+            for w in self.engine.writers[e]:
+                if hasattr(w, "flush"):
+                    w.flush()
+            forks.copy_events(self.engine.folders[e], forks.events_at(f.store, step))
+            save_member(self.engine, e, step, forks.point(f.store, step))

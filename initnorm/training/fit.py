@@ -31,9 +31,9 @@ from initnorm.models.init_check import check_built
 from initnorm.models.own import describe as describe_roles
 from initnorm.provenance import describe
 from initnorm.results import write_atomic, write_metrics
-from initnorm.training import signals, trackers
+from initnorm.training import forks, signals, trackers
 from initnorm.training.batches import StackedData
-from initnorm.training.checkpoints import CheckpointOnSignal, MemberCheckpoints, set_rng_states
+from initnorm.training.checkpoints import CheckpointOnSignal, ForkPoints, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
 from initnorm.training.engine import BuiltMember, Engine
 from initnorm.training.horizons import Retire
@@ -56,6 +56,7 @@ class Member:
     hparams: dict[str, Any] | None = None  # the HPARAMS entry (default: a few top-level keys)
     write_hparams: Callable[[Any, dict[str, Any], int], None] | None = None  # (writer, hp metrics, steps): the caller's HPARAMS writer
     loggers: list | None = None  # its Lightning loggers, made when it trains (training/trackers.py)
+    fork: forks.Fork | None = None  # its place in a sweep's horizon fork (training/forks.py): where it starts, what it provides
 
     @property
     def name(self) -> str:
@@ -193,6 +194,8 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
                     results[i] = prior.finished | {"skipped": True}
                     continue
                 logs.append(log := member_log(Path(m.out_dir)))
+                if prior.checkpoint is None and m.fork is not None and m.fork.branch:
+                    prior = _from_fork(m, prior, log, {Path(o.out_dir).resolve() for o in members})
                 p = prepare(m, prior, log)
                 ready.setdefault(p.step, []).append((i, p))
             except STOPS:
@@ -216,6 +219,24 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
         for i, r in enumerate(results):
             on_done(i, r)
     return results
+
+
+def _from_fork(m: Member, prior, log: logging.Logger, here: set[Path]):
+    """Member ``m``'s start from its horizon fork (``training/forks.py``): the provider's state at its branch step, waited
+    for while the provider trains elsewhere; ``prior`` (from step 0) where there is none to take, or where the provider
+    trains in this same fit."""
+    f = m.fork
+    if not forks.point(f.store, f.branch).is_file():
+        if f.provider.resolve() in here:
+            return prior
+        stop = lambda: signals.Interrupted(signals.requested()) if signals.requested() is not None else None
+        if not forks.wait(f, log, stop):
+            log.info("no state at step %d from %s (it ended without reaching it): training from step 0", f.branch, f.provider)
+            return prior
+    if not forks.adopt(f, Path(m.out_dir), m.cfg, log):
+        return prior
+    m.meta["fork"] = {"from": str(f.provider), "step": f.branch}
+    return inspect_folder(m.out_dir, m.cfg)
 
 
 def _interrupt(exc: KeyboardInterrupt) -> Exception:
@@ -326,6 +347,8 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     chosen = [Retire(engine, retire), *(cb for cb in callbacks if progress_bar or not isinstance(cb, ProgressBar))]
     saver = MemberCheckpoints(engine, c0["checkpoint"]["every_n_steps"])
     chosen += [saver, CheckpointOnSignal(saver.save, members[0].out_dir)]
+    if any(m.fork is not None and m.fork.provide for m in members):
+        chosen.append(ForkPoints(engine, [m.fork if m.fork is not None and m.fork.provide else None for m in members]))
     if not progress_bar:
         chosen.append(GroupProgress(label or " .. ".join(dict.fromkeys([members[0].name, members[-1].name])), steps, status=status))
     if abandoned is not None:
@@ -340,7 +363,8 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     handled = signals.handling()  # before the fit: Lightning ignores SIGINT once it has caught a KeyboardInterrupt
     try:
         try:
-            trainer.fit(engine, datamodule=data)
+            with forks.providing([m.fork for m in members]):  # its branches elsewhere wait while it trains
+                trainer.fit(engine, datamodule=data)
         except SystemExit as exc:  # Lightning's answer to a KeyboardInterrupt (sys.exit(1)): the stop, or this fit's failure
             if not isinstance(exc.__context__, KeyboardInterrupt):
                 raise

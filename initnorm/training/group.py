@@ -21,7 +21,7 @@ import torch
 from initnorm.models.build import MODELS
 from initnorm.training.tasks import TASKS
 
-__all__ = ["MEMBER_KEYS", "group_key", "parameter_count"]
+__all__ = ["MEMBER_KEYS", "drop_key", "get_key", "group_key", "parameter_count"]
 
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
@@ -34,15 +34,15 @@ MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup",
 HORIZON_KEYS = ("trainer.max_steps",)
 
 
-def _drop(d: dict, dotted: str) -> None:
+def drop_key(d: dict, dotted: str) -> None:
     node, *rest = dotted.split(".")
     if not rest:
         d.pop(node, None)
     elif isinstance(d.get(node), dict):
-        _drop(d[node], ".".join(rest))
+        drop_key(d[node], ".".join(rest))
 
 
-def _get(d: dict, dotted: str) -> Any:
+def get_key(d: dict, dotted: str) -> Any:
     for node in dotted.split("."):
         d = d.get(node) if isinstance(d, dict) else None
     return d
@@ -52,10 +52,10 @@ def group_key(c: Mapping[str, Any]) -> str:
     """Jobs with the same key can train as one group: the resolved config without the member-wise keys."""
     out = json.loads(json.dumps(dict(c), default=str))
     for k in HORIZON_KEYS:
-        if _get(out, k) == out.get("steps"):
-            _drop(out, k)
+        if get_key(out, k) == out.get("steps"):
+            drop_key(out, k)
     for k in MEMBER_KEYS:
-        _drop(out, k)
+        drop_key(out, k)
     return json.dumps(out, sort_keys=True)
 
 

@@ -1,0 +1,71 @@
+"""Horizon forks in a sweep (``training/forks.py``): the plan written into the sweep folder before any job starts, the
+providers first in the launch order, and each job's place in the plan, read by its own process on every launcher
+(a worker of ``local_parallel`` or ``vectorized``, a SLURM task, or the sweep's own process under the basic launcher).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from initnorm.training import forks
+
+_READ: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}  # plan.json by folder, kept while it is unchanged
+
+
+def prepare(sweep_dir: Path, batch: Sequence[Sequence[str]], checked: Mapping[tuple[str, ...], Any],
+            subdir: Callable[[Sequence[str], Mapping[str, Any]], str]) -> list[Sequence[str]]:
+    """Write the sweep's plan for ``batch`` (its jobs the preflight ``checked``; ``subdir(overrides, config)``: a job's folder
+    in the sweep) and return the batch with each family's provider first, the other jobs in their order."""
+    known = [(tuple(o), checked[tuple(o)].config) for o in batch if tuple(o) in checked]
+    plan, rels = {"format": forks.PLAN_FORMAT, "families": {}}, {}
+    if len({int(c["steps"]) for _, c in known}) > 1:  # a sweep that holds its steps has no family: no folder names made
+        rels = {o: subdir(o, c) for o, c in known if forks.family(c) is not None}
+        plan = forks.plan([(rels[o], c) for o, c in known if o in rels])
+    if plan["families"] or (Path(sweep_dir) / forks.STORE / forks.PLAN).is_file():  # a stale plan of another command replaced
+        forks.write_plan(Path(sweep_dir), plan)
+    first = forks.providers(plan)
+    if first:
+        print(saving_line(plan, [c for _, c in known]), flush=True)
+    lead = {o for o, rel in rels.items() if rel in first}
+    return [o for o in batch if tuple(o) in lead] + [o for o in batch if tuple(o) not in lead]
+
+
+def saving_line(plan: Mapping[str, Any], configs: Sequence[Mapping[str, Any]]) -> str:
+    """``horizon forks: 15 families of 5 horizons; 124,875 of 174,375 steps to train ...``: what the plan saves."""
+    families = plan["families"]
+    total = sum(int(c["steps"]) for c in configs)
+    saved = 0
+    for c in configs:
+        f = forks.family(c)
+        if f in families:
+            top = max((tuple(m) for m in families[f]["members"]), key=lambda m: m[0])
+            b = forks.branch_step(c, top) if int(c["steps"]) < top[0] else None
+            saved += b or 0
+    sizes = sorted({len(v["members"]) for v in families.values()})
+    return (f"horizon forks: {len(families):,} {'family' if len(families) == 1 else 'families'} of "
+            f"{'/'.join(map(str, sizes))} horizons, the shorter ones starting from the longest run's state where they "
+            f"part: {total - saved:,} of {total:,} steps to train")
+
+
+def read(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep's plan, read once while its file is unchanged."""
+    path = Path(sweep_dir) / forks.STORE / forks.PLAN
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return forks.read_plan(Path(sweep_dir))
+    hit = _READ.get(path)
+    if hit is None or hit[0] != stamp:
+        _READ[path] = hit = (stamp, forks.read_plan(Path(sweep_dir)))
+    return hit[1]
+
+
+def fork_of(c: Mapping[str, Any], folder: str | Path, sweep_dir: str | Path | None) -> forks.Fork | None:
+    """Job ``c``'s place in its sweep's plan (``sweep_dir``: None outside a sweep)."""
+    if sweep_dir is None or not c.get("forks"):
+        return None
+    return forks.fork_of(Path(sweep_dir), Path(folder), c, read(Path(sweep_dir)))
