@@ -226,6 +226,10 @@ def provider_alive(store: Path) -> bool:
         os.close(fd)
 
 
+# Kept under a name TensorBoard does not read as events ("tfevents" in it): `tensorboard --logdir <sweep>` shows the jobs only.
+KEPT, SHOWN = "tf-kept-events", "tfevents"
+
+
 def copy_events(src_folder: Path, dest: Path) -> None:
     """The provider's TensorBoard event files so far into ``dest`` (made whole, then renamed into place)."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -233,7 +237,7 @@ def copy_events(src_folder: Path, dest: Path) -> None:
     tmp.mkdir(parents=True)
     for p in sorted(Path(src_folder).glob(EVENTS_GLOB)):
         if p.is_file() and not p.is_symlink():
-            shutil.copyfile(p, tmp / p.name)
+            shutil.copyfile(p, tmp / p.name.replace(SHOWN, KEPT))
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
 
@@ -292,9 +296,9 @@ def adopt(fork: Fork, folder: Path, c: Mapping[str, Any], log: logging.Logger) -
             stale.unlink()
     events = events_at(fork.store, fork.branch)
     if events.is_dir() and not events.is_symlink():
-        for p in sorted(events.glob(EVENTS_GLOB)):
+        for p in sorted(events.glob(EVENTS_GLOB.replace(SHOWN, KEPT))):
             if p.is_file() and not p.is_symlink():
-                shutil.copyfile(p, folder / p.name)
+                shutil.copyfile(p, folder / p.name.replace(KEPT, SHOWN))
     buffer = io.BytesIO()
     torch.save(state, buffer)
     path = checkpoint_path(folder)
