@@ -4,6 +4,7 @@ jobs train alone, to float32 rounding in stacked groups), on every launcher, and
 records."""
 
 import json
+import re
 import signal
 import threading
 import time
@@ -68,6 +69,8 @@ def test_a_sweep_over_steps_under_wsd_trains_the_stable_phase_once_each_branch_i
     assert ran.returncode == 0, ran.stderr[-3000:]
     # the provider (64 steps) ran first, and wrote its state at each branch step, with its events so far
     assert ran.stdout.index("done  steps=64") < ran.stdout.index("done  steps=16"), ran.stdout
+    assert "horizon forks: 1 family of 3 horizons" in ran.stdout and ": 74 of 112 steps to train" in ran.stdout, ran.stdout
+    assert re.search(r"done  steps=16 seed=1: final validation loss [0-9.]+ \(16 steps, from step 13 of a longer run, ", ran.stdout)
     store = next((sweep / forks.STORE).glob("*/"))
     assert sorted(p.name for p in store.glob("*.ckpt")) == ["13.ckpt", "25.ckpt"] and any((store / "13.events").iterdir())
     assert not any("tfevents" in p.name for p in store.rglob("*"))  # `tensorboard --logdir <sweep>` shows the jobs alone

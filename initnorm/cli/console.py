@@ -211,7 +211,9 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     else:
         status = scored(metrics)
     done = "already finished: " if metrics.get("skipped") else ""
-    line = f"{done}{status} ({metrics.get('steps', '?')} steps, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
+    fork = metrics.get("fork")  # a horizon fork's branch (training/forks.py): its first steps were the longest run's
+    fork = f", from step {fork.get('step')} of a longer run" if isinstance(fork, dict) else ""
+    line = f"{done}{status} ({metrics.get('steps', '?')} steps{fork}, {fmt(metrics.get('ms_per_step'), 2)} ms/step)"
     if sweep_dir is None:
         print(f"{line} -> {folder}", flush=True)
         return
