@@ -201,8 +201,11 @@ def providing(forks: Sequence[Fork | None]) -> Iterator[None]:
     held = []
     try:
         for f in {f.store for f in forks if f is not None and f.branch is None}:
-            f.mkdir(parents=True, exist_ok=True)
-            fd = os.open(f / "provider.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                fd = os.open(real_folder(f) / "provider.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            except OSError as exc:  # something planted at its name: the branches wait out the grace, or see it end
+                logging.getLogger(__name__).warning("no provider lock in %s (%s); its branches will not see it train", f, exc)
+                continue
             fcntl.flock(fd, fcntl.LOCK_SH)
             held.append(fd)
         yield
@@ -214,7 +217,7 @@ def providing(forks: Sequence[Fork | None]) -> Iterator[None]:
 def provider_alive(store: Path) -> bool:
     """Whether a process holds the store's provider lock."""
     try:
-        fd = os.open(Path(store) / "provider.lock", os.O_RDWR | os.O_NOFOLLOW)
+        fd = os.open(Path(store) / "provider.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
