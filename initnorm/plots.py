@@ -136,7 +136,10 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
     if not records:
         return ""
     c = records[0].get("config") or {}
-    swept = set(records[0].get("swept") or records[0].get("overrides", {})) | set(leave_out)
+    given = set(records[0].get("swept") or records[0].get("overrides", {}))
+    # a key that differs between the runs is theirs, not shared, though no one command swept it (a sweep run in parts)
+    differ = {k for k in ("width", "depth", "steps", "batch_size") if len({(r.get("config") or {}).get(k) for r in records}) > 1}
+    swept = given | differ | set(leave_out)
     model, data, optim = c.get("model") or {}, c.get("data") or {}, c.get("optim") or {}
     family = model.get("family", "")
     parts = [display("model", family) or family.replace("_", " ")] if family else []
@@ -150,6 +153,9 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
         parts.append("Gaussian clusters")
     if "steps" not in swept and c.get("steps"):
         parts.append(f"{c['steps']:,} steps")
+    elif "steps" not in given and "batch_size" in swept:  # set per batch by separate commands: a fixed-token sweep
+        held = {(r.get("config") or {}).get("steps", 0) * (r.get("config") or {}).get("batch_size", 0) for r in records}
+        parts.append(f"steps x batch {held.pop():,}" if len(held) == 1 else "")
     if "batch_size" not in swept and c.get("batch_size"):  # the optimum moves with it: a figure alone must say it
         parts.append(f"batch {c['batch_size']}")
     if optim.get("name"):

@@ -33,6 +33,13 @@ def test_val_curves_zoom_on_the_end_and_give_each_setting_its_final_loss_and_see
     assert "the last 30%" in svg and "pre-LN, no warmup: 1.802 ± 0.001" in svg and "post-LN, no warmup: 1.852 ± 0.001" in svg
 
 
+def test_a_fixed_token_sweep_run_as_one_command_per_batch_names_its_product_not_one_runs_steps():
+    # batch 8 x 2,048 steps ... 128 x 128, one command each (so no command swept either key): the title said "128 steps, batch 8"
+    recs = [{"config": {"model": {"family": "decoder"}, "width": 64, "depth": 2, "steps": 16384 // b, "batch_size": b},
+             "swept": ["lr"], "status": "finished", "seed": 1} for b in (8, 16, 128)]
+    assert setup_title(recs) == "Decoder, width 64, 2 blocks, steps x batch 16,384, 1 seed"
+
+
 def test_plain_names_and_setup_title():
     assert [plain(s) for s in ("norm=post", "warmup=0", "param=mup", "width=64")] == ["post-LN", "no warmup", "µP", "width 64"]
     recs = [record("pre", 0, 1, [])]
