@@ -180,3 +180,11 @@ def test_a_branch_waits_while_its_provider_trains_and_not_after_it_ended(tmp_pat
     (provider / "metrics.json").unlink()
     with forks.providing([forks.Fork(store, None, (13,), provider)]), pytest.raises(KeyboardInterrupt):
         forks.wait(fork, log, lambda: KeyboardInterrupt())  # a stop signal while it waits ends the wait
+
+
+def test_a_sweep_whose_validations_part_its_horizons_says_how_to_share_the_stable_phase(tmp_path):
+    ran = command("-m", "schedule=wsd:0.25", "steps=16,32", "seed=1", "callbacks=none", "checkpoint.every_n_steps=0",
+                  "trainer.enable_progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "horizon forks: none, though the horizons share their first steps" in ran.stdout, ran.stdout
+    assert "`trainer.val_check_interval=${steps}`" in ran.stdout and not (tmp_path / "sweep" / forks.STORE / forks.PLAN).exists()

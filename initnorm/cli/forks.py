@@ -29,6 +29,8 @@ def prepare(sweep_dir: Path, batch: Sequence[Sequence[str]], checked: Mapping[tu
     first = forks.providers(plan)
     if first:
         print(saving_line(plan, [c for _, c in known]), flush=True)
+    elif rels and (why := parted_by_validations([c for o, c in known if o in rels])):
+        print(why, flush=True)
     lead = {o for o, rel in rels.items() if rel in first}
     return [o for o in batch if tuple(o) in lead] + [o for o in batch if tuple(o) not in lead]
 
@@ -69,3 +71,17 @@ def fork_of(c: Mapping[str, Any], folder: str | Path, sweep_dir: str | Path | No
     if sweep_dir is None or not c.get("forks"):
         return None
     return forks.fork_of(Path(sweep_dir), Path(folder), c, read(Path(sweep_dir)))
+
+
+def parted_by_validations(configs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The line for a sweep whose horizons would share their first stretch but for where each is validated."""
+    longest = max(configs, key=lambda c: int(c["steps"]))
+    for c in configs:
+        h = int(c["steps"])
+        if h < int(longest["steps"]) and forks.family(c) == forks.family(longest):
+            b = forks.shared_until((h, h), (int(longest["steps"]), h), int(c["warmup"]), str(c["schedule"]))  # validations aside
+            if b >= forks.FORK_MIN * h:
+                return ("horizon forks: none, though the horizons share their first steps: each is validated on its own "
+                        "interval (a tenth of its run by default), which parts them at the first validation; set "
+                        "`trainer.val_check_interval=${steps}` (or a number) to train the shared stretch once")
+    return None
