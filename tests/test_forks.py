@@ -4,6 +4,7 @@ jobs train alone, to float32 rounding in stacked groups), on every launcher, and
 records."""
 
 import json
+import logging
 import re
 import signal
 import threading
@@ -138,6 +139,7 @@ def test_local_parallel_branches_wait_for_the_provider_and_equal_their_separate_
 def test_a_state_of_another_run_in_the_store_is_refused_and_the_branch_trains_from_step_0(tmp_path, separate):
     sweep = tmp_path / "sweep"
     assert command(*SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path).returncode == 0
+    config = json.loads((sweep / "steps=32" / "seed=1" / "metrics.json").read_text())["config"]
     # the branches' records and checkpoints gone, and the state at 13 replaced by another run's (lr differs)
     store = next((sweep / forks.STORE).glob("*/"))
     for s in BRANCH:
@@ -146,6 +148,14 @@ def test_a_state_of_another_run_in_the_store_is_refused_and_the_branch_trains_fr
     state = torch.load(store / "13.ckpt", weights_only=True)
     state["config"]["lr"] = 0.02  # the state of a run whose lr differs, in the branch's place
     torch.save(state, store / "13.ckpt")
+    # a link planted (after the command's checks) in a branch's folder at the name its copied events take: replaced,
+    # not followed out of the folder
+    kept = min((store / "25.events").iterdir()).name.replace(forks.KEPT, forks.SHOWN)
+    branch = tmp_path / "branch"
+    branch.mkdir()
+    (branch / kept).symlink_to(tmp_path / "outside")
+    assert forks.adopt(forks.Fork(store, 25, (), sweep / "steps=64" / "seed=1"), branch, config, logging.getLogger("test_forks"))
+    assert not (tmp_path / "outside").exists() and (branch / kept).is_file() and not (branch / kept).is_symlink()
     again = command(*SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     got, alone = records(sweep), records(separate)
@@ -163,8 +173,6 @@ def test_a_plan_that_is_not_initnorms_means_no_forks(tmp_path, caplog):
 
 
 def test_a_branch_waits_while_its_provider_trains_and_not_after_it_ended(tmp_path):
-    import logging
-
     store, provider = tmp_path / "store", tmp_path / "provider"
     provider.mkdir()
     fork = forks.Fork(store, 13, (), provider)

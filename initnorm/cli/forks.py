@@ -20,32 +20,27 @@ def prepare(sweep_dir: Path, batch: Sequence[Sequence[str]], checked: Mapping[tu
     """Write the sweep's plan for ``batch`` (its jobs the preflight ``checked``; ``subdir(overrides, config)``: a job's folder
     in the sweep) and return the batch with each family's provider first, the other jobs in their order."""
     known = [(tuple(o), checked[tuple(o)].config) for o in batch if tuple(o) in checked]
-    plan, rels = {"format": forks.PLAN_FORMAT, "families": {}}, {}
+    plan, rels, fams = {"format": forks.PLAN_FORMAT, "families": {}}, {}, {}
     if len({int(c["steps"]) for _, c in known}) > 1:  # a sweep that holds its steps has no family: no folder names made
-        rels = {o: subdir(o, c) for o, c in known if forks.family(c) is not None}
-        plan = forks.plan([(rels[o], c) for o, c in known if o in rels])
+        fams = {o: f for o, c in known if (f := forks.family(c)) is not None}
+        rels = {o: subdir(o, c) for o, c in known if o in fams}
+        plan = forks.plan([(rels[o], c, fams[o]) for o, c in known if o in fams])
     if plan["families"] or (Path(sweep_dir) / forks.STORE / forks.PLAN).is_file():  # a stale plan of another command replaced
         forks.write_plan(Path(sweep_dir), plan)
     first = forks.providers(plan)
     if first:
-        print(saving_line(plan, [c for _, c in known]), flush=True)
-    elif rels and (why := parted_by_validations([c for o, c in known if o in rels])):
+        print(saving_line(plan, sum(int(c["steps"]) for _, c in known)), flush=True)
+    elif fams and (why := parted_by_validations([(c, fams[o]) for o, c in known if o in fams])):
         print(why, flush=True)
     lead = {o for o, rel in rels.items() if rel in first}
     return [o for o in batch if tuple(o) in lead] + [o for o in batch if tuple(o) not in lead]
 
 
-def saving_line(plan: Mapping[str, Any], configs: Sequence[Mapping[str, Any]]) -> str:
-    """``horizon forks: 15 families of 5 horizons; 124,875 of 174,375 steps to train ...``: what the plan saves."""
+def saving_line(plan: Mapping[str, Any], total: int) -> str:
+    """``horizon forks: 15 families of 5 horizons, ...: 106,815 of 174,375 steps to train``: what the plan saves of the
+    ``total`` steps its sweep's jobs would train from step 0."""
     families = plan["families"]
-    total = sum(int(c["steps"]) for c in configs)
-    saved = 0
-    for c in configs:
-        f = forks.family(c)
-        if f in families:
-            top = max((tuple(m) for m in families[f]["members"]), key=lambda m: m[0])
-            b = forks.branch_step(c, top) if int(c["steps"]) < top[0] else None
-            saved += b or 0
+    saved = sum(f["shared"] for f in families.values())
     sizes = sorted({len(v["members"]) for v in families.values()})
     return (f"horizon forks: {len(families):,} {'family' if len(families) == 1 else 'families'} of "
             f"{'/'.join(map(str, sizes))} horizons, the shorter ones starting from the longest run's state where they "
@@ -73,13 +68,15 @@ def fork_of(c: Mapping[str, Any], folder: str | Path, sweep_dir: str | Path | No
     return forks.fork_of(Path(sweep_dir), Path(folder), c, read(Path(sweep_dir)))
 
 
-def parted_by_validations(configs: Sequence[Mapping[str, Any]]) -> str | None:
-    """The line for a sweep whose horizons would share their first stretch but for where each is validated."""
-    longest = max(configs, key=lambda c: int(c["steps"]))
-    for c in configs:
+def parted_by_validations(jobs: Sequence[tuple[Mapping[str, Any], str]]) -> str | None:
+    """The line for a sweep whose horizons (``(config, family)``) would share their first stretch but for where each is
+    validated."""
+    longest, family = max(jobs, key=lambda j: int(j[0]["steps"]))
+    top = int(longest["steps"])
+    for c, f in jobs:
         h = int(c["steps"])
-        if h < int(longest["steps"]) and forks.family(c) == forks.family(longest):
-            b = forks.shared_until((h, h), (int(longest["steps"]), h), int(c["warmup"]), str(c["schedule"]))  # validations aside
+        if h < top and f == family:
+            b = forks.shared_until((h, h), (top, h), int(c["warmup"]), str(c["schedule"]))  # validations aside
             if b >= forks.FORK_MIN * h:
                 return ("horizon forks: none, though the horizons share their first steps: each is validated on its own "
                         "interval (a tenth of its run by default), which parts them at the first validation; set "

@@ -109,23 +109,25 @@ def branch_step(c: Mapping[str, Any], provider: tuple[int, int]) -> int | None:
 # ------------------------------------------------------------------ the sweep's plan
 
 
-def plan(jobs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
-    """The families among ``jobs`` (``(folder relative to the sweep, resolved config)``): each with two or more members
-    of which at least one branches; its provider (the longest) and every member's ``(steps, interval)``."""
+def plan(jobs: Sequence[tuple[str, Mapping[str, Any], str]]) -> dict[str, Any]:
+    """The families among ``jobs`` (``(folder relative to the sweep, resolved config, its family)``): each with two or more
+    members of which at least one branches; its provider (the longest), every member's ``(steps, interval)`` and the
+    steps its branches share with the provider (``shared``: what the forks do not train again)."""
     by: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-    for rel, c in jobs:
-        if (f := family(c)) is not None:
-            by.setdefault(f, []).append((rel, c))
+    for rel, c, f in jobs:
+        by.setdefault(f, []).append((rel, c))
     families = {}
     for f, members in by.items():
         rel, top = max(members, key=lambda m: int(m[1]["steps"]))
-        if any(c is not top and int(c["steps"]) < int(top["steps"]) and branch_step(c, horizon(top)) for _, c in members):
-            families[f] = {"provider": rel, "members": sorted({horizon(c) for _, c in members})}
+        shared = [b for _, c in members if int(c["steps"]) < int(top["steps"]) and (b := branch_step(c, horizon(top)))]
+        if shared:
+            families[f] = {"provider": rel, "members": sorted({horizon(c) for _, c in members}), "shared": sum(shared)}
     return {"format": PLAN_FORMAT, "families": families}
 
 
 def write_plan(sweep_dir: Path, p: Mapping[str, Any]) -> None:
-    write_atomic(Path(sweep_dir) / STORE / PLAN, json.dumps(p, indent=1, sort_keys=True))
+    # .forks/ a real folder: a link planted in its place is taken away, not written through
+    write_atomic(real_folder(Path(sweep_dir) / STORE) / PLAN, json.dumps(p, indent=1, sort_keys=True))
 
 
 def providers(p: Mapping[str, Any]) -> set[str]:
@@ -295,17 +297,16 @@ def adopt(fork: Fork, folder: Path, c: Mapping[str, Any], log: logging.Logger) -
     state["config"] = comparable(c)
     folder = Path(folder)
     for stale in folder.glob(EVENTS_GLOB):  # an earlier attempt's, from step 0: this run's curve is the fork's up to b
-        if stale.is_file():
+        if stale.is_file() or stale.is_symlink():
             stale.unlink()
     events = events_at(fork.store, fork.branch)
     if events.is_dir() and not events.is_symlink():
         for p in sorted(events.glob(EVENTS_GLOB.replace(SHOWN, KEPT))):
-            if p.is_file() and not p.is_symlink():
-                shutil.copyfile(p, folder / p.name.replace(KEPT, SHOWN))
+            if p.is_file() and not p.is_symlink():  # renamed into place: a link planted at the name is replaced, not followed
+                write_atomic(folder / p.name.replace(KEPT, SHOWN), p.read_bytes())
     buffer = io.BytesIO()
     torch.save(state, buffer)
     path = checkpoint_path(folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
     real_folder(path.parent)  # checkpoints/ itself: a link planted there would carry the file into its target
     write_atomic(path, buffer.getvalue())
     log.info("starts at step %d from the state of %s (horizon fork: the same run up to there)", fork.branch, fork.provider)
