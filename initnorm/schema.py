@@ -129,6 +129,11 @@ RULES: dict[str, KeyRule] = {
     "callbacks.coord.steps": Int(1, fix=10),
     "callbacks.diagnostics.every_n_steps": Int(1, fix=50),
     "callbacks.diagnostics.power_steps": Int(1, fix=20),
+    "callbacks.spectral.every_n_steps": Int(1, fix=50),
+    "callbacks.spectral.power_steps": Int(1, fix=20),
+    "callbacks.spectral.weight": Bool(),
+    "callbacks.spectral.update": Bool(),
+    "callbacks.spectral.ns_residual": Bool(),
 }
 
 # hydra.launcher keys (checked by the command-line preflight against the launcher the command picks)

@@ -72,7 +72,8 @@ def test_the_public_surface_loads_on_first_use_and_import_initnorm_stays_light()
     assert all(getattr(initnorm, name) is not None for name in initnorm.__all__)
     from initnorm import callbacks
 
-    assert {c.__name__ for c in (callbacks.LayerStats, callbacks.Diagnostics, callbacks.CoordCheck)} == set(callbacks.__all__)
+    named = (callbacks.LayerStats, callbacks.Diagnostics, callbacks.CoordCheck, callbacks.Spectral)
+    assert {c.__name__ for c in named} == set(callbacks.__all__)
     with pytest.raises(AttributeError, match="has no attribute 'parametrize'"):
         initnorm.parametrize  # noqa: B018
 

@@ -51,6 +51,15 @@ def newton_schulz(g: Tensor, coefficients: Sequence[float] = COEFFICIENTS, steps
     return x.mT if tall else x
 
 
+def next_input(grad: Tensor, buffer: Tensor | None, momentum: float, nesterov: bool) -> Tensor:
+    """What Muon's next step orthogonalises, the buffer left as it is: ``B' = B.lerp(G, 1 - µ)``, then
+    ``G.lerp(B', µ)`` under Nesterov, else ``B'`` (torch.optim.Muon's step; ``StackedMuon.orthogonalised``
+    advances the buffer in place to the same numbers)."""
+    following = torch.zeros_like(grad) if buffer is None else buffer
+    following = following.lerp(grad, 1 - momentum)
+    return grad.lerp(following, momentum) if nesterov else following
+
+
 def as_column(values, like: Tensor) -> Tensor:
     """Per-member numbers ``[E]`` (a list, a tensor, or one number for all) as ``[E, 1, 1]`` in ``like``'s dtype."""
     column = torch.as_tensor(values, dtype=torch.float64).to(like.device).expand(like.size(0))
