@@ -1,8 +1,9 @@
 """Muon for E stacked members: one Newton-Schulz iteration over ``[E, m, n]`` and one update for all.
 
-Each member steps as ``torch.optim.Muon`` (torch 2.13, ``torch/optim/_muon.py``) steps that matrix alone:
+Each member steps as ``torch.optim.Muon`` (torch 2.13) steps that matrix alone:
 
-- momentum as an average, ``B <- µ B + (1 - µ) G`` (``buf.lerp_(grad, 1 - µ)``); the iteration's input is
+- momentum as an average, ``B <- µ B + (1 - µ) G`` (its code's ``buf.lerp_(grad, 1 - µ)``; its docstring writes
+  ``µ B + G``, which differs by the factor 1 - µ that the normalisation below removes); the iteration's input is
   ``G.lerp(B, µ)`` under Nesterov, else ``B``;
 - Newton-Schulz (Keller Jordan's quintic, coefficients (3.4445, -4.7750, 2.0315), 5 steps) in bfloat16, as torch
   runs it: the input cast to bf16, transposed when it has more rows than columns (the Gram matrix is then the
@@ -10,13 +11,15 @@ Each member steps as ``torch.optim.Muon`` (torch 2.13, ``torch/optim/_muon.py``)
 - decoupled decay by the member's unadjusted rate, ``W <- W (1 - lr wd)``, then ``W <- W - lr factor O`` with
   ``factor`` the ``optim.muon_scale`` of the member's shape (``training/muon_scale.py``).
 
-Each member equals ``torch.optim.Muon`` stepping it alone (tests/test_muon_stack.py, on this CPU: bit for bit in
-bfloat16, every step, for matrices taller and wider than square; ``ns_dtype=torch.float32`` is offered too and
-differs from torch's bf16 iteration by the bf16 rounding itself). Members share a shape, momentum and the
-iteration's settings; rate and decay are per member.
+Each member equals ``torch.optim.Muon`` stepping it alone (tests/test_muon_stack.py): bit for bit in bfloat16 on an
+AMD EPYC of family 25, at every one of 5-10 steps, for matrices taller than, wider than and square, E = 3 with their
+own rates and decays (the batched CPU matmuls round as the single ones do; a GPU's batched kernels are not measured).
+``ns_dtype=torch.float32`` is offered too: it differs from torch's bf16 iteration by bf16's rounding, the weights'
+total update after 10 steps within 0.3-1.1% of torch's (Frobenius norm, six shapes from 16 x 40 to 256 x 64).
+Members share a shape, momentum and the iteration's settings; rate and decay are per member.
 
 The state is one momentum buffer ``[E, m, n]`` (``state_dict``); ``member_state(i)`` is member i's in
-``torch.optim.Muon``'s per-parameter format (``{"momentum_buffer": [m, n]}``) and ``from_members`` stacks them
+``torch.optim.Muon``'s per-parameter format (``{"momentum_buffer": [m, n]}``) and ``load_members`` stacks them
 back, so a stacked checkpoint and E checkpoints of jobs alone hold the same numbers.
 """
 
