@@ -54,3 +54,14 @@ def test_torch_muon_with_our_group_steps_by_the_formula(name, shape):
     expected = w0 * (1 - lr * wd) - lr * factor(name, shape) * orthogonalised((1 - momentum ** 2) * grad).float()
     assert torch.allclose(p.detach(), expected, rtol=0, atol=1e-6), (p.detach() - expected).abs().max()
     assert not torch.allclose(p.detach(), w0 * (1 - lr * wd), atol=1e-3)  # the update is there to compare
+
+
+def halved(fan_out: int, fan_in: int) -> float:
+    return 0.5 * math.sqrt(max(1, fan_out / fan_in))
+
+
+def test_a_scale_of_ones_own_by_dotted_path_steps_torch_muon_at_its_factor():
+    name = "tests.test_muon_scale:halved"
+    assert factor(name, (64, 16)) == 1.0
+    group = torch_group(name, (64, 16), lr=0.02, weight_decay=0.1)
+    assert group == {"lr": pytest.approx(0.01), "weight_decay": pytest.approx(0.2), "adjust_lr_fn": "original"}
