@@ -3,7 +3,9 @@
 ``muon_matrices`` is the one place that recognises Muon: a ``torch.optim.Muon`` among the trainer's optimisers, a
 container's too (an object with ``optimizers``, the Muon + AdamW shape). An optimiser that steps Muon some other way
 (a stacked group's ``training/muon_stack.StackedMuon``, whose tensors only its caller knows) is taught here, by
-``MUON_TYPES`` or a branch that lists its matrices; ``MuonMatrix`` takes a member dimension, ``[E, m, n]``.
+``MUON_TYPES`` or a branch that lists its matrices. ``MuonMatrix``'s arithmetic takes a member dimension
+(``[E, m, n]`` in, ``ns_residual`` ``[E]`` out); ``callback.residual_records`` today finds each entry's member by the
+parameter's identity among the members' modules, one member's matrix an entry.
 """
 
 from __future__ import annotations
