@@ -1,0 +1,78 @@
+"""The rows of issue 48's "found from outside" that are a job's or a sweep's own behaviour, each tested by its class:
+a tracker that fails mid-run (F4: any logger, not only MLflow), an early stop (ES: any callback's deliberate stop), a
+failed job in the summary (N02), a directory planted where a checkpoint goes (C10), an unknown trainer key (BV1).
+Tiny jobs, in this process."""
+
+from __future__ import annotations
+
+import json
+
+from lightning.pytorch.loggers import CSVLogger
+
+from initnorm.config import to_plain
+from initnorm.training.fit import Member, fit
+from tests.conftest import compose_cfg
+from tests.inproc import command
+
+TINY = ["steps=20", "width=8", "trainer.val_check_interval=10", "log_every=5", "checkpoint.every_n_steps=0", "callbacks=none"]
+
+
+class FailingLogger(CSVLogger):
+    """A tracker whose store goes away at step 10: every call from then on raises, as MLflow's did on an overwritten store."""
+
+    def __init__(self, save_dir: str, **kwargs):
+        super().__init__(save_dir, name="failing")
+
+    def log_metrics(self, metrics, step=None):
+        if step is not None and step >= 10:
+            raise OSError("the store went away")
+        super().log_metrics(metrics, step)
+
+    def finalize(self, status):
+        raise OSError("the store went away")
+
+
+def test_a_tracker_that_fails_mid_run_costs_the_tracker_only(tmp_path, caplog):
+    """F4: a logger raising mid-run (an MLflow store overwritten, a server gone) is one warning line; the job trains to its
+    end, every other tracker gets everything, and the record names the tracker that failed."""
+    cfg = to_plain(compose_cfg(*TINY, "logger=[tensorboard,csv]"))
+    cfg["logger"]["failing"] = {"_target_": f"{__name__}.FailingLogger"}
+    (r,) = fit([Member(cfg, tmp_path / "job")])
+    assert r["status"] == "finished" and r["steps"] == 20
+    assert r["trackers_failed"] == {"failing": "log_metrics: OSError: the store went away"}
+    assert json.loads((tmp_path / "job" / "metrics.json").read_text())["trackers_failed"] == r["trackers_failed"]
+    said = [rec for rec in caplog.records if "tracker failed" in rec.getMessage()]
+    assert len(said) == 1 and "the failing tracker failed (OSError: the store went away, in log_metrics)" in said[0].getMessage()
+    steps = [line.rsplit(",", 1)[1] for line in (tmp_path / "job" / "csv" / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps[-1] == "20"  # the csv tracker beside it got the last step's record
+
+
+def test_a_sweep_whose_jobs_a_callback_stopped_early_is_finished_and_exits_0(tmp_path):
+    """ES: Lightning's EarlyStopping (a callback's decision, not a failure) ends each job early; the sweep reports them
+    finished, early-stopped: no Failed column, no "did not finish", exit status 0."""
+    stop = ["+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping", "+callbacks.stop.monitor=val_loss",
+            "+callbacks.stop.patience=0", "+callbacks.stop.min_delta=100"]
+    proc = command("-m", "seed=1,2", *TINY[:-1], "steps=40", *stop, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("metrics.json")]
+    assert [r["status"] for r in records] == ["finished", "finished"] and all(r["steps"] < 40 for r in records), records
+    assert all("stopped the fit at step" in r["early_stopped"] for r in records)
+    summary = (tmp_path / "sweep" / "summary.md").read_text()
+    assert "Failed" not in summary and "did not finish" not in proc.stdout
+
+
+def test_a_failed_job_adds_no_column_to_the_summary(tmp_path):
+    """N02: a job that failed before training has no config in its record; it said nothing of the keys nobody swept, so it
+    must not split the table by the first of them (it was batch_size: an empty column, and "Not swept, yet set
+    differently between jobs")."""
+    from initnorm.summary import summarize
+    from initnorm.training.fit import _failed
+
+    sweep = tmp_path / "sweep"
+    cfgs = {s: to_plain(compose_cfg(*TINY, f"seed={s}")) for s in (1, 2)}
+    meta = lambda s: {"overrides": {"seed": str(s), "lr": "0.01"}, "swept": ["seed"]}
+    fit([Member(cfgs[1], sweep / "seed=1", meta=meta(1))])
+    _failed(Member(cfgs[2], sweep / "seed=2", meta=meta(2)), RuntimeError("the data went away"))
+    table = summarize(sweep)
+    assert "Not swept" not in table and "batch_size" not in table
+    assert "Failed" in table.splitlines()[0] and "RuntimeError: the data went away" in table
