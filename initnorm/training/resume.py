@@ -141,10 +141,11 @@ def read_member(path: Path, c: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(ckpt: Path) -> dict[str, Any]:
+def load_checkpoint(ckpt: Path, refuse: str | None = None) -> dict[str, Any]:
     """A checkpoint's content, read with ``weights_only=True``: tensors and plain values only, so a
-    file planted in a shared folder cannot run code when it is read. Anything else is refused in one line."""
-    refuse = f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
+    file planted in a shared folder cannot run code when it is read. Anything else is refused in one line, which ends
+    with ``refuse`` (what to do; default: delete it to train the job from the start)."""
+    refuse = refuse or f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
     try:  # a link or a FIFO at its name is not opened (initnorm/safe_files.py)
         with open(open_no_follow(ckpt), "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=True)
