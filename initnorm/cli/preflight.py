@@ -42,6 +42,7 @@ from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.own_errors import user_frame, yours
 from initnorm.safe_files import planted_below
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
@@ -228,7 +229,11 @@ def check_own_code(c: dict[str, Any], seen: dict[Any, Any]) -> None:
 
 
 def unexpected(exc: BaseException) -> ConfigError:
-    """An exception no check meant to raise, still as one line (and a request to report it)."""
+    """An exception no check meant to raise, still as one line: the user's, where it was raised in their code (a module of
+    theirs the config names that raises on import, a rule of their family: ``own_errors.user_frame``), else a request to
+    report it."""
+    if user_frame(exc) is not None:
+        return yours(exc, "your code")
     return ConfigError(f"{error_line(exc)} (raised while checking the config: a bug in initnorm's checks, please report it with this line)")
 
 
