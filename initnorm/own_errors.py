@@ -11,7 +11,6 @@ import traceback
 from pathlib import Path
 
 from initnorm.errors import ConfigError
-from initnorm.training.resume import error_line
 
 _PACKAGE = Path(__file__).resolve().parent
 OURS = (str(_PACKAGE), str(_PACKAGE.parent / "hydra_plugins"))  # initnorm and the launchers Hydra finds beside it
@@ -21,6 +20,12 @@ LIBRARIES = tuple(dict.fromkeys(str(Path(p).resolve()) for k in ("stdlib", "plat
 
 class YourError(ConfigError):
     """A user's own code raised: the line names it as theirs (``yours``)."""
+
+
+def error_line(exc: BaseException) -> str:
+    """``ValueError: bad thing``: the exception's type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _theirs(filename: str) -> bool:

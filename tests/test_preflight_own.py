@@ -126,7 +126,7 @@ def test_the_library_names_a_users_error_as_the_command_line_does(tmp_path):
     outside any command refuse in the command line's lines (a TypeError inside a constructor is the user's error, not a
     refusal of its arguments)."""
     import initnorm
-    from initnorm.data.own_check import check_data
+    from initnorm.data.own import make
     from initnorm.own_errors import YourError
     from tests.conftest import compose_cfg
     from tests.own_bad import raises
@@ -139,4 +139,4 @@ def test_the_library_names_a_users_error_as_the_command_line_does(tmp_path):
                          ("BadBatch", "its training batch is x [2, 4], y [3]; y must have the shape x's")):
         c = to_plain(compose_cfg(*DATA, f"data._target_=tests.own_bad.{target}"))
         with pytest.raises(ConfigError, match=re.escape(line)):
-            check_data(c)
+            make(c).setup("fit")

@@ -1,6 +1,6 @@
 """The checks of a data module of one's own (``data=custom``, ``data/own.py``) and of any task's first batch, for the
-library and the command line alike: ``OwnData.setup`` runs ``check_batch`` on its first set-up, and the command line's
-preflight calls ``check_data`` before any folder exists. Each wrong one is a line naming the value and the fix; an
+library and the command line alike: ``OwnData.setup`` runs ``check_batch`` on its first set-up (any fit, and the
+command line's preflight, which sets the module up before any folder exists). Each wrong one is a line naming the value and the fix; an
 exception raised in the user's code is named as theirs (``own_errors.yours``).
 
 - its ``setup("fit")`` and its first training batch: ``(x, y)``, ids in the vocabulary (or classes in range), nothing
@@ -9,22 +9,10 @@ exception raised in the user's code is named as theirs (``own_errors.yours``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from initnorm.errors import ConfigError
 from initnorm.own_errors import yours
-
-
-def check_data(c: Mapping[str, Any]):
-    """``c``'s data module of one's own, made, set up and its first batch checked (``OwnData.setup``); returns it."""
-    from initnorm.training.tasks import TASKS
-
-    data = TASKS.get(c["data"]["kind"]).make_data(c)
-    data.setup("fit")
-    return data
 
 
 def first_batch(data, what: str):

@@ -35,6 +35,7 @@ import torch
 
 from initnorm.config import comparable
 from initnorm.errors import ConfigError
+from initnorm.own_errors import error_line
 from initnorm.results import METRICS_FILE, read_record, write_metrics
 from initnorm.safe_files import NotAFile, open_no_follow, planted
 
@@ -215,12 +216,6 @@ def tensorboard_logger(save_dir: str, **kwargs):
             log.info("removed %d TensorBoard event file(s) of an earlier attempt in %s: it left no checkpoint, this run starts from step 0",
                      len(stale), folder)
     return TensorBoardLogger(save_dir=save_dir, **kwargs)
-
-
-def error_line(exc: BaseException) -> str:
-    """``ValueError: bad thing``: the exception's type and the first line of its message."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def record_failure(folder: Path | str, exc: BaseException, job: Mapping[str, Any]) -> str:
