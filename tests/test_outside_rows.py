@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from initnorm.config import to_plain
@@ -76,3 +77,26 @@ def test_a_failed_job_adds_no_column_to_the_summary(tmp_path):
     table = summarize(sweep)
     assert "Not swept" not in table and "batch_size" not in table
     assert "Failed" in table.splitlines()[0] and "RuntimeError: the data went away" in table
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_what_stands_at_a_checkpoints_name_is_found_before_training(tmp_path, kind):
+    """C10: a folder (or a FIFO) at checkpoints/initnorm.ckpt was found only at the first checkpoint, after training: it is
+    one line in the command's preflight, and a fit of the library refuses it at set-up, before any step."""
+    import os
+
+    from initnorm.errors import ConfigError
+    from initnorm.training.resume import checkpoint_path
+
+    run = tmp_path / "run"
+    at = checkpoint_path(run)
+    at.parent.mkdir(parents=True)
+    at.mkdir() if kind == "folder" else os.mkfifo(at)
+    proc = command(*TINY, f"hydra.run.dir={run}", cwd=tmp_path)
+    said = f"{at} is a {'folder' if kind == 'folder' else 'FIFO'}"
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (run / "metrics.json").exists()
+    with pytest.raises(ConfigError, match=said):
+        fit([Member(to_plain(compose_cfg(*TINY)), run)])
+    assert not (run / "metrics.json").exists() and not (run / "train.log").exists()

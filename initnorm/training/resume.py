@@ -105,6 +105,9 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
                         "delete it to train the job again", folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
     path = checkpoint_path(folder)
+    if what := planted(path):  # a folder there is found at the first checkpoint, after the steps before it were trained
+        raise ConfigError(f"{path} is {what}, not a checkpoint initnorm wrote: the job would train, then fail to write its "
+                          f"checkpoint there; delete it (or move it away) to train {folder}")
     if not path.is_file():
         return Prior()
     return Prior(checkpoint=path, step=read_member(path, c)["global_step"])
