@@ -100,3 +100,14 @@ def test_what_stands_at_a_checkpoints_name_is_found_before_training(tmp_path, ki
     with pytest.raises(ConfigError, match=said):
         fit([Member(to_plain(compose_cfg(*TINY)), run)])
     assert not (run / "metrics.json").exists() and not (run / "train.log").exists()
+
+
+@pytest.mark.parametrize("key, closest", [("bogus", None), ("max_step", "max_steps"), ("gradient_clip", "gradient_clip_val")])
+def test_a_key_lightnings_trainer_does_not_take_is_one_line_with_the_closest_and_the_fix(tmp_path, key, closest):
+    """BV1: `+trainer.bogus=1` was Lightning's TypeError and a traceback, after the job had started."""
+    proc = command(*TINY, f"+trainer.{key}=1", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    said = proc.stderr.strip()
+    assert proc.returncode == 2 and len(said.splitlines()) == 1 and "Traceback" not in said, said[-2000:]
+    assert f"trainer.{key}: Lightning's Trainer takes no argument '{key}'" in said and f"`~trainer.{key}`" in said
+    assert (f"the closest it takes: {closest}" in said) if closest else "closest" not in said
+    assert not (tmp_path / "run").exists()

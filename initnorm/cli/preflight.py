@@ -180,8 +180,34 @@ def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
     if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
         check_compiler_cache(Path.cwd())
     trackers.check(c.get("logger"))  # logger=mlflow without mlflow installed: one line, before anything trains
+    check_trainer_keys(c.get("trainer") or {})
     check_own_code(c, seen)
     return c
+
+
+@functools.cache
+def _trainer_defaults() -> frozenset[str]:
+    return frozenset(OmegaConf.load(Path(CONF_DIR, "trainer", "default.yaml")))
+
+
+def check_trainer_keys(node: dict[str, Any]) -> None:
+    """Every key of the ``trainer`` node is an argument of Lightning's ``Trainer`` (read from its signature: a probe, not a
+    list of ours); one line naming a stray one, the closest it takes, and the fix. Lightning is imported only for a key the
+    config's own ``trainer`` file does not hold (a bad value never waits for it)."""
+    extra = [k for k in node if k not in _trainer_defaults()]
+    if not extra:
+        return
+    import inspect
+
+    from lightning import Trainer
+
+    takes = [k for k in inspect.signature(Trainer.__init__).parameters if k != "self"]
+    for key in extra:
+        if key not in takes:
+            near = difflib.get_close_matches(key, takes, n=1, cutoff=0.5)
+            fix = f"`+trainer.{near[0]}=...` in place of `+trainer.{key}`, or drop it" if near else "drop it"
+            raise ConfigError(f"trainer.{key}: Lightning's Trainer takes no argument {key!r}"
+                              f"{f' (the closest it takes: {near[0]})' if near else ''}; fix it with {fix} (`~trainer.{key}`)")
 
 
 def own_code(c: dict[str, Any]) -> bool:
