@@ -111,3 +111,30 @@ def test_a_key_lightnings_trainer_does_not_take_is_one_line_with_the_closest_and
     assert f"trainer.{key}: Lightning's Trainer takes no argument '{key}'" in said and f"`~trainer.{key}`" in said
     assert (f"the closest it takes: {closest}" in said) if closest else "closest" not in said
     assert not (tmp_path / "run").exists()
+
+
+def test_a_command_that_runs_a_sweep_inside_itself_resumes_itself(tmp_path):
+    """TR1: initnorm-transfer stopped by SIGTERM printed the inner sweep's resume line (`initnorm.train -m ...`), which never
+    writes transfer_report.md; its own line resumes it, and that line, run, finishes the jobs and writes the report."""
+    import shlex
+    import signal
+
+    from initnorm.cli import transfer
+    from tests.inproc import run
+
+    search = tmp_path / "search"
+    search.mkdir()
+    (search / "search.json").write_text(json.dumps({
+        "best": {"number": 0, "state": "COMPLETE", "params": {"lr": 0.01}, "loss": 2.0}, "trials": [],
+        "overrides": [*TINY, "hparams_search=lr_base"], "seeds": [1], "metric": "final_val_loss", "objective": "mean"}))
+    stop = ["+callbacks.stop._target_=tests.stop_at.StopAt", "+callbacks.stop.step=5", f"+callbacks.stop.signum={int(signal.SIGTERM)}",
+            f"+callbacks.stop.marker={tmp_path / 'stopped'}"]
+    args = [str(search), "width=8,16", *stop]
+    first = run(transfer.main, ["initnorm-transfer", *args], tmp_path)
+    assert first.returncode == 143, first.stderr[-3000:]
+    resume = [line for line in first.stderr.splitlines() if line.startswith("resume with: ")]
+    assert resume == [f"resume with: {shlex.join(['python', '-m', 'initnorm.cli.transfer', *args])}"], first.stderr[-3000:]
+    assert not (tmp_path / "search_transfer" / "transfer_report.md").exists()
+    again = run(transfer.main, ["initnorm-transfer", *shlex.split(resume[0].removeprefix("resume with: "))[3:]], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "| 16 |" in (tmp_path / "search_transfer" / "transfer_report.md").read_text()

@@ -115,15 +115,18 @@ def tuned_at(folder: Path) -> dict[str, int]:
     return {k: config[k] for k in POINT if isinstance(config.get(k), int) and not isinstance(config[k], bool)}
 
 
-def train_sweep(overrides: list[str], folder: Path) -> int:
-    """The sweep's exit status: 2 where its preflight refused a value (its one line printed, nothing trained or written)."""
+def train_sweep(overrides: list[str], folder: Path, own: list[str] | None = None) -> int:
+    """The sweep's exit status: 2 where its preflight refused a value (its one line printed, nothing trained or written).
+    ``own``: this command's arguments, which a resume line names (a rerun skips the finished jobs and writes the report)."""
+    from initnorm.cli import signals as cli_signals
     from initnorm.cli import train
     from initnorm.training import signals
 
     argv = sys.argv
     sys.argv = ["initnorm.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
     try:
-        train.main()
+        with cli_signals.resumed_as("initnorm.cli.transfer", own if own is not None else argv[1:]):
+            train.main()
     except SystemExit as exc:
         if signals.requested() is not None:  # stopped by a signal (the sweep said so and how to resume): no report
             raise
@@ -252,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--grid", metavar="FOLDER", type=Path,
                      help="an existing lr x width grid (a sweep folder or a folder with its runs.csv): the targets' own "
                           "optimum and the penalty, read from it")
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    a = p.parse_args(argv)
     axis = next((k for k in AXES if any(key_of(o) == k for o in a.overrides)), "width")
     try:
         summary = load(a.folder)
@@ -264,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = next((r["config"][axis] for r in read_metrics(a.folder) if _number(r.get("config", {}).get(axis))), math.nan)
     out = Path(f"{a.folder}_{'check' if a.check else 'transfer'}")
-    if train_sweep(overrides, out) == 2:
+    if train_sweep(overrides, out, argv) == 2:
         return 2
     where = str(a.grid) if a.grid else f"{out} (--check)" if a.check else ""
     if a.check:
