@@ -76,7 +76,7 @@ def transfer_report(df: Any, *, axis: str, lr: str = "lr", metric: str = "final_
         if column is not None and column not in columns:
             raise ConfigError(f"{role}={column!r}: the table has no such column (its columns: {', '.join(map(str, columns))}); fix it "
                               f"with `{role}=<the column that holds the {role if role != 'by' else 'setting'}>`")
-    records = [_record(r, axis, lr, metric, seed, keys) for r in rows]
+    records = [_record(r, axis, lr, metric, seed, keys, i) for i, r in enumerate(rows)]
     found, cells = transfer.cells_from_records(records, axis=axis, metric=metric, rate="lr")
     sizes = {n for by_size in cells.values() for n in by_size}
     rates = {x for by_size in cells.values() for s in by_size.values() for c in s.values() for x in c}
@@ -84,17 +84,25 @@ def transfer_report(df: Any, *, axis: str, lr: str = "lr", metric: str = "final_
         raise ConfigError(f"the table has {len(sizes)} value(s) of {axis} and {len(rates)} learning rate(s): the transfer report needs "
                           f"runs at two or more of each")
     out = transfer.transfer_rows(cells, found, rate="lr")
-    return TransferReport(found, metric, out, transfer.verdicts(out, "nats" if "loss" in metric else metric),
-                          transfer.render_markdown(out, metric), transfer.render_csv(out), records)
+    verdicts = transfer.verdicts(out, "nats" if "loss" in metric else metric)
+    if diverged := sum(r["diverged"] for r in records):  # evidence against their rate: said, never left out unsaid
+        verdicts.append(f"{diverged} of {len(records)} runs diverged ({metric} NaN or infinite): each counts as the worst loss at "
+                        "its rate, and a rate where any seed diverged is not an optimum")
+    markdown = transfer.render_markdown(out, metric) + (f"\n{verdicts[-1]}.\n" if diverged else "")
+    return TransferReport(found, metric, out, verdicts, markdown, transfer.render_csv(out), records)
 
 
-def _record(row: Mapping[str, Any], axis: str, lr: str, metric: str, seed: str | None, keys: Iterable[str]) -> dict:
-    """One run as the job record a sweep leaves (``metrics.json``): what the transfer report and its figure read."""
+def _record(row: Mapping[str, Any], axis: str, lr: str, metric: str, seed: str | None, keys: Iterable[str], i: int = 0) -> dict:
+    """One run (row ``i``) as the job record a sweep leaves (``metrics.json``): what the transfer report and its figure
+    read. A loss of NaN or inf is a run that diverged; one that is no number (text, empty) is refused, naming the row."""
     rate = row[lr]
     if not (isinstance(rate, numbers.Real) and math.isfinite(rate) and rate > 0):
         raise bad_value(f"{lr} (the learning rate)", rate, "a positive finite number in every row")
     value = row[metric]
-    finite = isinstance(value, numbers.Real) and math.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ConfigError(f"row {i} ({lr}={rate}, {axis}={row[axis]}): {metric}={value!r} is not a number; give every run its loss "
+                          f"as a number (NaN or inf for a run that diverged), or drop the row")
+    finite = math.isfinite(value)
     settings = {k: row[k] for k in keys}
     return {"overrides": {"lr": rate, axis: row[axis], **settings}, "swept": list(settings), "status": "finished",
             "seed": row[seed] if seed is not None else 0, metric: value if finite else math.nan, "diverged": not finite,

@@ -244,7 +244,7 @@ def differing_keys(records: list[dict[str, Any]], keys: list[str]) -> list[str]:
         if k in keys:
             continue
         seen: dict[tuple, str] = {}
-        if any(seen.setdefault(g, v) != v for g, v in zip(group, values)):
+        if any(v is not None and seen.setdefault(g, v) != v for g, v in zip(group, values)):
             found.append(k)
             group = [(*g, v) for g, v in zip(group, values)]
     return found
@@ -264,14 +264,17 @@ def _varying(records: list[dict[str, Any]]) -> dict[str, list[str]]:
     flat = [_leaves(r) for r in records]
     order = dict.fromkeys(k for f in flat for k in f)
     candidates = [k for k in sorted(order, key=lambda k: (k.count("."), k)) if not _watch_only(k)]
+    # A record without a config (a job that failed before training: its metrics.json holds the error; a runs.csv row)
+    # says nothing of a key it did not override: its value is unknown (None here), not a value that differs.
+    said = [isinstance(r.get("config"), Mapping) or set(r.get("overrides") or ()) for r in records]
     found = {}
     for k in candidates:
         raw = [v if (v := f.get(k)) is not None else recorded(r, k) for f, r in zip(flat, records)]
         first = raw[0]
         if all(type(v) is type(first) and v == first for v in raw) and not isinstance(first, (list, dict)):
             continue  # the same in every job (most keys): compared as values, no text made
-        values = [_canonical(v) for v in raw]
-        if len(set(values)) > 1:
+        values = [_canonical(v) if s is True or k in s else None for v, s in zip(raw, said)]
+        if len({v for v in values if v is not None}) > 1:
             found[k] = values
     _VARYING[:] = [(records, list(records), found), *_VARYING[:3]]
     return found

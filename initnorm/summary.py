@@ -29,6 +29,7 @@ from initnorm.results import (
     swept_keys,
     write_atomic,
 )
+from initnorm.training import forks
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def summarize(folder: Path | str) -> str:
     if not records:
         raise FileNotFoundError(f"no readable {METRICS_FILE} below {folder} and no {RUNS_FILE} in it: is it a sweep folder?")
     keys, metrics, rows = group_rows(records)
-    table = render_markdown(keys, metrics, rows) + differing_note(records)
+    table = render_markdown(keys, metrics, rows) + differing_note(records) + fork_note(folder, records)
     moved = transfer.transfer_table(records)
     axes = transfer.sweep_axes(records) if moved else []
     names = [p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)]
@@ -82,6 +83,24 @@ def differing_note(records: list[dict]) -> str:
         return ""
     return (f"\nNot swept, yet set differently between jobs of this folder (a rerun with other values?): {', '.join(differing)}. "
             "Each value is its own row: no row averages jobs whose configs differ.\n")
+
+
+def fork_note(folder: Path, records: list[dict]) -> str:
+    """What a sweep's horizon forks saved (``training/forks.py``), told from its records, not from its plan: the branches
+    that started from the longer run's state (their ``fork``), the steps that spared, and the ones that trained from step 0
+    though the plan shared steps with them (a state planted or damaged in the store: their train.log says why)."""
+    planned = sum(int(f.get("shared") or 0) for f in forks.read_plan(folder)["families"].values())
+    if not planned:
+        return ""
+    taken = [r["fork"] for r in records if isinstance(r.get("fork"), dict) and isinstance(r["fork"].get("step"), int)]
+    spared = sum(f["step"] for f in taken)
+    trained = sum(int(r.get("steps") or 0) for r in records) - spared
+    line = (f"\nHorizon forks: {len(taken)} branch{'es' * (len(taken) != 1)} started from the longest run's state, "
+            f"{trained + spared:,} steps recorded of which {trained:,} trained")
+    if spared < planned:
+        line += (f"; the plan shared {planned:,} steps and {planned - spared:,} were trained again: a branch that trained "
+                 "from step 0 says why in its train.log")
+    return line + ".\n"
 
 
 def missing_jobs(folder: Path, records: list[dict]) -> list[str]:

@@ -4,6 +4,7 @@ raises or whose batches are wrong; callbacks that are no Callback or raise when 
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from tests.own_data import Tokens
@@ -70,3 +71,15 @@ class CallbackRaises:
     def __init__(self):
         raise RuntimeError("my callback cannot start")
 
+
+
+class InitRaises(Tokens):
+    """A data module whose own constructor raises a TypeError (its arguments are fine)."""
+
+    def __init__(self, batch_size: int, context: int):
+        raise TypeError("my data module cannot start")
+
+
+class BadBatch(Tokens):
+    def train_dataloader(self):
+        return [(torch.zeros(2, 4, dtype=torch.long), torch.zeros(3, dtype=torch.long))]

@@ -197,3 +197,44 @@ def test_a_sweep_whose_validations_part_its_horizons_says_how_to_share_the_stabl
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "horizon forks: none, though the horizons share their first steps" in ran.stdout, ran.stdout
     assert "`trainer.val_check_interval=${steps}`" in ran.stdout and not (tmp_path / "sweep" / forks.STORE / forks.PLAN).exists()
+
+
+class Code:
+    """What a planted pickle may carry: a call made when it is loaded without ``weights_only``."""
+
+    def __reduce__(self):
+        return (print, ("ran",))
+
+
+@pytest.mark.parametrize("kind", ["pickle", "text", "folder", "link"])
+def test_a_file_planted_at_a_branch_point_is_one_line_naming_it_and_the_branch_trains_from_step_0(tmp_path, caplog, kind):
+    """Issue 48, N05: whatever sits at ``.forks/<family>/<step>.ckpt`` that is not a state initnorm wrote (a pickle that would
+    run code, text, a folder, a link) is refused in one console line naming the file (it was in train.log only)."""
+    from initnorm.config import to_plain
+    from tests.conftest import compose_cfg
+
+    store, branch = tmp_path / ".forks" / "ab", tmp_path / "branch"
+    store.mkdir(parents=True)
+    at = forks.point(store, 13)
+    {"pickle": lambda: torch.save(Code(), at), "text": lambda: at.write_text("not a state"), "folder": at.mkdir,
+     "link": lambda: at.symlink_to(tmp_path / "elsewhere.ckpt")}[kind]()
+    config = to_plain(compose_cfg("schedule=wsd:0.25", "steps=16"))
+    with caplog.at_level(logging.WARNING, logger=forks.__name__):
+        assert not forks.adopt(forks.Fork(store, 13, (), tmp_path / "provider"), branch, config, logging.getLogger("test_forks"))
+    said = [r.getMessage() for r in caplog.records if r.name == forks.__name__]
+    assert len(said) == 1 and str(at) in said[0] and "training from step 0" in said[0], said
+    assert "\n" not in said[0] and not (branch / "checkpoints").exists()
+
+
+def test_the_summary_tells_what_the_forks_saved_not_what_the_plan_said(tmp_path):
+    """N05: the plan's saving line is said before training; the summary tells what the branches took."""
+    from initnorm.summary import fork_note
+
+    forks.write_plan(tmp_path, {"format": forks.PLAN_FORMAT, "families": {
+        "ab": {"provider": "steps=64/seed=1", "members": [[16, 8], [32, 8], [64, 8]], "shared": 38}}})
+    took = [{"steps": 64}, {"steps": 16, "fork": {"from": "p", "step": 13}}, {"steps": 32, "fork": {"from": "p", "step": 25}}]
+    said = "Horizon forks: 2 branches started from the longest run's state, 112 steps recorded of which 74 trained."
+    assert fork_note(tmp_path, took).strip() == said
+    lost = [took[0], took[1], {"steps": 32}]  # one branch found no state it could take
+    assert "1 branch started" in fork_note(tmp_path, lost) and "25 were trained again" in fork_note(tmp_path, lost)
+    assert fork_note(tmp_path / "nothing", took) == ""

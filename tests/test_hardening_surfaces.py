@@ -159,22 +159,29 @@ def test_a_write_that_names_no_file_names_its_folder(tmp_path):
 
 
 def test_tensorboards_writer_thread_is_quiet_about_a_full_disk(monkeypatch):
+    """TensorBoard's writer thread is told by its type, not its class's name (issue 48: behaviour decided by strings)."""
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
     printed = []
     monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(type(args.thread).__name__))  # what prints a traceback
     disk.quiet_writer_thread()
 
-    class _AsyncWriterThread(threading.Thread):  # TensorBoard's name (tensorboard/summary/writer/event_file_writer.py)
+    class Writer(_AsyncWriterThread):  # TensorBoard's thread, failing on a full disk
+        def __init__(self):
+            threading.Thread.__init__(self, daemon=True)
+
         def run(self):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    class Other(_AsyncWriterThread):
-        pass
+    class _AsyncWriterThread(threading.Thread):  # another thread that only bears its name
+        def run(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    for cls in (_AsyncWriterThread, Other):
+    for cls in (Writer, _AsyncWriterThread):
         t = cls()
         t.start()
         t.join()
-    assert printed == ["Other"]
+    assert printed == ["_AsyncWriterThread"]
 
 
 # ---- files in a job folder that are not records

@@ -133,7 +133,9 @@ def test_parity_with_microsoft_mup(name):
 
 
 class Conv1D(nn.Module):
-    """Hugging Face's layout: the weight is (in, out)."""
+    """Hugging Face's layout: the weight is (in, out), which the class declares (models/infer.py: ``stored_in_out``)."""
+
+    weight_layout = "in_out"
 
     def __init__(self, n_in, n_out):
         super().__init__()

@@ -4,6 +4,8 @@ fix, and an exception raised in the user's code named as theirs, never as a bug 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from initnorm.cli.preflight import check_command_line
@@ -102,3 +104,39 @@ def test_transfer_to_a_width_the_preflight_refuses_is_its_one_line_and_exit_2(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "width" in err[0], err
     assert not (tmp_path / "s_transfer").exists()
+
+
+BROKEN = "import torch\n\n\nraise RuntimeError('my module is broken')\n"  # a module of the user's that raises on import
+
+
+@pytest.mark.parametrize("override", ["model._target_=mine_broken.Net", "+callbacks.mine._target_=mine_broken.CB",
+                                      "model.family=mine_broken.Family", "init.fn=mine_broken.fancy"])
+def test_a_users_own_error_is_named_as_theirs_with_its_file_and_line(tmp_path, monkeypatch, override):
+    """Issue 48, D1b/E3a/D14c: whatever the config names of the user's (a model, a callback, a family, an init scheme)
+    raising in their code is one line naming it as theirs, with the file and line, never "a bug in initnorm's checks"."""
+    (tmp_path / "mine_broken.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extra = [*MODEL] if override.startswith("model._target_") else ["init=custom"] if override.startswith("init.fn") else []
+    line = refused(tmp_path, *extra, override)
+    assert "RuntimeError: my module is broken (in your code at " in line and "mine_broken.py:4" in line, line
+
+
+def test_the_library_names_a_users_error_as_the_command_line_does(tmp_path):
+    """The checks live beside models/own.py and data/own.py: ``initnorm.parameterize`` and a data module of one's own
+    outside any command refuse in the command line's lines (a TypeError inside a constructor is the user's error, not a
+    refusal of its arguments)."""
+    import initnorm
+    from initnorm.data.own import make
+    from initnorm.own_errors import YourError
+    from tests.conftest import compose_cfg
+    from tests.own_bad import raises
+
+    with pytest.raises(YourError, match=r"raised ValueError: no model at width 16 \(in your code at .*tests/own_bad.py:\d+"):
+        initnorm.parameterize(raises, width=32, base_width=16, vocab_size=11)
+    from initnorm.config import to_plain
+
+    for target, line in (("InitRaises", "raised TypeError: my data module cannot start (in your code at"),
+                         ("BadBatch", "its training batch is x [2, 4], y [3]; y must have the shape x's")):
+        c = to_plain(compose_cfg(*DATA, f"data._target_=tests.own_bad.{target}"))
+        with pytest.raises(ConfigError, match=re.escape(line)):
+            make(c).setup("fit")

@@ -85,3 +85,27 @@ def test_the_pages_example_runs(tmp_path, monkeypatch, capsys):
     runpy.run_path(str(tmp_path / "example.py"))
     assert capsys.readouterr().out.startswith("SP does not transfer: optimum falls at least 1.77 octaves from width 64 to 256")
     assert (tmp_path / "lr_transfer.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_run_that_diverged_is_evidence_against_its_rate_and_said(bad):
+    """Issue 48, N40: a run whose loss is NaN or inf was dropped from its rate's mean over seeds (the other seeds' mean
+    stood, so the verdict moved as if it had not run): it diverged, so its rate is no optimum, and the report says how many.
+    Here seed 1 diverges at µP's optimum (2^-6) at width 256: the optimum there moves off 2^-6."""
+    table = [{**r, "param": "mup"} for r in runs(0.0)]
+    for r in table:
+        if r["width"] == 256 and r["learning_rate"] == 2.0**-6 and r["run_seed"] == 1:
+            r["eval_loss"] = bad
+    report = transfer_report(table, axis="width", lr="learning_rate", metric="eval_loss", seed="run_seed")
+    at_256 = next(r for r in report.rows if r.size == 256)
+    assert at_256.optimum.value != pytest.approx(-6.0, abs=0.25)  # dropping the run left the optimum at 2^-6
+    said = "10 of 81 runs diverged (eval_loss NaN or infinite)"  # the largest rate's 9, and this one
+    assert report.verdicts[-1].startswith(said) and said in report.markdown
+
+
+def test_a_loss_that_is_no_number_is_refused_naming_its_row():
+    """N40: a loss written as text (an export's "diverged", an empty cell) was read as a divergence without a word."""
+    table = runs(0.0)
+    table[5]["eval_loss"] = "diverged"
+    with pytest.raises(ConfigError, match=r"^row 5 \(learning_rate=0\.0\d+, width=64\): eval_loss='diverged' is not a number; "):
+        transfer_report(table, axis="width", lr="learning_rate", metric="eval_loss", seed="run_seed")

@@ -160,10 +160,12 @@ def quiet_writer_thread() -> None:
     ends the job in the one line ``report`` prints. So that thread's disk error is not printed."""
     import threading
 
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread as writer_thread  # the thread, by its type
+
     previous = threading.excepthook
 
     def hook(args) -> None:
-        if type(args.thread).__name__ == "_AsyncWriterThread" and disk_error(args.exc_value, within="/") is not None:
+        if isinstance(args.thread, writer_thread) and disk_error(args.exc_value, within="/") is not None:
             return
         previous(args)
 

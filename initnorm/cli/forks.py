@@ -44,7 +44,7 @@ def saving_line(plan: Mapping[str, Any], total: int) -> str:
     sizes = sorted({len(v["members"]) for v in families.values()})
     return (f"horizon forks: {len(families):,} {'family' if len(families) == 1 else 'families'} of "
             f"{'/'.join(map(str, sizes))} horizons, the shorter ones starting from the longest run's state where they "
-            f"part: {total - saved:,} of {total:,} steps to train")
+            f"part: {total - saved:,} of {total:,} steps to train, as planned (the summary says what the branches took)")
 
 
 def read(sweep_dir: Path) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from initnorm.cli.disk import check_compiler_cache, check_writable
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
+from initnorm.own_errors import user_frame, yours
 from initnorm.safe_files import planted_below
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
@@ -179,8 +180,34 @@ def _check_config(c: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
     if should_compile(c["compile"], c["steps"]):  # (a vectorised group's auto decides by member-steps, at run time)
         check_compiler_cache(Path.cwd())
     trackers.check(c.get("logger"))  # logger=mlflow without mlflow installed: one line, before anything trains
+    check_trainer_keys(c.get("trainer") or {})
     check_own_code(c, seen)
     return c
+
+
+@functools.cache
+def _trainer_defaults() -> frozenset[str]:
+    return frozenset(OmegaConf.load(Path(CONF_DIR, "trainer", "default.yaml")))
+
+
+def check_trainer_keys(node: dict[str, Any]) -> None:
+    """Every key of the ``trainer`` node is an argument of Lightning's ``Trainer`` (read from its signature: a probe, not a
+    list of ours); one line naming a stray one, the closest it takes, and the fix. Lightning is imported only for a key the
+    config's own ``trainer`` file does not hold (a bad value never waits for it)."""
+    extra = [k for k in node if k not in _trainer_defaults()]
+    if not extra:
+        return
+    import inspect
+
+    from lightning import Trainer
+
+    takes = [k for k in inspect.signature(Trainer.__init__).parameters if k != "self"]
+    for key in extra:
+        if key not in takes:
+            near = difflib.get_close_matches(key, takes, n=1, cutoff=0.5)
+            fix = f"`+trainer.{near[0]}=...` in place of `+trainer.{key}`, or drop it" if near else "drop it"
+            raise ConfigError(f"trainer.{key}: Lightning's Trainer takes no argument {key!r}"
+                              f"{f' (the closest it takes: {near[0]})' if near else ''}; fix it with {fix} (`~trainer.{key}`)")
 
 
 def own_code(c: dict[str, Any]) -> bool:
@@ -228,7 +255,11 @@ def check_own_code(c: dict[str, Any], seen: dict[Any, Any]) -> None:
 
 
 def unexpected(exc: BaseException) -> ConfigError:
-    """An exception no check meant to raise, still as one line (and a request to report it)."""
+    """An exception no check meant to raise, still as one line: the user's, where it was raised in their code (a module of
+    theirs the config names that raises on import, a rule of their family: ``own_errors.user_frame``), else a request to
+    report it."""
+    if user_frame(exc) is not None:
+        return yours(exc, "your code")
     return ConfigError(f"{error_line(exc)} (raised while checking the config: a bug in initnorm's checks, please report it with this line)")
 
 

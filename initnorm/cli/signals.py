@@ -52,8 +52,25 @@ def current_folder() -> dict[str, str]:
     return dict(_folder)
 
 
+_RESUMED_AS: list[str] = []  # a command that runs a sweep inside itself (initnorm-transfer): its own line resumes it
+
+
+@contextmanager
+def resumed_as(module: str, argv: list[str]):
+    """Inside: every resume line is ``python -m module argv``, not the inner sweep's (which would never write what the
+    outer command writes at its end: initnorm-transfer's transfer_report.md)."""
+    _RESUMED_AS[:] = ["python", "-m", module, *argv]
+    try:
+        yield
+    finally:
+        _RESUMED_AS.clear()
+
+
 def resume_command(argv: list[str], key: str, folder: str, module: str = "initnorm.train") -> str:
-    """The command line again, with its output folder pinned to ``folder`` (a rerun there resumes)."""
+    """The command line again, with its output folder pinned to ``folder`` (a rerun there resumes); inside ``resumed_as``,
+    the outer command's own line."""
+    if _RESUMED_AS:
+        return shlex.join(_RESUMED_AS)
     kept = [a for a in argv if a.partition("=")[0].lstrip("+~") not in RUN_DIR_KEYS]
     return shlex.join(["python", "-m", module, *kept, f"{key}={folder}"])
 

@@ -24,7 +24,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from initnorm.data.own_check import check_batch
 from initnorm.errors import ConfigError
+from initnorm.own_errors import yours
 from initnorm.registry import import_dotted
 
 # initnorm's own keys under data (the schema's): the rest are the constructor's.
@@ -37,20 +39,29 @@ def make(c: Mapping[str, Any]) -> OwnData:
     target = import_dotted(d["_target_"], "data._target_", fix="fix it with `data._target_=mypkg.data.MyDataModule`")
     kwargs = {k: v for k, v in d.items() if k not in OWN_KEYS}
     try:
-        params = inspect.signature(target).parameters
+        sig = inspect.signature(target)
     except (TypeError, ValueError):  # a constructor without a signature Python can read: only what was given
-        params = {}
+        sig = None
+    params = sig.parameters if sig is not None else {}
     offered = {"batch_size": c["batch_size"], "seed": c["seed"], "context": d.get("context")}
     kwargs |= {k: offered[k] for k in PASSED_IF_TAKEN if k in params and k not in kwargs and offered[k] is not None}
+    what = f"data._target_={d['_target_']}"
+    try:  # a probe of the arguments first: a TypeError raised inside the constructor is the user's, not a refusal
+        if sig is not None:
+            sig.bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{what} refused its arguments ({exc}); the keys under data other than "
+                          f"{', '.join(OWN_KEYS)} go to it: fix them with `data.<argument>=...`") from None
     try:
         inner = target(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"data._target_={d['_target_']} refused its arguments ({exc}); the keys under data other than "
-                          f"{', '.join(OWN_KEYS)} go to it: fix them with `data.<argument>=...`") from None
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise yours(exc, what) from exc
     if not isinstance(inner, L.LightningDataModule):
-        raise ConfigError(f"data._target_={d['_target_']} made a {type(inner).__name__}, not a LightningDataModule; fix it with "
+        raise ConfigError(f"{what} made a {type(inner).__name__}, not a LightningDataModule; fix it with "
                           "`data._target_=mypkg.data.MyDataModule` (a class of lightning's LightningDataModule)")
-    return OwnData(inner, d["_target_"], c["seed"])
+    return OwnData(inner, d["_target_"], c["seed"], classify=d["kind"] != "custom")
 
 
 class _Endless(IterableDataset):
@@ -81,17 +92,27 @@ class _Endless(IterableDataset):
 class OwnData(L.LightningDataModule):
     """The user's module behind initnorm's data interface: ``vocab_size``, a step-indexed training stream, ``start_step``."""
 
-    def __init__(self, inner: L.LightningDataModule, target: str, seed: int):
+    def __init__(self, inner: L.LightningDataModule, target: str, seed: int, classify: bool = False):
         super().__init__()
-        self.inner, self.target, self.seed = inner, target, seed
+        self.inner, self.target, self.seed, self.classify = inner, target, seed, classify
         self.start_step = 0  # set from a checkpoint on resume: the batches already taken are skipped
         self._ready = False
 
     def setup(self, stage: str | None = None) -> None:
-        if not self._ready:
-            self.inner.prepare_data()
-            self.inner.setup("fit")
-            self._ready = True
+        """The user's ``prepare_data`` and ``setup("fit")``, once; then its first batch checked (``data/own_check.py``), so
+        a notebook's fit and the command line's preflight refuse a wrong batch in the same one line."""
+        if self._ready:
+            return
+        what = f"data._target_={self.target}"
+        for step, call in (("prepare_data()", self.inner.prepare_data), ("setup('fit')", lambda: self.inner.setup("fit"))):
+            try:
+                call()
+            except ConfigError:
+                raise
+            except Exception as exc:
+                raise yours(exc, f"{what}: its {step}") from exc
+        self._ready = True
+        check_batch(self, what, self.classify)
 
     @property
     def vocab_size(self) -> int:

@@ -7,7 +7,7 @@ then classified by its module's type and by which of its dimensions grow:
 
 | parameter | grows | role |
 |---|---|---|
-| a matrix (``nn.Linear``; torch's own known layouts, ``OUT_IN_TYPES``; ``Conv1D`` read transposed) | in and out | ``hidden`` |
+| a matrix (``nn.Linear``; torch's own known layouts, ``OUT_IN_TYPES``; Conv1D read transposed) | in and out | ``hidden`` |
 | a matrix | out only | ``input`` (its fan-in is the data's) |
 | a matrix | in only | ``readout`` (its fan-out is the output's) |
 | an ``nn.Embedding`` table, or a bare 2-D parameter whose last dimension grows | the vectors | ``embedding`` |
@@ -38,8 +38,22 @@ from torch import nn
 from initnorm.errors import ConfigError
 from initnorm.nn.roles import Role
 
-# Module types whose weight is stored (in, out), not torch's (out, in): Hugging Face's GPT-2 Conv1D.
-TRANSPOSED_TYPES = ("Conv1D",)
+# A module whose weight is stored (in, out), not torch's (out, in), says so by its type: Hugging Face's GPT-2 ``Conv1D``
+# (when transformers is installed), or a class of one's own that declares ``weight_layout = "in_out"``. Not by its
+# class's name: any module called Conv1D was read transposed.
+IN_OUT = "in_out"
+
+
+def stored_in_out(module: nn.Module) -> bool:
+    """Whether ``module``'s weight is stored (in, out): its class declares ``weight_layout = "in_out"``, or it is
+    Hugging Face's ``Conv1D``."""
+    if getattr(type(module), "weight_layout", None) == IN_OUT:
+        return True
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return False
+    return isinstance(module, Conv1D)
 # torch's own modules whose matrices are stored (out, in) as nn.Linear's: the recurrent layers' (gates x out, in)
 # weights, multi-head attention's in_proj_weight (3 x embed, embed), a convolution's (out, in / groups, *kernel).
 OUT_IN_TYPES = (nn.Linear, nn.RNNBase, nn.MultiheadAttention, nn.modules.conv._ConvNd)
@@ -88,7 +102,7 @@ def owner(model: nn.Module, name: str) -> nn.Module:
 
 def _as_out_in(module: nn.Module, shape: tuple, infinite: tuple) -> tuple[tuple, tuple, bool]:
     """(out, in) shape and growth of a matrix, read from its module's layout."""
-    if type(module).__name__ in TRANSPOSED_TYPES:
+    if stored_in_out(module):
         return shape[::-1], infinite[::-1], True
     return shape, infinite, False
 
@@ -106,7 +120,7 @@ def classify(module: nn.Module, name: str, shape: tuple, infinite: tuple) -> tup
         shape, infinite = shape[:2], infinite[:2]  # a kernel's sides do not grow: its (out, in) is what scales
     if len(shape) > 2:
         return None, f"a {len(shape)}-D tensor (only vectors, matrices and convolution kernels are inferred)", False
-    if isinstance(module, nn.Embedding) or (not isinstance(module, OUT_IN_TYPES) and type(module).__name__ not in TRANSPOSED_TYPES):
+    if isinstance(module, nn.Embedding) or (not isinstance(module, OUT_IN_TYPES) and not stored_in_out(module)):
         if isinstance(module, nn.Embedding) or infinite == (False, True):
             if infinite == (False, True):
                 return Role.EMBEDDING, "a lookup table of width-size vectors", False
@@ -176,7 +190,7 @@ def infer(build: Callable[[int], nn.Module], base_width: int, delta_width: int, 
         hit = _overridden(name, tuple(names), overrides)
         if hit is not None:
             role, why = _role_named(*hit), f"model.roles {hit[0]!r}"
-            transposed = type(owner(target, name)).__name__ in TRANSPOSED_TYPES
+            transposed = stored_in_out(owner(target, name))
         else:
             role, why, transposed = classify(owner(target, name), name, t, infinite)
         if role is None:

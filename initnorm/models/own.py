@@ -40,6 +40,7 @@ from initnorm.models import own_attention
 from initnorm.models.infer import RoleTable, format_table, infer, owner
 from initnorm.nn.param import PARAMS, SP_RULE, Table, in_block, make_table, refuse_unplaced, stable_across
 from initnorm.nn.roles import INPUT_SCALED_ROLES, Role, forward_sites
+from initnorm.own_errors import yours
 from initnorm.registry import import_dotted
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def check_attention(m: Mapping[str, Any], table: Table) -> None:
     args = arguments(m, SCRATCH_VOCAB, m["base_width"])
     key = json.dumps([m["_target_"], attr, args], sort_keys=True, default=str)
     if key not in _MEASURED:
-        model = own_attention.scratch(lambda: constructor(m)(**args))
+        model = own_attention.scratch(lambda: made(m, SCRATCH_VOCAB, m["base_width"]))
         if attr:
             own_attention.check_multiplier(model, attr, SCRATCH_VOCAB, m["context"], logits_of)
         _MEASURED[key] = own_attention.attends(model, SCRATCH_VOCAB, m["context"], logits_of)
@@ -211,13 +212,23 @@ def blocks_path(glob: str | None) -> str | None:
     return glob.removesuffix(".*") if glob else None
 
 
+def made(m: Mapping[str, Any], n_out: int, width: int):
+    """What the user's constructor returns at ``width``; an exception it raises is theirs, in one line (``own_errors.yours``)."""
+    target = constructor(m)
+    try:
+        return target(**arguments(m, n_out, width))
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise yours(exc, f"model._target_={target_name(m)} (built at width {width})") from exc
+
+
 def build(m: Mapping[str, Any], n_out: int, logits: bool = True) -> nn.Module:
     """The user's model at ``model.width``, its roles inferred from the base, delta and target builds. ``logits``: its
     forward returns the logits of what it returned (initnorm-train's losses read them); False: what it returned, as
     it returned it (``initnorm.parameterize``: the user's loop, Lightning module or ``Trainer`` reads it)."""
-    target = constructor(m)
-    make = lambda width: target(**arguments(m, n_out, width))
     what = f"model._target_={target_name(m)}"
+    make = lambda width: made(m, n_out, width)
     table = infer(make, m["base_width"], m["delta_width"] or 2 * m["base_width"], m["width"], globs(m.get("roles") or {}), what)
     model = make(m["width"])
     if not isinstance(model, nn.Module):

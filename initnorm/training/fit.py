@@ -376,20 +376,23 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
             m.loggers = None
         raise
     done = trainer.global_step
-    stopped = None
+    early = None
     if done == steps:
         engine.validate_last()
-    elif not engine.over:  # a callback ended the fit early: not finished; its checkpoint lets a rerun complete it
+    elif not engine.over:
+        # A callback ended the fit (trainer.should_stop: Lightning's EarlyStopping, or one's own): a decision, not a
+        # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
+        # its final loss is its last validation's (EarlyStopping stops right after one), its state kept at the stop.
         saver.save(done)
-        stopped = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop); rerun the command to complete it"
+        early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"
     wall = time.perf_counter() - start
     return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, device=device,
-                                                    build_s=prepared[e].build_s, stopped=stopped)
+                                                    build_s=prepared[e].build_s, early=early)
             for e, (m, log) in enumerate(zip(members, logs))]
 
 
 def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, device: torch.device,
-            build_s: float | None = None, stopped: str | None = None) -> dict[str, Any]:
+            build_s: float | None = None, early: str | None = None) -> dict[str, Any]:
     """Member ``e``'s record once its training is over (at step ``done``, ``wall`` seconds into the fit): ``metrics.json``,
     its trackers' record and end, ``train.log``'s end line; at the fit's end, or where it retired (training/horizons.py)."""
     resumed, forward, compiled = engine.resumed, engine.stack.strategy, engine.compiled
@@ -402,13 +405,15 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
                           compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
     metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
                         "build_s": build_s}
-    if stopped and h.diverged_step is None:
-        metrics |= {"status": "stopped", "stopped": stopped}
-    write_metrics(Path(m.out_dir), metrics)
+    if early and h.diverged_step is None:
+        metrics["early_stopped"] = early
     hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps")}
     trackers.record(m.loggers, hparams, hp_metrics(metrics, extra), metrics["steps"], m.write_hparams or (
         lambda w, hp_, step, hparams=hparams, name=m.name: tb.write_hparams(w, hparams, hp_, list(hparams), name, step)))
     trackers.finish(m.loggers)
+    if failed := trackers.failures(m.loggers):  # a tracker that failed cost itself only; the record says which and how
+        metrics["trackers_failed"] = failed
+    write_metrics(Path(m.out_dir), metrics)
     log.info("%s (%d steps, %.2f ms a step%s)", status_line(metrics), metrics["steps"], metrics["ms_per_step"],
              f", a share of the group's {group_ms:.2f} ms" if engine.E > 1 else "")
     return metrics

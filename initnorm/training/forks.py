@@ -46,6 +46,8 @@ from initnorm.training.optim import schedule_factor
 from initnorm.training.resume import EVENTS_GLOB, FORMAT, checkpoint_path, differences, load_checkpoint
 from initnorm.training.validation import scheduled, validation_interval
 
+_console = logging.getLogger(__name__)
+
 FORK_MIN = 0.5  # a member forks only where it shares at least half its run with the provider
 STORE = ".forks"  # in the sweep folder
 PLAN = "plan.json"
@@ -281,7 +283,7 @@ def adopt(fork: Fork, folder: Path, c: Mapping[str, Any], log: logging.Logger) -
 
     src = point(fork.store, fork.branch)
     try:
-        state = load_checkpoint(src)
+        state = load_checkpoint(src, refuse=f"delete it (or the sweep's {STORE}/ folder) to be rid of it")
         theirs = state.get("config")
         if state.get("format") != FORMAT or not isinstance(theirs, dict) or state.get("global_step") != fork.branch:
             raise ConfigError(f"{src} is not the state at step {fork.branch} of a run of this family")
@@ -292,7 +294,9 @@ def adopt(fork: Fork, folder: Path, c: Mapping[str, Any], log: logging.Logger) -
         if shared_until(horizon(c), their_horizon, int(c["warmup"]), str(c["schedule"])) < fork.branch:
             raise ConfigError(f"{src} comes from a run that departs from this one before step {fork.branch}")
     except (ConfigError, TypeError, ValueError, KeyError) as exc:
-        log.warning("not starting from the horizon fork: %s; training from step 0", str(exc).split("; delete")[0])
+        # in the job's train.log and on the console: a branch that trains from step 0 costs the sweep its saving
+        for where in (log, _console):
+            where.warning("%s: not starting from the horizon fork, training from step 0: %s", folder, exc)
         return False
     state["config"] = comparable(c)
     folder = Path(folder)

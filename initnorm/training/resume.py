@@ -35,6 +35,7 @@ import torch
 
 from initnorm.config import comparable
 from initnorm.errors import ConfigError
+from initnorm.own_errors import error_line
 from initnorm.results import METRICS_FILE, read_record, write_metrics
 from initnorm.safe_files import NotAFile, open_no_follow, planted
 
@@ -104,6 +105,9 @@ def inspect_folder(folder: Path | str, c: Mapping[str, Any]) -> Prior:
                         "delete it to train the job again", folder / METRICS_FILE, ", ".join(missing))
         return Prior(finished=done)
     path = checkpoint_path(folder)
+    if what := planted(path):  # a folder there is found at the first checkpoint, after the steps before it were trained
+        raise ConfigError(f"{path} is {what}, not a checkpoint initnorm wrote: the job would train, then fail to write its "
+                          f"checkpoint there; delete it (or move it away) to train {folder}")
     if not path.is_file():
         return Prior()
     return Prior(checkpoint=path, step=read_member(path, c)["global_step"])
@@ -141,10 +145,11 @@ def read_member(path: Path, c: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(ckpt: Path) -> dict[str, Any]:
+def load_checkpoint(ckpt: Path, refuse: str | None = None) -> dict[str, Any]:
     """A checkpoint's content, read with ``weights_only=True``: tensors and plain values only, so a
-    file planted in a shared folder cannot run code when it is read. Anything else is refused in one line."""
-    refuse = f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
+    file planted in a shared folder cannot run code when it is read. Anything else is refused in one line, which ends
+    with ``refuse`` (what to do; default: delete it to train the job from the start)."""
+    refuse = refuse or f"delete it (or move it away) to train {ckpt.parent.parent} from the start"
     try:  # a link or a FIFO at its name is not opened (initnorm/safe_files.py)
         with open(open_no_follow(ckpt), "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=True)
@@ -214,12 +219,6 @@ def tensorboard_logger(save_dir: str, **kwargs):
             log.info("removed %d TensorBoard event file(s) of an earlier attempt in %s: it left no checkpoint, this run starts from step 0",
                      len(stale), folder)
     return TensorBoardLogger(save_dir=save_dir, **kwargs)
-
-
-def error_line(exc: BaseException) -> str:
-    """``ValueError: bad thing``: the exception's type and the first line of its message."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def record_failure(folder: Path | str, exc: BaseException, job: Mapping[str, Any]) -> str:

@@ -19,6 +19,11 @@ this folder's tag. A fresh job, or a file planted beside another's checkpoint, s
 that fails before ``finish`` (``training/resume.record_failure`` calls ``fail``) ends its runs as failed, so
 no try is left RUNNING.
 
+A tracker's failure costs the tracker only (ARCHITECTURE.md: the job is the unit of failure, and a tracker is not the
+job): every call into a logger (Lightning's and ours) goes through ``_attempt``, so the first exception a logger raises
+(a store overwritten mid-run, a server gone) is one warning line, the logger is dropped for the rest of the job, and
+``failures`` gives the job's record what failed (``trackers_failed`` in ``metrics.json``).
+
 MLflow's address is ``logger.mlflow.tracking_uri``; null (the default) is ``MLFLOW_TRACKING_URI`` if the
 command's environment sets it, else ``outputs/mlflow.db`` under the launch folder (``DEFAULT_STORE``), read
 when a job's loggers are made, never in the config: MLflow's ``set_tracking_uri`` sets that variable in
@@ -107,7 +112,7 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
             n["tracking_uri"] = store_uri(n["tracking_uri"], Path(base))
         if n["_target_"] in RESUMABLE:
             n["resume_id"] = prior.get(name)
-        out.append(logger := instantiate(n, save_dir=str(save_dir)))
+        out.append(logger := _guarded(instantiate(n, save_dir=str(save_dir)), name))
         if n["_target_"] in RESUMABLE:
             ids[name] = logger.run_id if hasattr(logger, "run_id") else logger.experiment.id
     if ids and ids != prior:  # atomic: a kill mid-write must not leave the resume a broken file
@@ -118,6 +123,40 @@ def make(node: Mapping[str, Any] | None, save_dir: str | Path, run_name: str, ba
 
 def _key(folder: str | Path) -> str:
     return str(Path(folder).resolve())
+
+
+# What Lightning and initnorm call on a logger while a job trains and ends; each goes through ``_attempt``.
+GUARDED = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize", "after_save_checkpoint")
+
+
+def _guarded(logger, name: str):
+    """``logger`` with each of its GUARDED methods as ``_attempt`` of itself: its first failure is one warning line."""
+    logger._initnorm_name, logger._initnorm_failed = name, None
+    for method in GUARDED:
+        if callable(bound := getattr(logger, method, None)):
+            setattr(logger, method, lambda *a, _bound=bound, _what=method, **kw: _attempt(logger, _what, _bound, *a, **kw))
+    return logger
+
+
+def _attempt(logger, what: str, call: Callable, *args, **kwargs):
+    """``call(*args, **kwargs)`` unless ``logger`` already failed; an exception it raises marks the logger failed (one
+    warning line: which tracker, what failed, and that the job goes on), and nothing more goes to it."""
+    if getattr(logger, "_initnorm_failed", None) is not None:
+        return None
+    try:
+        return call(*args, **kwargs)
+    except Exception as exc:
+        line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}"
+        logger._initnorm_failed = f"{what}: {line}"
+        log.warning("the %s tracker failed (%s, in %s): the job goes on without it; its run there is incomplete, and the job's "
+                    "metrics.json says so (trackers_failed)", getattr(logger, "_initnorm_name", type(logger).__name__), line, what)
+        return None
+
+
+def failures(loggers: Sequence | None) -> dict[str, str]:
+    """``{tracker name: what failed}`` for the loggers among ``loggers`` that failed during the job (``_attempt``)."""
+    return {getattr(lg, "_initnorm_name", type(lg).__name__): lg._initnorm_failed for lg in loggers or ()
+            if getattr(lg, "_initnorm_failed", None) is not None}
 
 
 def stored_runs(folder: Path) -> dict[str, str]:
@@ -260,26 +299,38 @@ class Buffered:
         self.values = {}
 
 
+class Written:
+    """A TensorBoard logger's ``SummaryWriter`` as a writer whose ``add_scalar`` and ``flush`` go through ``_attempt``."""
+
+    def __init__(self, logger):
+        self.logger = logger
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        _attempt(self.logger, "add_scalar", self.logger.experiment.add_scalar, tag, value, step)
+
+    def flush(self) -> None:
+        _attempt(self.logger, "flush", self.logger.experiment.flush)
+
+
 def _is_tensorboard(logger) -> bool:
-    return hasattr(logger.experiment, "add_scalar")
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    return isinstance(logger, TensorBoardLogger)
 
 
 def writers(loggers: Sequence) -> list:
     """Where a run's scalars go: each logger as something with ``add_scalar(tag, value, step)`` (kept on the logger)."""
     out = []
     for lg in loggers:
-        if _is_tensorboard(lg):
-            out.append(lg.experiment)
-        else:
-            if getattr(lg, "_initnorm_writer", None) is None:
-                lg._initnorm_writer = Buffered(lg)
-            out.append(lg._initnorm_writer)
+        if getattr(lg, "_initnorm_writer", None) is None:
+            lg._initnorm_writer = Written(lg) if _is_tensorboard(lg) else Buffered(lg)
+        out.append(lg._initnorm_writer)
     return out
 
 
 def tensorboards(loggers: Sequence) -> list:
     """The TensorBoard writers among ``loggers`` (the custom-scalars layout and HPARAMS are TensorBoard's own)."""
-    return [lg.experiment for lg in loggers if _is_tensorboard(lg)]
+    return [lg.experiment for lg in loggers if _is_tensorboard(lg) and getattr(lg, "_initnorm_failed", None) is None]
 
 
 def record(loggers: Sequence, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], step: int,
@@ -291,7 +342,7 @@ def record(loggers: Sequence, hparams: Mapping[str, Any], metrics: Mapping[str, 
         if (w := getattr(lg, "_initnorm_writer", None)) is not None:
             w.flush()  # the last step's scalars before the record
         if _is_tensorboard(lg):
-            write_tensorboard(lg.experiment, dict(metrics), step)
+            _attempt(lg, "the HPARAMS entry", lambda lg=lg: write_tensorboard(lg.experiment, dict(metrics), step))
         else:
             lg.log_hyperparams(dict(hparams))
             lg.log_metrics(values, step=step)
@@ -304,9 +355,15 @@ def finish(loggers: Sequence, status: str = "success") -> None:
         if (w := getattr(lg, "_initnorm_writer", None)) is not None:
             w.flush()
         lg.finalize(status)
-        if type(lg).__name__ == "WandbLogger":
-            lg.experiment.finish(exit_code=0 if status == "success" else 1)
+        if _is_wandb(lg):
+            _attempt(lg, "finish", lambda lg=lg: lg.experiment.finish(exit_code=0 if status == "success" else 1))
         _forget(lg)
+
+
+def _is_wandb(logger) -> bool:
+    from lightning.pytorch.loggers import WandbLogger
+
+    return isinstance(logger, WandbLogger)
 
 
 def _forget(logger) -> None:

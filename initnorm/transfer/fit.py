@@ -119,13 +119,14 @@ def fit_optimum(xs: Iterable[float], ys: Iterable[float], half_width: int = HALF
 
 
 def seed_mean(seeds: Seeds, draw: Iterable[Any] | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The grid and the mean over the seeds ``draw`` (default: all; a seed drawn twice counts
-    twice) of the finite losses at each lr; nan where none is finite."""
+    """The grid and the mean over the seeds ``draw`` (default: all; a seed drawn twice counts twice) of the losses at
+    each lr; nan (diverged: the worst loss, never the optimum) where any seed that ran there diverged, as the search
+    prunes a trial one of whose seeds diverged: a diverged run is evidence against its rate, not a missing point.
+    A seed that did not run at an lr is left out of that lr's mean."""
     xs = tuple(sorted({x for c in seeds.values() for x in c}))
     draw = list(seeds) if draw is None else [s for s in draw if s in seeds]
     ys = []
     for x in xs:
-        v = [seeds[s].get(x, math.nan) for s in draw]
-        v = [y for y in v if finite(y)]
-        ys.append(statistics.fmean(v) if v else math.nan)
+        v = [y for s in draw if (y := seeds[s].get(x)) is not None]
+        ys.append(statistics.fmean(v) if v and all(finite(y) for y in v) else math.nan)
     return xs, tuple(ys)
