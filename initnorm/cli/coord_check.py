@@ -102,8 +102,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--params", type=comma_list(), default=",".join(PARAMS), help="parameterisations, comma-separated")
     p.add_argument("--steps", type=int, default=STEPS, help="AdamW steps per job")
     p.add_argument("--lr", type=float, default=LR, help="constant learning rate")
-    p.add_argument("--seeds", "--seed", type=comma_list(int), default=str(SEED), metavar="S",
+    p.add_argument("--seeds", type=comma_list(int), default=str(SEED), metavar="S",
                    help="seeds, comma-separated: every job once per seed; the exponents' intervals are a bootstrap over them")
+    p.add_argument("--seed", type=comma_list(int), dest="seeds", help=argparse.SUPPRESS)  # its one-seed spelling, as before --seeds
     p.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="E",
                    help="largest |exponent| on width (depth) that counts as flat: µP's logits and last stream across widths; across "
                         "depths, the depth-transfer params' last stream and block update; a baseline above it grows")
