@@ -119,3 +119,14 @@ def test_the_figure_has_a_panel_for_the_judged_step(tmp_path):
     report.save(tmp_path)
     assert (tmp_path / "coord.png").read_bytes()[:4] == b"\x89PNG"
     assert "| µP | logits/output | +0.00 | [+0.00, +0.00] | +0.00 |" in (tmp_path / "exponents.md").read_text()
+
+
+def test_the_command_over_seeds_gives_intervals_on_three_resamples(tmp_path, capsys):
+    from initnorm.cli.coord_check import main
+
+    assert main(["--widths", "16,32", "--steps", "2", "--seeds", "1,2", "--params", "mup", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 seeds: every one of their 3 distinct resamples" in out and "seeds [1, 2]" in out
+    assert (tmp_path / "param=mup,depth=2,width=32,seed=2" / "coord.csv").is_file()
+    text = (tmp_path / "exponents.md").read_text()
+    assert "| µP | logits/output |" in text and "no baseline" in out
