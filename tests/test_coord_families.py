@@ -1,8 +1,9 @@
 """The coordinate check on every built-in MLP family (issue 24): their data modules return a list of
 evaluation loaders, which the check once indexed as a batch (``TypeError: 'DataLoader' object is not
 subscriptable``). Two widths, two steps, in process: each family's coord.csv holds both widths, and its verdict is the one
-these seeded steps give: after two steps SP's logits on char_mlp have not yet grown by 1.5x from width 32 to 64, so its
-check fails (exit 1) where wide_mlp's and deep_mlp's pass (exit 0); µP's stay flat on all three."""
+these seeded steps give: µP's logits have an exponent on width within the 0.25 tolerance of 0 on all three (wide_mlp's
++0.24 at the edge: one octave, two steps), SP's grow on all three (char_mlp's by +0.40, which the max/min bound of 1.5 read
+as flat and failed the check)."""
 
 import csv
 
@@ -16,11 +17,14 @@ FAMILIES = {  # char_windows with and without a training-sample loader before "v
     "char_mlp": ["model=char_mlp", *WINDOWS],
     "deep_mlp": ["model=deep_mlp", "data=clusters", "data.n_train=256", "data.n_val=64"],
 }
-# the exit status, and what the verdict says of µP's and SP's logits (their max/min from width 32 to 64)
+# the exit status, and what the verdict says of µP's and SP's logits (their exponent on width from 32 to 64)
 OUTCOME = {
-    "wide_mlp": (0, "Verdict: PASS", "µP max/min 1.18 <= 1.5: flat", "SP max/min 1.82 > 1.5, larger at the widest: grows"),
-    "char_mlp": (1, "Verdict: FAIL", "µP max/min 1.00 <= 1.5: flat", "SP max/min 1.32 <= 1.5: flat, does NOT grow"),
-    "deep_mlp": (0, "Verdict: PASS", "µP max/min 1.05 <= 1.5: flat", "SP max/min 2.52 > 1.5, larger at the widest: grows"),
+    "wide_mlp": (0, "Verdict: PASS", "µP (under test): logits/output exponent +0.24 (expected +0.00): width-stable",
+                 "SP (baseline): logits/output exponent +0.86 (expected +1.00): grows"),
+    "char_mlp": (0, "Verdict: PASS", "µP (under test): logits/output exponent -0.00 (expected +0.00): width-stable",
+                 "SP (baseline): logits/output exponent +0.40 (expected +1.00): grows"),
+    "deep_mlp": (0, "Verdict: PASS", "µP (under test): logits/output exponent +0.07 (expected +0.00): width-stable",
+                 "SP (baseline): logits/output exponent +1.33 (expected +1.00): grows"),
 }
 
 

@@ -293,8 +293,8 @@ def test_probe_and_coord_check_say_the_memory_needed_before_any_folder(tmp_path,
     assert coord_check.main(["--widths", "16,1000000", "--out", str(tmp_path / "cc")]) == 2
     err = capsys.readouterr().err
     assert "width-1000000" in err and "GiB of memory" in err and "--widths 16" in err
-    assert coord_check.main(["--bound", "-1", "--out", str(tmp_path / "cc")]) == 2
-    assert "--bound=-1.0 is invalid" in capsys.readouterr().err
+    assert coord_check.main(["--tolerance", "-1", "--out", str(tmp_path / "cc")]) == 2
+    assert "--tolerance=-1.0 is invalid" in capsys.readouterr().err
     assert not (tmp_path / "pr").exists() and not (tmp_path / "cc").exists()
 
 

@@ -6,6 +6,7 @@ and norms take dotted paths too, and every registry says in one line what it kno
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 
@@ -16,7 +17,7 @@ from initnorm.cli.coord_check import main as coord_check
 from initnorm.cli.train import train
 from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
-from initnorm.instruments.coord import verdict
+from initnorm.instruments.coord import judge
 from initnorm.models.build import build_model
 from tests.conftest import ROOT, compose
 from tests.inproc import command
@@ -126,13 +127,16 @@ def test_the_transfer_report_prints_the_display_name():
 
 
 def test_the_coordinate_check_reads_the_declared_kind_not_the_name(tmp_path, capsys):
-    flat, grows = {16: 1.0, 64: 1.1}, {16: 1.0, 64: 3.0}
-    mine = {"tests.own_param:plain": {"logits/output": grows}, OWN_PARAM: {"logits/output": flat}}
-    ok, line = verdict(mine, "width", 1.5)
-    assert ok and "µP, hidden lr x m^-p max/min 1.10 <= 1.5: flat; my SP max/min 3.00 > 1.5, larger at the widest: grows)" in line
-    swapped = {"tests.own_param:plain": {"logits/output": flat}, OWN_PARAM: {"logits/output": grows}}
-    assert not verdict(swapped, "width", 1.5)[0]
+    def rows(param, growth):  # one seed, two widths: the logits' change x growth from width 16 to 64
+        return [{"width": w, "depth": 2, "param": param, "seed": 1, "step": 1, "layer": "logits", "role": "output",
+                 "value": growth if w == 64 else 1.0} for w in (16, 64)]
+
+    importlib.import_module("tests.own_param")  # a report over records looks an entry up without importing it
+    report = judge(rows("tests.own_param:plain", 3.0) + rows(OWN_PARAM, 1.1))
+    assert report.ok and "µP, hidden lr x m^-p (under test): logits/output exponent +0.07" in report.text
+    assert "my SP (baseline): logits/output exponent +0.79: grows" in report.text
+    assert not judge(rows("tests.own_param:plain", 1.1) + rows(OWN_PARAM, 3.0)).ok
     # the real command, with both named by their paths: the table's kind makes it the width-stable one
     assert coord_check(["--widths", "16,64", "--steps", "5", "--params", f"tests.own_param:plain,{OWN_PARAM}", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Verdict: PASS" in out and "my SP max/min" in out and ": grows)" in out
+    assert "Verdict: PASS" in out and "my SP (baseline)" in out and ": grows (" in out

@@ -6,14 +6,16 @@ Trains the model the overrides name (the Decoder by default; any built-in family
 the last residual stream and every block's output move from step 0 on 16 fixed windows
 (``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:
 
-``coord.csv``, ``coord.png`` and ``verdict.txt``, judged by ``initnorm/instruments/coord/analysis.judge``, the
-function ``initnorm.coord_check`` (a model of one's own in a plain loop) judges with; the command
-exits with 1 when the verdict fails.
+``coord.csv``, ``coord.png``, ``exponents.md`` and ``verdict.txt``, judged by
+``initnorm/instruments/coord/analysis.judge``, the function ``initnorm.coord_check`` (a model of one's own in a
+plain loop) judges with: per point, the exponent of its change on width, with a bootstrap interval over
+``--seeds``, beside the one its parameterisation expects; µP's logits and last stream must stay within
+``--tolerance`` of 0; SP, the baseline, grows or is inconclusive (saturated: a smaller lr or fewer steps), which
+does not fail the check. The command exits with 1 when the verdict fails.
 
 ``--widths 64 --depths 2,4,8,16,32 --params mup,depth_mup,completep`` runs it across depth at a
-fixed width, with a verdict of its own: the depth-transfer parameterisations' last residual
-stream and per-block update (times depth) must be flat within ``--bound`` across depths, µP's
-last residual stream must grow by more (``initnorm.instruments.coord.depth_verdict``).
+fixed width: the depth-transfer parameterisations' last residual stream and per-block update (times
+depth) must have exponents on depth within ``--tolerance`` of 0; µP is the baseline there.
 ``--from DIR`` only reads the ``coord.csv`` files below a folder, e.g. a multirun of
 ``python -m initnorm.train -m experiment=coord_check width=16,32,64,128,256 param=sp,mup``.
 Anything after ``--`` is a training-config override (``-- norm=post``).
@@ -37,17 +39,18 @@ from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord import display_name, summarize
-from initnorm.instruments.coord.check import BOUND, LR, PARAMS, SEED, STEPS, WIDTHS  # the library's defaults: one copy
+from initnorm.instruments.coord.check import LR, PARAMS, SEED, STEPS, TOLERANCE, WIDTHS  # the library's defaults: one copy
 from initnorm.registry import is_dotted
 
 
-def jobs(params, widths, depths, steps: int, lr: float, seed: int, extra: list[str]) -> dict[str, list[str]]:
-    """Every job's folder name (``param=..,depth=..,width=..``) and training overrides; a dotted
-    path in ``params`` (``mypkg.tables:mine``) is a table of one's own, named by ``param.name``."""
+def jobs(params, widths, depths, steps: int, lr: float, seeds: list[int], extra: list[str]) -> dict[str, list[str]]:
+    """Every job's folder name (``param=..,depth=..,width=..``, and ``,seed=..`` with several seeds) and training
+    overrides; a dotted path in ``params`` (``mypkg.tables:mine``) is a table of one's own, named by ``param.name``."""
     return {
-        f"param={p},depth={d},width={w}": ["experiment=coord_check", f"param.name={p}" if is_dotted(p) else f"param={p}",
-                                           f"width={w}", f"depth={d}", f"steps={steps}", f"lr={lr}", f"seed={seed}", *extra]
-        for p in params for d in depths for w in widths
+        f"param={p},depth={d},width={w}" + (f",seed={s}" if len(seeds) > 1 else ""): [
+            "experiment=coord_check", f"param.name={p}" if is_dotted(p) else f"param={p}", f"width={w}", f"depth={d}", f"steps={steps}",
+            f"lr={lr}", f"seed={s}", *extra]
+        for p in params for d in depths for w in widths for s in seeds
     }
 
 
@@ -57,7 +60,8 @@ def run_jobs(todo: dict[str, list[str]], out: Path) -> None:
         start = time.perf_counter()
         train(compose_train(overrides), out / name)
         settings = dict(part.split("=") for part in name.split(","))
-        print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}: "
+        seed = f" seed {settings['seed']}" if "seed" in settings else ""
+        print(f"  {display_name(settings['param']):3s} depth {int(settings['depth']):2d} width {int(settings['width']):4d}{seed}: "
               f"{time.perf_counter() - start:5.1f} s", flush=True)
 
 
@@ -88,7 +92,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(
         prog="python -m initnorm.coord_check", usage="%(prog)s [options] [-- training overrides]", formatter_class=_Help,
         description=" ".join(__doc__.split("\n\n")[1].replace("``", "").split()).replace(
-            " Then:", " Then it writes coord.csv, coord.png and verdict.txt, and exits 1 when the verdict fails."),
+            " Then:", " Then it writes coord.csv, coord.png, exponents.md and verdict.txt (each point's exponent on width, with an "
+                      "interval over --seeds) and exits 1 when the verdict fails."),
         epilog="Anything after -- is a training-config override for every job, as initnorm-train takes it: "
                "python -m initnorm.coord_check --widths 16,64 -- norm=post init.std=0.05",
     )
@@ -97,10 +102,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--params", type=comma_list(), default=",".join(PARAMS), help="parameterisations, comma-separated")
     p.add_argument("--steps", type=int, default=STEPS, help="AdamW steps per job")
     p.add_argument("--lr", type=float, default=LR, help="constant learning rate")
-    p.add_argument("--seed", type=int, default=SEED, help="seed of every job")
-    p.add_argument("--bound", type=float, default=BOUND,
-                   help="largest max/min that counts as flat: µP's logits across widths; across depths, the depth-transfer params' last "
-                        "stream and block update")
+    p.add_argument("--seeds", type=comma_list(int), default=str(SEED), metavar="S",
+                   help="seeds, comma-separated: every job once per seed; the exponents' intervals are a bootstrap over them")
+    p.add_argument("--seed", type=comma_list(int), dest="seeds", help=argparse.SUPPRESS)  # its one-seed spelling, as before --seeds
+    p.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="E",
+                   help="largest |exponent| on width (depth) that counts as flat: µP's logits and last stream across widths; across "
+                        "depths, the depth-transfer params' last stream and block update; a baseline above it grows")
     p.add_argument("--out", default=None, help="output folder (default outputs/coord_check/<time>)")
     p.add_argument("--from", dest="source", default=None, help="only summarise the coord.csv files below this folder")
     return p.parse_args(argv), extra
@@ -110,26 +117,30 @@ def main(argv: list[str] | None = None) -> int:
     a, extra = parse_args(sys.argv[1:] if argv is None else argv)
     console.quiet()  # its jobs call train() directly, not through hydra_main, which quiets a training command
     try:
-        if not (math.isfinite(a.bound) and a.bound > 1):  # a ratio max/min: 1 is perfectly flat, below 1 nothing passes
-            raise bad_value("--bound", a.bound, "a finite ratio above 1 (the largest max/min that counts as flat)", "--bound 1.5")
+        if not (math.isfinite(a.tolerance) and a.tolerance > 0):  # an exponent's distance from 0: at 0 nothing measured passes
+            raise bad_value("--tolerance", a.tolerance, "a finite exponent above 0 (the largest |exponent| that counts as flat)",
+                            f"--tolerance {TOLERANCE}")
+        optimizer = "adamw"  # the check's (conf/experiment/coord_check.yaml); a folder read back is taken to have used it
         if a.source:
             folder = Path(a.source)
         else:
             if a.steps <= 0 or not (a.lr > 0 and math.isfinite(a.lr)):
                 raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive finite numbers", "--steps 10 --lr 0.01")
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
-            todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seed, extra)
+            todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seeds, extra)
             configs = check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains
+            optimizer = configs[0]["optim"]["name"]
             check_training_memory(configs, a.widths)
             check_writable(folder, "--out /a/writable/folder")
-            print(f"coordinate check: {a.steps} steps at lr {a.lr}, params {','.join(a.params)}, widths {a.widths}, depths {a.depths}")
+            print(f"coordinate check: {a.steps} {optimizer} steps at lr {a.lr}, params {','.join(a.params)}, widths {a.widths}, "
+                  f"depths {a.depths}, seeds {a.seeds}")
             with cli_signals.honoured(sys.argv[1:] if argv is None else argv, resume=f"rerun with `--out {folder}` to resume"):
                 run_jobs(todo, folder)
-        ok, text = summarize(folder, a.bound)
+        ok, text = summarize(folder, a.tolerance, optimizer)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(text + f"-> {folder} (coord.csv, coord.png, verdict.txt)")
+    print(text + f"-> {folder} (coord.csv, coord.png, exponents.md, verdict.txt)")
     return 0 if ok else 1
 
 

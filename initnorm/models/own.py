@@ -158,10 +158,14 @@ def check_attention(m: Mapping[str, Any], table: Table) -> None:
         _MEASURED[key] = own_attention.attends(model, SCRATCH_VOCAB, m["context"], logits_of)
     if not attr and _MEASURED[key] is not False:
         _WARNED.add(table.name)  # once per command: every job's config is checked
-        how = "computes attention scores" if _MEASURED[key] else "may compute attention scores (its forward could not be measured)"
-        log.warning("param=%s scales attention scores by %.4g (1/d_k at this width), but %s %s and names no multiplier for "
-                    "them: its own scale is kept (1/sqrt(d_k) unless it says otherwise); name the attribute it multiplies its "
-                    "scores by with model.attn_mult_attr", table.name, scores, m["_target_"], how)
+        name = own_attention.plain_name(m["_target_"])
+        if _MEASURED[key]:
+            how = f"{name} computes attention scores and names no multiplier for them: its own scale is kept"
+        else:
+            how = (f"{name}'s forward ran on neither scratch input (token ids, or features of its first matrix's fan-in), so whether it "
+                   "computes attention scores is not known; if it does, its own scale is kept")
+        log.warning("param=%s scales attention scores by %.4g (1/d_k at this width), but %s (1/sqrt(d_k) unless it says otherwise); "
+                    "name the attribute it multiplies its scores by with model.attn_mult_attr", table.name, scores, how)
 
 
 def logits_of(out):

@@ -6,10 +6,14 @@ the user's attention multiplies its scores by (``model.attn_mult_attr``). Two th
 before anything is built for real, on a scratch copy of the model at its base width (CPU, its parameters
 redrawn from N(0, 0.5²) so that the scores are far from zero, the job's random stream untouched):
 
-- ``attends``: whether one forward computes attention: a softmax over a [..., T, T] tensor (T the
-  input's length) or ``scaled_dot_product_attention``. A model that does, with no attribute named,
-  keeps its own 1/sqrt(d_k) under µP, and the run says so in one line (``notice``). A ``Block`` that
-  does its attention inline is found as well as a class named ``...Attention``.
+- ``attends``: whether one forward computes attention: a softmax over scores that a product of two
+  activations made (``q @ k.T``, ``bmm``, ``einsum``: neither operand a parameter or a buffer), whatever
+  their shape (a CLS token prepended inside forward gives (T+1) x (T+1) scores, a sink column T x (T+1)),
+  or ``scaled_dot_product_attention`` / ``multi_head_attention_forward``. What the scores went through on
+  the way (a scale, a mask, a concatenated column) does not matter: every tensor computed from such a product
+  counts. A model that does, with no attribute named, keeps its own 1/sqrt(d_k) under µP, and the run
+  says so in one line. A ``Block`` that does its attention inline is found as well as a class named
+  ``...Attention``: nothing here reads a name.
 - ``check_multiplier``: that the named attribute is the multiplier the docs describe, 1 being the
   model's own attention: set to 1 on every module that has it, the forward is the model's own, bit for
   bit; set to 2, it is not. An attribute that some models use in place of 1/sqrt(d_head) (its own value
@@ -26,28 +30,48 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from initnorm.errors import ConfigError
 
 log = logging.getLogger(__name__)
 SOFTMAXES = ("softmax", "_softmax", "log_softmax")
+FUSED = ("scaled_dot_product_attention", "multi_head_attention_forward")  # attention in one call (its inside is not seen)
+PRODUCTS = ("matmul", "__matmul__", "__rmatmul__", "bmm", "baddbmm", "einsum")
 LENGTH = 8  # tokens in the measuring forward (at most the model's context)
 
 
-class _Watch(TorchFunctionMode):
-    """Records whether a forward computes attention: a softmax over a square [..., T, T] or the fused kernel."""
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
-    def __init__(self, length: int):
+
+class _Watch(TorchFunctionMode):
+    """Records whether a forward computes attention: a softmax of scores made by a product of two activations
+    (any shape), or a fused attention call. Every tensor computed from such a product is marked, so the scores'
+    scale, mask or an added column in between leave them scores."""
+
+    def __init__(self, weights: set[int]):
         super().__init__()
-        self.length, self.seen = length, False
+        self.weights, self.seen = weights, False  # weights: the storages of the model's parameters and buffers
+        self.marked: set[int] = set()
+        self.kept: list[torch.Tensor] = []  # the marked tensors kept alive, so that no id is reused within the forward
+
+    def _activation(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() not in self.weights
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name == "scaled_dot_product_attention":
+        inputs = _tensors((args, kwargs))
+        from_scores = any(id(t) in self.marked for t in inputs)
+        if name in FUSED or (name in SOFTMAXES and from_scores):
             self.seen = True
-        elif name in SOFTMAXES and args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
-            self.seen |= tuple(args[0].shape[-2:]) == (self.length, self.length)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        operands = [t for t in inputs if t.dim() >= 2]
+        if from_scores or (name in PRODUCTS and len(operands) >= 2 and all(self._activation(t) for t in operands)):
+            for t in _tensors(out):
+                self.marked.add(id(t))
+                self.kept.append(t)
+        return out
 
 
 def scratch(make: Callable[[], nn.Module]) -> nn.Module:
@@ -73,16 +97,43 @@ def _forward(model: nn.Module, x: torch.Tensor, logits_of: Callable[[Any], torch
         return logits_of(model(x)).detach().clone()
 
 
+def _features(model: nn.Module, context: int | None) -> list[torch.Tensor]:
+    """Inputs for a model that reads features, not token ids: N(0, 1) vectors of its first matrix's fan-in, one example
+    and one sequence of them."""
+    first = next((p for p in model.parameters() if p.dim() == 2), None)
+    if first is None:
+        return []
+    g = torch.Generator().manual_seed(0)
+    n = first.shape[1]
+    return [torch.randn(1, n, generator=g), torch.randn(1, min(LENGTH, context or LENGTH), n, generator=g)]
+
+
 def attends(model: nn.Module, n_out: int, context: int | None, logits_of: Callable[[Any], torch.Tensor]) -> bool | None:
-    """Whether one forward of ``model`` computes attention scores; None where the forward could not run."""
-    x = _tokens(n_out, context)
-    watch = _Watch(x.shape[1])
+    """Whether one forward of ``model`` computes attention scores; None where no forward could run: on token ids first,
+    then on features of its first matrix's fan-in (a model of vectors, an MLP)."""
+    weights = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    for x in [_tokens(n_out, context), *_features(model, context)]:
+        seen = _watched(model, x, logits_of, weights)
+        if seen is not None:
+            return seen
+    return None
+
+
+def _watched(model: nn.Module, x: torch.Tensor, logits_of: Callable[[Any], torch.Tensor], weights: set[int]) -> bool | None:
+    watch = _Watch(weights)
     try:
         with watch:
             _forward(model, x, logits_of)
-    except Exception:  # a forward that needs what the scratch input lacks: the caller says it could not tell
+    except Exception:  # a forward that needs what this scratch input lacks: the caller tries the next, or says it could not tell
         return None
     return watch.seen
+
+
+def plain_name(target: Any) -> str:
+    """A constructor as a person names it: ``Net`` for a class of the running script, ``mypkg.models.Net`` otherwise."""
+    name = getattr(target, "__qualname__", None) or str(target)
+    module = getattr(target, "__module__", None)
+    return name if not module or module == "__main__" else f"{module}.{name}"
 
 
 def check_multiplier(model: nn.Module, attr: str, n_out: int, context: int | None, logits_of: Callable[[Any], torch.Tensor]) -> None:

@@ -24,7 +24,7 @@ base_width, l = depth / base_depth and α = depth_alpha (0: µP, 1/2: depth-µP,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from initnorm.errors import ConfigError, bad_value
 from initnorm.keyrules import Bool, Choice, Int, Names, Num
@@ -44,6 +44,31 @@ KINDS = ("neither", "width", "width+depth")
 def stable_across(kind: str, axis: str) -> bool:
     """Whether a table of ``kind`` promises coordinates that do not grow along ``axis`` (width, depth)."""
     return kind != "neither" and axis in kind.split("+")
+
+
+@dataclass(frozen=True)
+class TableAbout(About):
+    """A table's ``About`` with the exponents its coordinates are expected to follow where its kind does not say them:
+    ``coord[axis][optimiser family][point role] = e``, a probe point's change from step 0 going as axis^e
+    (``output``: the logits, ``last``: the last residual stream). Along an axis its kind is stable across, every
+    point's exponent is 0 (``expected_exponent``); the coordinate check prints these beside what it measured."""
+
+    coord: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+
+
+def expected_exponent(about: About, axis: str, optimizer: str, role: str) -> float | None:
+    """The exponent of a probe point's change on ``axis`` that a table declares: 0 along an axis its kind is stable
+    across, else its ``TableAbout.coord`` entry for ``optimizer``'s family and the point's ``role`` (None: none declared)."""
+    if stable_across(about.kind, axis):
+        return 0.0
+    family = "adam" if optimizer in ADAM_LIKE else "sgd" if optimizer in SGD_LIKE else optimizer
+    return getattr(about, "coord", {}).get(axis, {}).get(family, {}).get(role)
+
+
+# SP's first steps at a fixed lr (Yang & Hu 2021, Tensor Programs IV, §3 and Table 1; Yang et al. 2022, TP V, Fig. 5):
+# Adam's update is Θ(lr) per entry, so ΔW x sums n aligned terms: the logits and the residual stream move Θ(n). Under
+# SGD the readout's gradient is Θ(1) per entry (logits Θ(n)), a hidden one's Θ(n^-1/2) (hidden outputs Θ(n^1/2)).
+SP_COORD = {"width": {"adam": {"output": 1.0, "last": 1.0}, "sgd": {"output": 1.0, "last": 0.5}}}
 
 
 @dataclass(frozen=True)
@@ -119,7 +144,7 @@ MUP_RULES = {
 }
 
 
-@PARAMS.register("sp", About("SP", "neither"))
+@PARAMS.register("sp", TableAbout("SP", "neither", coord=SP_COORD))
 def standard(width: int, base_width: int, depth: int | None = None, base_depth: int | None = None, **_) -> Table:
     """Standard parameterisation: every multiplier is 1, at every width and depth."""
     return Table("sp", {role: SP_RULE for role in Role}, width_mult=width / base_width)

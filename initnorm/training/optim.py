@@ -161,6 +161,11 @@ def schedule_factor(step: int, steps: int, warmup: int, schedule: str = "cosine"
     - ``wsd`` / ``wsd:F``: warmup, stable at 1, then a straight line to 0 at ``steps`` over the last fraction F
       of the run's steps (Hägele et al. 2024; warmup-stable-decay). The stable part is the same whatever
       ``steps``, so a run's state before its decay begins is a state of every longer run too.
+
+    ``step`` counts updates from 0, so a run's updates are steps 0 ... ``steps`` - 1 and the factor reaches 0 at
+    ``steps``, one step after the last update: ``linear_to_zero``'s last update runs at 1/(steps - warmup) of the
+    peak (wsd's at 1/its decay steps, cosine's at 0.5 (1 - cos(pi / (steps - warmup)))), as PyTorch's LambdaLR
+    counts. Every committed result was trained so; tests/test_schedule_end.py pins it (docs/transfer.md).
     """
     if step < warmup:
         return (step + 1) / warmup

@@ -5,7 +5,9 @@
 - ``callback.py``: ``CoordCheck``, the callback that records it while a job (or every member of a
   stacked group at once) trains -> events and ``coord.csv``;
 - ``check.py``: ``coord_check``, the whole check on a model of one's own in a plain loop (``initnorm.coord_check``);
-- ``analysis.py``: many jobs' records set side by side over width (or depth), and the verdict,
+- ``exponents.py``: per point, the exponent of its change on width (or depth), with a bootstrap interval over
+  seeds, beside the one its registration expects;
+- ``analysis.py``: many jobs' records set side by side over width (or depth), and the verdict in exponents,
   read from each parameterisation's declared kind (``judge``, for the command and the library alike);
 - ``figure.py``: its picture.
 
@@ -20,14 +22,16 @@ from initnorm.instruments.coord.analysis import (
     FIELDS,
     KEY_LAYERS,
     STAT,
+    TOLERANCE,
     CoordReport,
     block_update,
+    block_updates,
     combined_csv,
     coord_axis,
     curves,
-    depth_verdict,
     display_name,
     judge,
+    judged_step,
     kind,
     ordered,
     panels,
@@ -36,6 +40,12 @@ from initnorm.instruments.coord.analysis import (
     summarize,
     table,
     verdict,
+)
+from initnorm.instruments.coord.exponents import (
+    Exponent,
+    exponent_table,
+    exponents,
+    log_slope,
 )
 from initnorm.instruments.coord.figure import (
     coord_check_png,
@@ -56,20 +66,26 @@ __all__ = [
     "FIELDS",
     "KEY_LAYERS",
     "STAT",
+    "TOLERANCE",
     "CoordCheck",
     "CoordReport",
+    "Exponent",
     "block_update",
+    "block_updates",
     "combined_csv",
     "coord_axis",
     "coord_check",
     "coord_check_png",
     "curves",
     "delta_records",
-    "depth_verdict",
     "display_name",
+    "exponent_table",
+    "exponents",
     "fixed_windows",
     "judge",
+    "judged_step",
     "kind",
+    "log_slope",
     "member_records",
     "member_rms",
     "ordered",

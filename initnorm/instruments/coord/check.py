@@ -5,13 +5,13 @@ model of one's own, in a plain loop::
                                   width_arg="n_embd", vocab_size=65, n_layer=2, n_head=2)
     print(report.text); report.save("coord")      # coord.csv, verdict.txt, coord.png
 
-For every (parameterisation, depth, width) the model is built by ``initnorm.parameterize`` from the same seed,
+For every (parameterisation, depth, width, seed) the model is built by ``initnorm.parameterize`` from that seed,
 trained ``steps`` optimiser steps at a constant ``lr`` on the same first ``steps`` batches, and after each step
 its probe points' outputs on fixed inputs are compared with step 0's: the RMS change per point
 (``record.py``, what the ``CoordCheck`` callback measures in initnorm-train's jobs). The records are then judged
 by ``analysis.judge``, the function ``initnorm-coord-check`` judges its jobs' ``coord.csv`` with: the same
 table, verdict and figure. The defaults are the command's (``WIDTHS``, ``PARAMS``, ``STEPS``, ``LR``, ``SEED``,
-``BOUND``: cli/coord_check.py reads them from here) and its jobs' optimiser (conf/optim/adamw.yaml), so the
+``TOLERANCE``: cli/coord_check.py reads them from here) and its jobs' optimiser (conf/optim/adamw.yaml), so the
 same model, batches and inputs give initnorm-coord-check's numbers (tests/test_coord_check_library.py).
 """
 
@@ -26,12 +26,12 @@ from torch import nn
 
 from initnorm.callbacks.probes import Record, eval_forward
 from initnorm.errors import ConfigError
-from initnorm.instruments.coord.analysis import CoordReport, judge
+from initnorm.instruments.coord.analysis import TOLERANCE, CoordReport, judge
 from initnorm.instruments.coord.record import clone, member_records, watched_points
 from initnorm.models.parameterize import parameterize
 from initnorm.training.optim import OPTIMIZERS
 
-__all__ = ["BOUND", "LR", "PARAMS", "SEED", "STEPS", "WIDTHS", "WINDOWS", "coord_check"]
+__all__ = ["LR", "PARAMS", "SEED", "STEPS", "TOLERANCE", "WIDTHS", "WINDOWS", "coord_check"]
 
 WIDTHS = (16, 32, 64, 128, 256)
 PARAMS = ("sp", "mup")
@@ -39,7 +39,6 @@ STEPS = 10
 LR = 0.01  # constant: the deck's "learning rate 0.01", no decay within the steps
 SEED = 1
 WINDOWS = 16  # fixed inputs measured at every step
-BOUND = 1.5  # the largest max/min across widths that counts as flat
 
 
 def coord_check(
@@ -53,9 +52,10 @@ def coord_check(
     steps: int = STEPS,
     lr: float = LR,
     seed: int = SEED,
+    seeds: Sequence[int] | None = None,
     inputs: torch.Tensor | None = None,
     windows: int = WINDOWS,
-    bound: float = BOUND,
+    tolerance: float = TOLERANCE,
     optimizer: str = "adamw",
     weight_decay: float = 0.01,
     mode: str = "scaled",
@@ -74,8 +74,11 @@ def coord_check(
     what its forward returns); ``inputs``: the fixed inputs measured at every step (default: the first batch's
     inputs, its first element or its ``input_ids``, cut to ``windows``). The optimiser is ``optimizer`` over
     ``Parameterized.param_groups(lr, weight_decay, eps, mode)``, with ``betas`` (Adam) or ``momentum`` (SGD), at a
-    constant rate. Returns the ``CoordReport``: ``records`` (width, depth, param, seed, step, layer, role,
-    statistic, value), ``ok``, ``text`` (table and verdict), ``png()`` and ``save(folder)``."""
+    constant rate. ``seeds`` (default ``[seed]``): one job per seed, each model drawn from its seed (the batches and
+    inputs are the same); the exponents' intervals are a bootstrap over them. ``tolerance``: the largest |exponent|
+    that counts as flat (``analysis.verdict``). Returns the ``CoordReport``: ``records`` (width, depth, param, seed,
+    step, layer, role, statistic, value), ``exponents``, ``ok``, ``text`` (tables and verdict), ``png()`` and
+    ``save(folder)``."""
     if "width" in model_kw or (depths is not None and "depth" in model_kw):
         raise TypeError("coord_check takes widths=[...] and depths=[...] (or one depth=), not width=")
     depths = [model_kw.pop("depth", None)] if depths is None else list(depths)
@@ -86,17 +89,17 @@ def coord_check(
     taken = [_to(b, device) for b in taken]
     fixed = (_inputs_of(taken[0]) if inputs is None else inputs)[:windows].to(device)
     records: list[dict] = []
-    for param, depth, width in itertools.product(params, depths, widths):
-        torch.manual_seed(seed)
+    for param, depth, width, job_seed in itertools.product(params, depths, widths, [seed] if seeds is None else seeds):
+        torch.manual_seed(job_seed)
         p = parameterize(model, width=width, depth=depth, param=param, optimizer=optimizer, **model_kw)
         net = p.model.to(device)
         opt = OPTIMIZERS.get(optimizer)(p.param_groups(lr, weight_decay=weight_decay, eps=eps, mode=mode), lr=lr, betas=betas,
                                         eps=eps, weight_decay=weight_decay, momentum=momentum)
         label = param if isinstance(param, str) else f"{param.__module__}:{param.__qualname__}"  # the verdict reads its kind
-        meta = {"width": width, "depth": depth, "param": label, "seed": seed}
+        meta = {"width": width, "depth": depth, "param": label, "seed": job_seed}
         records += [{**meta, "step": r.step, "layer": r.layer, "role": r.role, "statistic": r.stat, "value": r.value}
                     for r in _trained(net, opt, taken, loss_fn, fixed)]
-    return judge(records, bound)
+    return judge(records, tolerance, optimizer)
 
 
 def _trained(net: nn.Module, opt: torch.optim.Optimizer, batches: list, loss_fn: Callable, inputs: torch.Tensor) -> list[Record]:

@@ -6,9 +6,10 @@ from initnorm.plots import grid, png
 
 
 def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], axis: str, names: dict[str, str],
-                    key_layers: tuple[str, ...]) -> bytes:
+                    key_layers: tuple[str, ...], judged: int | None = None) -> bytes:
     """microsoft/mup's coordinate-check picture: one row of panels per step, one column per
-    parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log."""
+    parameterisation (``panels``: step -> param -> layer -> axis value -> change), log-log; the row of
+    ``judged``, the step the verdict judges, says so in its titles."""
     params = list(dict.fromkeys(p for data in panels.values() for p in data))
     fig, axes = grid(5 * len(params), 3.2 * len(panels), len(panels), len(params), sharey="row")
     for i, (step, data) in enumerate(panels.items()):
@@ -18,7 +19,8 @@ def coord_check_png(panels: dict[int, dict[str, dict[str, dict[int, float]]]], a
                 xs = sorted(v)
                 key = name in key_layers
                 ax.plot(xs, [v[x] for x in xs], marker="o", ms=3, lw=2.2 if key else 1, alpha=1 if key else 0.6, label=name)
-            ax.set(yscale="log", title=f"{names.get(param, param)}, step {step}", xlabel=axis if i == len(panels) - 1 else "")
+            title = f"{names.get(param, param)}, step {step}{' (judged)' if step == judged else ''}"
+            ax.set(yscale="log", title=title, xlabel=axis if i == len(panels) - 1 else "")
             ax.set_xscale("log", base=2)
             if j == 0:
                 ax.set_ylabel("RMS change from step 0")
