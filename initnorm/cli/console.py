@@ -37,6 +37,22 @@ QUIET_WARNINGS = (
 )
 
 
+def versions() -> str:
+    """``initnorm-train --version``: initnorm's version, then the two frameworks' it runs on (read from their installed
+    metadata, so nothing heavy is imported), where Hydra's own flag printed only Hydra's."""
+    from importlib import metadata
+
+    from initnorm import __version__
+
+    def installed(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"initnorm {__version__} (Hydra {installed('hydra-core')}, Lightning {installed('lightning')})"
+
+
 def quiet() -> None:
     """No warnings or advertisements from libraries in this process (idempotent; every job calls it)."""
     for name in QUIET_LOGGERS:
