@@ -3,6 +3,7 @@
 import importlib
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -87,8 +88,6 @@ def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
 
 
 def ended_at(folder: Path, when: float, status: str = "finished") -> None:
-    import os
-
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text(json.dumps({"status": status}))
     os.utime(folder / "metrics.json", (when, when))
@@ -101,13 +100,13 @@ def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch
     ended_at(tmp_path / "1", 1045, "failed")
     (tmp_path / "2").mkdir()
     (tmp_path / "2" / "metrics.json").write_text(json.dumps({"status": "running"}))
-    # the rate from the first end on: one job in the 30 s since, two left
-    assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 1m00s left"
+    # the rate from the first end on: one job ended in the 15 s since, two left
+    assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 30s left"
     assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
     # A group that still needs 5 minutes by its own step time: the sweep does not end before it (a rate from small
     # first jobs said 48 s beside a group's own 1m22s in make reproduce's §7e).
     assert console.sweep_progress(tmp_path, now=1060, at_least=300) == "2/4 done, about 5m00s left"
-    assert console.sweep_progress(tmp_path, now=1060, at_least=10) == "2/4 done, about 1m00s left"
+    assert console.sweep_progress(tmp_path, now=1060, at_least=10) == "2/4 done, about 30s left"
 
 
 def test_time_left_counts_no_start_up_and_says_estimating_until_it_can_tell(tmp_path, monkeypatch):
@@ -125,6 +124,18 @@ def test_time_left_counts_no_start_up_and_says_estimating_until_it_can_tell(tmp_
     ended_at(tmp_path / "old", 500)  # a resumed sweep's job, finished before this command: no part of the rate
     monkeypatch.setenv(console.TOTAL_ENV, "9")
     assert console.sweep_progress(tmp_path, now=1110) == "5/9 done, about 20s left"
+
+
+def test_time_left_waits_for_a_whole_cycle_of_jobs_side_by_side(tmp_path, monkeypatch):
+    """Two workers' first jobs end 3 s apart: 1 job in 3 s read as the rate made a canonical sweep "about 23s left"."""
+    monkeypatch.setenv(console.TOTAL_ENV, "12")
+    monkeypatch.setenv(console.START_ENV, "1000")
+    for name, when in (("a", 1060), ("b", 1063)):
+        ended_at(tmp_path / name, when)
+        record = json.loads((tmp_path / name / "metrics.json").read_text()) | {"wall_s": 55.0}
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+        os.utime(tmp_path / name / "metrics.json", (when, when))
+    assert console.sweep_progress(tmp_path, now=1064) == "2/12 done, estimating time left"
 
 
 def test_end_lines_count_one_by_one_whichever_process_prints_them(tmp_path, monkeypatch, capsys):

@@ -79,7 +79,7 @@ def _share_done(folder: Path) -> float:
 # Job folders whose record this process found ended (finished or failed), with when it ended (its mtime), by sweep folder.
 # An ended record stays so and a job's folder holds no other job's, so neither is read again: each progress line of a
 # sweep of 1,000 jobs read every record (~0.1 s a line, every member's end line: the sweep's time grew as N squared).
-_ENDED: dict[str, dict[str, tuple[float, bool]]] = {}
+_ENDED: dict[str, dict[str, tuple[float, bool, float]]] = {}
 ESTIMATING = "estimating time left"
 
 
@@ -106,7 +106,8 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None, at_least: fl
             except (OSError, ValueError, NotAFile):
                 rec = None
             if isinstance(rec, dict) and rec.get("status") in ("finished", "failed"):
-                ended[parent] = when, rec["status"] == "failed"
+                wall = rec.get("wall_s")
+                ended[parent] = when, rec["status"] == "failed", float(wall) if isinstance(wall, (int, float)) else 0.0
                 dirs[:] = []
                 continue
         if PROGRESS_FILE in files:
@@ -114,26 +115,30 @@ def sweep_progress(sweep_dir: Path | str, now: float | None = None, at_least: fl
     finished = min(len(ended), total)
     work = min(float(total), finished + sum(_share_done(p) for p in training))
     start = float(os.environ.get(START_ENV, "0") or 0)
-    ends = sorted(when for when, _ in ended.values())
-    left = f", {time_left(ends, work, total, start, now or time.time(), at_least)}" if start and finished < total else ""
-    count = finished if done is None else min(done + sum(failed for _, failed in ended.values()), total)
+    ends = sorted(when for when, *_ in ended.values())
+    cycle = min((wall for when, _, wall in ended.values() if when >= start and wall > 0), default=0.0)
+    left = f", {time_left(ends, work, total, start, now or time.time(), at_least, cycle)}" if start and finished < total else ""
+    count = finished if done is None else min(done + sum(failed for _, failed, _ in ended.values()), total)
     return f"{count}/{total} done{left}"
 
 
-def time_left(ends: list[float], work: float, total: int, start: float, now: float, at_least: float = 0.0) -> str:
-    """``about 1m20s left`` at the rate measured from the first job's end on, when this command's first job (or group)
-    ended: before it go the imports, the checks, the workers' start and compiling, which a rate from the sweep's start
-    counted as training (a canonical sweep said "about 11m51s left" and took 2m32s). Until a rate can be measured
-    (no job ended yet, or none since), ``estimating time left``. Records that ended before ``start`` (a resumed sweep's
-    finished jobs) are no part of it."""
-    prior = sum(1 for t in ends if t < start)
+def time_left(ends: list[float], work: float, total: int, start: float, now: float, at_least: float = 0.0,
+              cycle: float = 0.0) -> str:
+    """``about 1m20s left`` at the rate the jobs have ended at since this command's first job (or group) ended: before
+    it go the imports, the checks, the workers' start and compiling, which a rate from the sweep's start counted as
+    training (a canonical sweep said "about 11m51s left" and took 2m32s). Jobs side by side end a few seconds apart,
+    so the rate waits until the ends span ``cycle`` (the shortest ended job's own wall time): two workers' first two
+    ends, 3 s apart, made 12 jobs "about 23s left". Until then ``estimating time left``. Records that ended before
+    ``start`` (a resumed sweep's finished jobs) are no part of it."""
     ends = [t for t in ends if t >= start]
     if not ends:
         return ESTIMATING
-    first = ends[0]
-    together = sum(1 for t in ends if t <= first + 1.0)  # a group's members end within a second of each other
-    since, elapsed = work - prior - together, now - first
-    return ESTIMATING if since <= 0 or elapsed < 1.0 else f"about {duration(max(elapsed / since * (total - work), at_least))} left"
+    first, last = ends[0], ends[-1]
+    since = sum(1 for t in ends if t > first + 1.0)  # a group's members end within a second of each other: one end
+    span = last - first
+    if since == 0 or span < max(1.0, 0.9 * cycle):
+        return ESTIMATING
+    return f"about {duration(max((total - work) * span / since, at_least))} left"
 
 
 def announced(sweep_dir: Path | str) -> int | None:
