@@ -86,3 +86,20 @@ def test_fifteen_horizons_get_fifteen_colours_and_every_marker_inside(tmp_path, 
     curves = figures["val_curves"]
     assert markers_inside(curves) == [], markers_inside(curves)[:3]
     assert len({to_hex(line.get_color()) for line in curves.axes[0].get_lines()}) == len(horizons) * len(GRID)
+
+
+def test_the_docs_and_the_help_say_any_transfer_axis_works(capsys):
+    """docs/library.md said `axis` must be width or depth, and `initnorm-summarize --help` an lr x width (or depth) sweep."""
+    import pytest
+
+    from initnorm import transfer
+    from initnorm.cli.summarize import main
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs" / "library.md").read_text(encoding="utf-8")
+    assert "must be `width` or `depth`" not in page
+    assert all(f"`{axis}`" in page for axis in transfer.SWEPT_AXES), transfer.SWEPT_AXES
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "any transfer axis (width, depth, batch size, steps or tokens, weight decay)" in helped
