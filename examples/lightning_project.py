@@ -44,6 +44,11 @@ class LitGPT(L.LightningModule):
         self.log("train_loss", loss)
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits, _ = self.model(x)
+        self.log("val_loss", F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)))
+
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.p.param_groups(self.lr, weight_decay=0.1))
         warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 5))  # scales each group's own rate
@@ -55,7 +60,8 @@ def main(steps: int = 10):
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", logger=TensorBoardLogger("runs", name="lightning_project"),
                         default_root_dir="runs/lightning_project",  # where CoordCheck writes coord.csv
                         callbacks=[LayerStats(every_n_steps=5), Diagnostics(every_n_steps=5), CoordCheck(steps=5, windows=8)],
-                        limit_val_batches=0, enable_checkpointing=False, enable_progress_bar=False)
+                        log_every_n_steps=1, val_check_interval=steps, limit_val_batches=2,  # Lightning logs every 50 steps
+                        enable_checkpointing=False, enable_progress_bar=False)
     module = LitGPT()
     trainer.fit(module, datamodule=Chars())
     return trainer

@@ -16,3 +16,26 @@ def bad_value(key: str, value, allowed: str, fix: str | None = None) -> ConfigEr
     if fix:
         msg += f"; fix it with `{fix}`"
     return ConfigError(msg)
+
+
+def distance(a: str, b: str) -> int:
+    """Edit distance with a swap of two neighbours as one edit (``nrom`` -> ``norm``: 1), the commonest typo."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            row.append(min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb)))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def closest(word, names) -> str | None:
+    """The known name a typo most likely meant: the fewest edits, at most a third of the word's letters (one for a
+    short word), or a name the word starts (``rms`` -> ``rmsnorm``); None when no name is that close (``lion``
+    among ``adam, adamw, sgd``), so that an error never suggests an arbitrary name as if it were the meant one."""
+    word, names = str(word), [str(n) for n in names]
+    near = [(distance(word, n), n) for n in names
+            if distance(word, n) <= max(1, len(word) // 3) or (len(word) >= 2 and n.startswith(word))]
+    return min(near)[1] if near else None

@@ -197,9 +197,10 @@ def val_curves(records: list[Record]) -> Plot:
     last = max((max(b) for *_, b in curves), default=0)
     lows: list[float] = []
     highs: list[float] = []
+    colours = setting_colours(len(found))
     for j, (i, label, runs, by_step) in enumerate(curves):
         steps = sorted(by_step)
-        colour, ls = PALETTE[i % len(PALETTE)], "-" if i < len(PALETTE) else "--"
+        colour, ls = colours[i], "-"
         mean, lo, hi = ([f(by_step[s]) for s in steps] for f in (statistics.fmean, min, max))
         finals = [r["final_val_loss"] for r in runs if _finite(r.get("final_val_loss")) and not r.get("diverged")]
         for a in (ax, tail):
@@ -209,6 +210,9 @@ def val_curves(records: list[Record]) -> Plot:
         shown = [k for k, s in enumerate(steps) if s >= (1 - TAIL) * last]
         lows += [lo[k] for k in shown]
         highs += [hi[k] for k in shown]
+        if finals:  # a shorter run (a horizon sweep's) ends before the zoomed window: its end marker still in the panel
+            lows.append(min(finals))
+            highs.append(max(finals))
         if len(finals) > 1:
             m = statistics.fmean(finals)
             x = last * (1 + 0.012 * (j + 1))  # side by side past the last step, not on top of each other
@@ -322,14 +326,25 @@ def lr_axis_label(param: str, axis: str, smallest: int, rate: str = "lr") -> str
     return f"peak learning rate (at the base {axis})"
 
 
-def size_colours(n: int) -> list[str]:
-    """Light to dark as the axis grows: the chapter's four for up to four values, a ramp of oranges beyond."""
+def size_colours(n: int) -> list:
+    """Light to dark as the axis grows: the chapter's four for up to four values; beyond, a ramp of distinct hues in
+    order (a ramp of oranges made 15 batch sizes or horizons one colour)."""
     if n <= len(MUP_WIDTH_COLOURS):
         return MUP_WIDTH_COLOURS[:n] if n > 1 else MUP_WIDTH_COLOURS[1:2]
+    return ramp(n)
+
+
+def ramp(n: int) -> list:
+    """``n`` colours, each one's hue apart from its neighbours' and in order (matplotlib's turbo, its paler ends left out)."""
     from matplotlib import colormaps
 
-    ramp = colormaps["Oranges"]
-    return [ramp(0.3 + 0.7 * i / (n - 1)) for i in range(n)]
+    turbo = colormaps["turbo"]
+    return [turbo(0.08 + 0.84 * i / max(1, n - 1)) for i in range(n)]
+
+
+def setting_colours(n: int) -> list:
+    """The palette for up to its length of settings; a ramp for more (it gave 15 settings 8 colours, repeated dashed)."""
+    return PALETTE[:n] if n <= len(PALETTE) else ramp(n)
 
 
 def _lr_transfer(records: list[Record], axis: str) -> Plot:
@@ -357,8 +372,9 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
               f"{_rate(grid[-1], powers) if grid else ''} (mean over seeds) |"),
              "|---|---|---|---|---|---|---|---|"]
     for ax, (setting, by_size) in zip(axes, cells.items()):
-        name = ", ".join(v for _, v in setting) or "all"
-        param = dict(setting).get("param", name)
+        name = ", ".join(v for _, v in setting) or "the sweep"
+        swept_param = dict(setting).get("param")
+        param = swept_param or next((p for r in records if isinstance(p := recorded(r, "param.name"), str)), name)
         for colour, size in zip(size_colours(len(sizes)), sizes):
             seeds = by_size.get(size)
             if not seeds:
@@ -383,8 +399,9 @@ def _lr_transfer(records: list[Record], axis: str) -> Plot:
         base = next((r for (st, _), r in rows.items() if st == setting and r.base), None)
         if base is not None and _finite(base.optimum.value):
             ax.axvline(2**base.optimum.value, color="#6b7280", ls="--", lw=1, label=f"{transfer.value_text(axis, base.size)} optimum")
-        ax.set(xscale="log", xlabel=lr_axis_label(param, axis, min(by_size), rate),
-               title=panel_title(param, axis) + "".join(f", {plain(f'{k}={v}')}" for k, v in setting if k != "param"))
+        others = [plain(f"{k}={v}") for k, v in setting if k != "param"]
+        title = panel_title(param, axis) + "".join(f", {o}" for o in others) if swept_param else ", ".join(others) or name
+        ax.set(xscale="log", xlabel=lr_axis_label(param, axis, min(by_size), rate), title=title)
         shown = grid[::2] if len(grid) > 5 else grid
         ax.set_xticks([2**x for x in shown], [f"$2^{{{_log2(x)}}}$" if powers else _rate(x, powers) for x in shown])
         ax.minorticks_off()
@@ -446,7 +463,7 @@ def lr_optimum(records: list[Record]) -> Plot:
                 ax.plot([sizes[0], sizes[-1]], [base.optimum.value + slope * math.log2(x / base.size) for x in (sizes[0], sizes[-1])],
                         ls=style, color="#6b7280", lw=1, label=f"{rule.name} ({slope:+.2f}; {rule.source})")
         ax.set_xscale("log", base=2)
-        ax.set(xlabel=transfer.word(axis), title=transfer.setting_label(rest) if rest else "all")
+        ax.set(xlabel=transfer.word(axis), title=transfer.setting_label(rest) if rest else "the sweep")
         ax.legend(frameon=False, fontsize=7)
     axs[0].set_ylabel(f"optimal log2 {rate} ({transfer.LEVEL:.0%} interval; ▽ on the grid's edge)")
     along = f"{transfer.word(first)} x {transfer.word(axis)}" if two else transfer.word(axis)

@@ -11,14 +11,13 @@ takes a name, and reads the entry's ``about`` attribute, if it has one.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from initnorm.errors import ConfigError
+from initnorm.errors import ConfigError, closest
 
 T = TypeVar("T")
 
@@ -79,8 +78,11 @@ class Registry(Generic[T]):
         return f"known: {', '.join(self.names())}, or your own as a dotted path (`{self.path_key}=mypkg.module:Thing`)"
 
     def _fix(self, name: Any) -> str:
-        best = (difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.0) or ["<name>"])[0]
-        return f"fix it with `{self.key}={best}`" + (f" ({self.hint})" if self.hint else "")
+        best = closest(name, self.names())
+        hint = f" ({self.hint})" if self.hint else ""
+        if best is None:  # an arbitrary name offered as the meant one misleads (optim=lion once got `optim=sgd`)
+            return f"no known name is close to {str(name)!r}; fix it with `{self.key}=<one of those>`{hint}"
+        return f"the closest: {best}; fix it with `{self.key}={best}`{hint}"
 
     def get(self, name: Any, key: str | None = None) -> T:
         """The entry called ``name``, or the object a dotted path names (``key``: the config key

@@ -238,11 +238,11 @@ def check_value(key: str, value: Any, rule: KeyRule, values: Mapping[str, Any] |
     if kind == "choice":
         names = list(rule.choices() if callable(rule.choices) else rule.choices)
         if not isinstance(value, str) or value not in names:
-            import difflib
+            from initnorm.errors import closest
 
             if isinstance(rule.choices, Names) and isinstance(rule.choices.registry(), Registry):
                 rule.choices.registry().get(str(value))  # raises the registry's line
-            best = (difflib.get_close_matches(str(value), names, n=1, cutoff=0.0) or [rule.fix])[0]
+            best = closest(value, names) or rule.fix or names[0]  # the meant value, else the rule's own default
             raise bad_value(key, value, f"one of {', '.join(names)}", f"{key}={best}")
         return value
     if kind == "entry":
@@ -341,7 +341,7 @@ def check_keys(c: Mapping[str, Any], skip: Callable[[Any], bool] = lambda value:
         if rule is None:
             if key.startswith(PASSED_ON):
                 continue
-            raise unknown_key(key, rules, c)
+            raise unknown_key(key, rules, c, value)
         if not skip(value):
             check_value(key, value, rule, values)
 
@@ -376,17 +376,17 @@ def every_rule() -> dict[str, KeyRule]:
     return out
 
 
-def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, Any] | None = None) -> ConfigError:
+def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, Any] | None = None, value: Any = "...") -> ConfigError:
     """``lrr is not a key initnorm reads; ... the nearest: lr``: a misspelt ``+`` override, or a key
     that the chosen family / table / scheme / norm does not read (it says which one it asked)."""
-    import difflib
+    from initnorm.errors import closest
 
     group, _, rest = key.rpartition(".")
     if group:
         siblings = sorted({k[len(group) + 1 :].split(".")[0] for k in rules if k.startswith(f"{group}.")})
     else:
         siblings = sorted({k.split(".")[0] for k in [*rules, *PASSED_ON]})
-    near = difflib.get_close_matches(rest, siblings, n=1)
+    near = closest(rest, siblings)
     where = f"the keys of {group}" if group else "the top-level keys"
     top = group.split(".")[0]
     node = (c or {}).get(top)
@@ -400,7 +400,8 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
         own = " (a data module of your own is named by its class under data=custom: `data=custom data._target_=mypkg.data.MyData`)"
     elif rest == "_target_" and top in REGISTERED:
         own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
-    fix = f"fix it with `{key.rpartition('.')[0] + '.' if group else ''}{near[0]}=...`" if near else f"drop `+{key}=...`{own}"
+    fixed = f"{group}.{near}" if group else near
+    fix = f"the closest: {near}; fix it with `{fixed}={value}`" if near else f"fix it: drop `+{key}={value}`{own}"
     return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); " + fix)
 
 

@@ -45,6 +45,8 @@ def summarize(folder: Path | str) -> str:
     moved = transfer.transfer_table(records)
     axes = transfer.sweep_axes(records) if moved else []
     names = [p for r in records for p in r.get("summary_plots", []) if isinstance(p, str)]
+    if moved and not {"lr_transfer", "lr_transfer_depth"} & set(names):  # any transfer axis, with or without a param axis:
+        names.append("lr_transfer")  # the loss against the rate, a curve per axis value (it was drawn only where a preset named it)
     if moved and (len(axes) > 1 or moved[0].axis not in ("width", "depth")):
         names.append("lr_optimum")  # the optimum against a new axis, or two, as a figure beside the table
     for name in dict.fromkeys(names):

@@ -18,6 +18,11 @@ def main() -> None:
     # A read-only HOME: matplotlib (imported with the summary) printed two lines about its cache folder
     # before the one line that says what is wrong; it uses a temporary folder all the same.
     logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    if "--version" in sys.argv[1:]:  # before Hydra's parser, whose own --version names only Hydra
+        from initnorm.cli.console import versions
+
+        print(versions())
+        return
     cmd = argv.parse(sys.argv[1:])  # the command line, read once (cli/argv.py)
     if cmd.multirun and cmd.runs_jobs:  # at once: the imports, then checking thousands of jobs, take seconds before the plan
         print("sweep: composing and checking every job before any trains", flush=True)

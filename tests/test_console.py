@@ -3,6 +3,7 @@
 import importlib
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -86,18 +87,72 @@ def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
     assert "drop -m" in line and "`initnorm-train norm=pre seed=1 --cfg job`" in line
 
 
+def ended_at(folder: Path, when: float, status: str = "finished") -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"status": status}))
+    os.utime(folder / "metrics.json", (when, when))
+
+
 def test_sweep_progress_counts_finished_jobs_in_the_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(console.TOTAL_ENV, "4")
     monkeypatch.setenv(console.START_ENV, "1000")
-    for i, status in enumerate(["finished", "failed", "running"]):
-        (tmp_path / str(i)).mkdir()
-        (tmp_path / str(i) / "metrics.json").write_text(json.dumps({"status": status}))
-    assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 1m00s left"
+    ended_at(tmp_path / "0", 1030)
+    ended_at(tmp_path / "1", 1045, "failed")
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "metrics.json").write_text(json.dumps({"status": "running"}))
+    # the rate from the first end on: one job ended in the 15 s since, two left
+    assert console.sweep_progress(tmp_path, now=1060) == "2/4 done, about 30s left"
     assert console.duration(3725) == "1h02m" and console.duration(45) == "45s"
     # A group that still needs 5 minutes by its own step time: the sweep does not end before it (a rate from small
     # first jobs said 48 s beside a group's own 1m22s in make reproduce's §7e).
     assert console.sweep_progress(tmp_path, now=1060, at_least=300) == "2/4 done, about 5m00s left"
-    assert console.sweep_progress(tmp_path, now=1060, at_least=10) == "2/4 done, about 1m00s left"
+    assert console.sweep_progress(tmp_path, now=1060, at_least=10) == "2/4 done, about 30s left"
+
+
+def test_time_left_counts_no_start_up_and_says_estimating_until_it_can_tell(tmp_path, monkeypatch):
+    """The rate ran from the sweep's start, its imports, checks and compiling counted as training: a canonical sweep's
+    first estimate said "about 11m51s left" and it took 2m32s."""
+    monkeypatch.setenv(console.TOTAL_ENV, "8")
+    monkeypatch.setenv(console.START_ENV, "1000")
+    assert console.sweep_progress(tmp_path, now=1100) == "0/8 done, estimating time left"  # nothing ended: no rate yet
+    for i in range(2):  # a group of two ends 100 s in: start-up, and one group's training
+        ended_at(tmp_path / f"a{i}", 1100)
+    assert console.sweep_progress(tmp_path, now=1100.5) == "2/8 done, estimating time left"  # none ended since
+    for i in range(2):
+        ended_at(tmp_path / f"b{i}", 1110)
+    assert console.sweep_progress(tmp_path, now=1110) == "4/8 done, about 20s left"  # 2 jobs in 10 s; from the start: 1m50s
+    ended_at(tmp_path / "old", 500)  # a resumed sweep's job, finished before this command: no part of the rate
+    monkeypatch.setenv(console.TOTAL_ENV, "9")
+    assert console.sweep_progress(tmp_path, now=1110) == "5/9 done, about 20s left"
+
+
+def test_time_left_waits_for_a_whole_cycle_of_jobs_side_by_side(tmp_path, monkeypatch):
+    """Two workers' first jobs end 3 s apart: 1 job in 3 s read as the rate made a canonical sweep "about 23s left"."""
+    monkeypatch.setenv(console.TOTAL_ENV, "12")
+    monkeypatch.setenv(console.START_ENV, "1000")
+    for name, when in (("a", 1060), ("b", 1063)):
+        ended_at(tmp_path / name, when)
+        record = json.loads((tmp_path / name / "metrics.json").read_text()) | {"wall_s": 55.0}
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+        os.utime(tmp_path / name / "metrics.json", (when, when))
+    assert console.sweep_progress(tmp_path, now=1064) == "2/12 done, estimating time left"
+
+
+def test_end_lines_count_one_by_one_whichever_process_prints_them(tmp_path, monkeypatch, capsys):
+    """A vectorised group's members print their end lines after every record is written, beside another group ending:
+    the first group's six lines read 7, 7, 8, 8, 8, 8 of 12, counted from the records in the folder."""
+    monkeypatch.setenv(console.TOTAL_ENV, "12")
+    monkeypatch.setenv(console.START_ENV, "1000")
+    for i in range(12):
+        ended_at(tmp_path / str(i), 1100)
+    record = {"status": "finished", "final_val_loss": 2.0, "steps": 10, "ms_per_step": 1.0}
+    for i in range(6):
+        console.job_finished(f"seed={i}", record, tmp_path / str(i), tmp_path)
+    counts = [line.split("[")[1].split(" done")[0] for line in capsys.readouterr().out.splitlines()]
+    assert counts == [f"{k}/12" for k in range(1, 7)]
+    monkeypatch.setenv(console.START_ENV, "2000")  # the next command in the same folder counts from one again
+    console.job_finished("seed=0", record, tmp_path / "0", tmp_path)
+    assert "[1/12 done" in capsys.readouterr().out
 
 
 def test_a_sweep_says_so_before_it_checks_its_jobs(tmp_path):

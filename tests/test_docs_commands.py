@@ -39,6 +39,7 @@ NOT_HERE = {  # the start of a command -> why this test does not run it
     "python -m initnorm.bench": "the benchmark: timings, not for a shared machine (tests/test_bench.py checks its parts)",
     "export ": "lines of a SLURM batch script (docs/slurm.md), not commands",
     "apt-get ": "installs a system package",
+    "source ": "activates the .venv an install made: the shell's state, not a command to run",
     "python scripts/tb_screenshot.py": "needs Chromium and a TensorBoard server",
     "python -m initnorm.diagnose": "needs the events of an lr x width sweep: tests/test_transfer.py runs it on a small real one",
     "initnorm-transfer": "needs a finished search's folder: tests/test_search.py runs it on a tiny one",

@@ -48,6 +48,22 @@ CASES = {
     "bad checkpoint interval": (["checkpoint.every_n_steps=-5"], ["checkpoint.every_n_steps=-5", ">= 0", "`checkpoint.every_n_steps=250`"]),
     "bad value in a sweep's job": (["-m", "lr=0.01,0", "seed=1,2"], ["job lr=0 seed=1: lr=0", "positive number", "`lr="]),
     "unknown option in a sweep": (["-m", "init=xavier,xavir"], ["init='xavir'", "`init=xavier`"]),
+    # Hydra's own refusals, restated in the same style (cli/bad_override.py): a typo'd key with or without its +, a key
+    # the config lacks, an option inside a list, a name close to none (its default, not an arbitrary one)
+    "typo'd key": (["nrom=post"], ["nrom is not a key initnorm reads", "the top-level keys: batch_size", "the closest: norm",
+                                   "`norm=post`"]),
+    "typo'd key with its +": (["+nrom=post"], ["nrom is not a key", "the closest: norm", "`norm=post`"]),
+    "typo'd key of a group": (["model.widht=16"], ["model.widht is not a key", "the closest: width", "`model.width=16`"]),
+    "typo'd trainer key": (["trainer.acelerator=cpu"], ["not a key Lightning's Trainer reads", "the closest: accelerator",
+                                                        "`trainer.accelerator=cpu`"]),
+    "trainer key without its +": (["trainer.strategy=ddp"], ["not in the trainer config (accelerator,", "Trainer takes strategy",
+                                                            "`+trainer.strategy=ddp`"]),
+    "unknown logger in a list": (["logger=[tensorboard,mlfow]"], ["logger='mlfow'", "known: csv, mlflow, tensorboard, wandb",
+                                                                  "the closest: mlflow", "`logger=[tensorboard,mlflow]`"]),
+    "unknown option close to none": (["optim=quux"], ["optim='quux'", "known: adam", "no option is close to 'quux', the default: adamw",
+                                                      "`optim=adamw`"]),
+    "unknown registered name close to none": (["param.name=ntk"], ["param='ntk'", "no known name is close to 'ntk'"]),
+    "bad choice close to none": (["norm=mid"], ["norm='mid'", "one of pre, post", "`norm=pre`"]),
 }
 
 
@@ -138,3 +154,26 @@ def test_a_handler_left_on_a_closed_stream_is_taken_away_before_the_next_test(ca
     assert drop_closed_handlers() == [handler] and handler not in logger.handlers
     logger.warning("a line after the stream closed")
     assert "Logging error" not in capsys.readouterr().err
+
+
+def test_version_names_initnorm_then_its_frameworks(capsys, monkeypatch):
+    """Hydra's own --version printed only "Hydra 1.3.8"."""
+    import sys
+    from importlib import metadata
+
+    from initnorm import __version__
+    from initnorm.train import main as shim
+
+    monkeypatch.setattr(sys, "argv", ["initnorm-train", "--version"])
+    shim()
+    out = capsys.readouterr().out.strip()
+    assert out == f"initnorm {__version__} (Hydra {metadata.version('hydra-core')}, Lightning {metadata.version('lightning')})"
+
+
+def test_the_closest_name_is_a_near_one_or_none():
+    from initnorm.errors import closest
+
+    assert closest("nrom", ["lr", "norm", "seed"]) == "norm"  # a swap of two letters is one edit
+    assert closest("rms", ["layernorm", "none", "rmsnorm"]) == "rmsnorm"  # a name the word starts
+    assert closest("adamm", ["adam", "adamw", "sgd"]) == "adam"
+    assert closest("lion", ["adam", "adamw", "sgd"]) is None  # once `optim=sgd`: an arbitrary name offered as the meant one

@@ -47,6 +47,15 @@ def test_a_lightning_project(tmp_path, monkeypatch):
     tags = set(events.Tags()["scalars"])
     assert {"act_rms/block_02/stream_out", "eff_lr/h_01/attn.c_attn.weight", "coord_delta_rms/logits/output"} <= tags, sorted(tags)
     assert (folder / "coord.csv").exists()
+    # its own loss in its 10 steps (Lightning logs every 50 by default: none was written), and a validation
+    assert len(events.Scalars("train_loss")) == 10 and len(events.Scalars("val_loss")) == 1
+
+
+def test_the_lightning_project_validates_without_lightnings_warning(tmp_path, monkeypatch, recwarn):
+    monkeypatch.chdir(tmp_path)
+    example("lightning_project.py")()
+    said = [str(w.message) for w in recwarn]
+    assert not any("validation_step" in m for m in said), said
 
 
 def test_hugging_faces_trainer_keeps_the_per_role_rates(tmp_path, monkeypatch):

@@ -46,7 +46,7 @@ def test_a_fifo_named_progress_never_hangs_the_sweep(tmp_path, alarm, sweep_env)
         (tmp_path / f"seed={seed}").mkdir()
     os.mkfifo(tmp_path / "seed=2" / results.PROGRESS_FILE)
     (tmp_path / "seed=3" / results.PROGRESS_FILE).write_text("5 10\n")
-    assert console.sweep_progress(tmp_path, now=3.0).startswith("1/4 done, about ")  # seed 3's half counts, the FIFO none
+    assert console.sweep_progress(tmp_path, now=3.0) == "1/4 done, estimating time left"  # nothing hung (one end: no rate yet)
 
 
 def test_a_link_to_dev_zero_named_progress_reads_a_bounded_amount(tmp_path, sweep_env, monkeypatch):

@@ -44,7 +44,7 @@ BAD = [
     (["+summary.plots=[nope]"], "unknown sweep plot summary.plots='nope'; known: "),
     (["+model.foo=1"], "model.foo is not a key initnorm reads"),
     (["+lrr=0.1"], "lrr is not a key initnorm reads (the top-level keys: batch_size, "),
-    (["+model.widht=16"], "fix it with `model.width=...`"),
+    (["+model.widht=16"], "the closest: width; fix it with `model.width=16`"),
     (["+init.per_role.readot=xavier"], "init.per_role.readot='xavier' is invalid: a key of init.per_role is a parameter role"),
     (["model=decoder", "data=clusters"], "model=decoder trains on data of kind char_lm"),
     (["experiment=regularization", "data=alice"], "model=char_mlp trains on data of kind char_windows"),

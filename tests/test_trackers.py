@@ -274,6 +274,10 @@ def test_mlflow_under_the_vectorised_launcher_at_the_default_address(tmp_path, m
     assert client.get_experiment_by_name("initnorm").artifact_location == (tmp_path / "outputs" / "mlartifacts").as_uri()
     said = proc.stdout + proc.stderr
     assert said.count("experiment initnorm created") == 1 and "not found. Creating it" not in said, said[-3000:]
+    assert "\nMLflow: experiment initnorm created" in "\n" + proc.stdout and "[WARNING] - MLflow" not in said  # news, not a warning
+    # the group's four end lines count 1 to 4 (they read 4/4 each: every record was written before the first line)
+    assert [line.split("[")[1].split(" done")[0] for line in proc.stdout.splitlines() if line.startswith("done ")] == \
+        [f"{k}/4" for k in range(1, 5)]
 
 
 def test_a_failed_try_ends_its_runs_and_leaves_the_address_as_it_was(tmp_path, monkeypatch):

@@ -163,11 +163,12 @@ def test_the_verdict_reads_the_shift_and_the_penalty_together():
     # The same shift on a steep curve costs 0.18 nats: that does not transfer.
     steep = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.4, a=0.5, sd=0.0, n_seeds=3)}}
     (verdict,) = tr.verdicts(tr.transfer_rows(steep, n_boot=50))
-    assert verdict.startswith("all does not transfer: optimum rises 0.60 octaves") and "(both past ±0.5 octave and 0.01 nats)" in verdict
+    assert verdict.startswith("the sweep does not transfer: optimum rises 0.60 octaves")
+    assert "(both past ±0.5 octave and 0.01 nats)" in verdict
     # Within half an octave, but steep enough that the base rate costs more than 0.01 nats: borderline too.
     sharp = {(): {64: parabola_seeds(-7.0, a=0.5, sd=0.0, n_seeds=3), 1024: parabola_seeds(-6.7, a=0.5, sd=0.0, n_seeds=3)}}
     (verdict,) = tr.verdicts(tr.transfer_rows(sharp, n_boot=50))
-    assert verdict.startswith("all borderline: optimum rises 0.30 octaves")
+    assert verdict.startswith("the sweep borderline: optimum rises 0.30 octaves")
     assert "stays within ±0.5 octave but the base rate costs over 0.01 nats" in verdict
     assert tr.verdict_class("within", "within") == "transfers" and tr.verdict_class("past", "unknown") == "undetermined"
 

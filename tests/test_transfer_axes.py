@@ -44,7 +44,7 @@ def test_the_exponent_along_the_batch_is_recovered_and_read_against_the_rules():
     assert e.value == pytest.approx(0.5, abs=0.05) and e.lo <= 0.5 <= e.hi and e.hi - e.lo < 0.3 and e.resamples == 10
     assert rows[-1].shift.value == pytest.approx(2.0, abs=0.2)  # from batch 8 to 128: four doublings x 0.5
     (line,) = tr.exponent_lines(rows)
-    assert line.startswith(f"all, optimal lr against batch size: exponent {e.value:+.2f} [")
+    assert line.startswith(f"the sweep, optimal lr against batch size: exponent {e.value:+.2f} [")
     assert "none 0 (the rate held): outside" in line and "sqrt +0.50 (Malladi et al. 2022, Adam's SDE rule): inside" in line
     assert "linear +1.00 (Goyal et al. 2017, SGD): outside" in line
     md = tr.render_markdown(rows, "final_val_loss")
@@ -78,7 +78,8 @@ def test_a_rule_the_runs_applied_already_is_taken_off_each_rules_exponent():
     assert "less the +0.50 the runs' own rule applied" in line and "sqrt 0 (Malladi et al. 2022, Adam's SDE rule): inside" in line
     assert "none -0.50 (the rate held): outside" in line
     md = tr.render_markdown(rows)
-    assert "| shift from batch size 32 (log2) |" in md and "- all transfers: optimum " in md and " octaves from batch size 32 to " in md
+    assert "| shift from batch size 32 (log2) |" in md and "- the sweep transfers: optimum " in md
+    assert " octaves from batch size 32 to " in md
 
 
 def test_the_weight_decay_tuned_along_the_horizon():
@@ -133,6 +134,25 @@ def test_the_summary_of_a_batch_sweep_draws_the_optimum_and_the_two_axis_table(t
     assert "## The optimum over two axes: width x batch size" in md and "![the optimal lr against width x batch size](lr_optimum.png)" in md
     assert (tmp_path / "lr_optimum.png").is_file() and (tmp_path / "lr_transfer.png").is_file()
     assert "- batch_size=8, optimal lr against width: exponent -0." in md
+
+
+def test_the_verdict_and_the_rules_agree_in_words_and_say_what_an_interval_and_a_protocol_rest_on():
+    """A batch sweep said "transfers" above a line where the rate held was "outside"; with 2 seeds its 95% intervals
+    rested on 3 resamples, unsaid; a fixed-steps batch sweep was read against the sqrt rule without a word."""
+    recs = sweep("batch_size", (8, 16, 32), lambda b: -7.0 + 0.12 * math.log2(b / 8), seeds=(1, 2), sd=0.0)
+    for r in recs:  # fixed steps: the tokens grow with the batch
+        r["config"] = {"steps": 100, "batch_size": int(r["overrides"]["batch_size"]), "data": {"kind": "char_lm", "context": 32}}
+    rows = tr.transfer_table(recs)
+    (verdict,) = tr.verdicts(rows)
+    (line,) = tr.exponent_lines(rows)
+    assert verdict.startswith("the sweep transfers: optimum rises")
+    assert "none 0 (the rate held): outside" in line
+    assert "the optimum still moves (its exponent's interval excludes 0), by less than ±0.5 octave" in verdict
+    assert "rests on 3 distinct resamples of 2 seeds" in verdict and "rests on 3 distinct resamples of 2 seeds" in line
+    assert "a fixed-steps sweep is not the rules' protocol, which holds the tokens fixed" in line
+    for r in recs:  # fixed tokens: steps x batch constant
+        r["config"]["steps"] = 1600 // r["config"]["batch_size"]
+    assert "(fixed tokens: the rules' protocol)" in tr.exponent_lines(tr.transfer_table(recs))[0]
 
 
 def test_tokens_are_what_the_steps_mean():

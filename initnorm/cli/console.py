@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 import time
 import warnings
@@ -37,6 +38,22 @@ QUIET_WARNINGS = (
 )
 
 
+def versions() -> str:
+    """``initnorm-train --version``: initnorm's version, then the two frameworks' it runs on (read from their installed
+    metadata, so nothing heavy is imported), where Hydra's own flag printed only Hydra's."""
+    from importlib import metadata
+
+    from initnorm import __version__
+
+    def installed(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"initnorm {__version__} (Hydra {installed('hydra-core')}, Lightning {installed('lightning')})"
+
+
 def quiet() -> None:
     """No warnings or advertisements from libraries in this process (idempotent; every job calls it)."""
     for name in QUIET_LOGGERS:
@@ -59,44 +76,94 @@ def _share_done(folder: Path) -> float:
     return min(1.0, max(0.0, step / steps)) if steps > 0 else 0.0
 
 
-# Job folders whose record this process found ended (finished or failed), by sweep folder. An ended record stays so and
-# a job's folder holds no other job's, so neither is read again: each progress line of a sweep of 1,000 jobs read every
-# record (~0.1 s a line, every member's end line: the sweep's time grew as N squared).
-_ENDED: dict[str, set[str]] = {}
+# Job folders whose record this process found ended (finished or failed), with when it ended (its mtime), by sweep folder.
+# An ended record stays so and a job's folder holds no other job's, so neither is read again: each progress line of a
+# sweep of 1,000 jobs read every record (~0.1 s a line, every member's end line: the sweep's time grew as N squared).
+_ENDED: dict[str, dict[str, tuple[float, bool, float]]] = {}
+ESTIMATING = "estimating time left"
 
 
-def sweep_progress(sweep_dir: Path | str, now: float | None = None, at_least: float = 0.0) -> str:
+def sweep_progress(sweep_dir: Path | str, now: float | None = None, at_least: float = 0.0, done: int | None = None) -> str:
     """``5/12 done, about 1m20s left`` from the finished jobs in the sweep folder ('' outside a sweep).
     Time left counts the share done of jobs still training in groups (their ``.progress``), so groups
     that run side by side and end together are not read as the sweep's first half. ``at_least``: the seconds the
     fit that asks still needs by its own step time: the sweep cannot end before it, though a rate from its smaller
-    first jobs says so (make reproduce's §7e printed ``about 48s left`` beside a group's own ``about 1m22s``)."""
+    first jobs says so (make reproduce's §7e printed ``about 48s left`` beside a group's own ``about 1m22s``).
+    ``done``: the end lines printed so far (:func:`announced`), to which the failed jobs add; else the ended records."""
     total = int(os.environ.get(TOTAL_ENV, "0") or 0)
     if not total:
         return ""
     import json
 
     folder = str(launch_relative(sweep_dir))
-    ended, training = _ENDED.setdefault(folder, set()), []
+    ended, training = _ENDED.setdefault(folder, {}), []
     for parent, dirs, files in os.walk(folder):  # links to folders not followed, as Path.rglob
         dirs[:] = [d for d in dirs if os.path.join(parent, d) not in ended]
         if METRICS_FILE in files:
             try:  # read_bounded: a FIFO or a link to /dev/zero named metrics.json must not hang a progress line
-                rec = json.loads(read_bounded(Path(parent, METRICS_FILE), MAX_RECORD_BYTES))
+                path = Path(parent, METRICS_FILE)
+                rec, when = json.loads(read_bounded(path, MAX_RECORD_BYTES)), os.lstat(path).st_mtime
             except (OSError, ValueError, NotAFile):
                 rec = None
             if isinstance(rec, dict) and rec.get("status") in ("finished", "failed"):
-                ended.add(parent)
+                wall = rec.get("wall_s")
+                ended[parent] = when, rec["status"] == "failed", float(wall) if isinstance(wall, (int, float)) else 0.0
                 dirs[:] = []
                 continue
         if PROGRESS_FILE in files:
             training.append(Path(parent))
-    done = min(len(ended), total)
-    work = min(float(total), done + sum(_share_done(p) for p in training))
+    finished = min(len(ended), total)
+    work = min(float(total), finished + sum(_share_done(p) for p in training))
     start = float(os.environ.get(START_ENV, "0") or 0)
-    elapsed = (now or time.time()) - start if start else 0.0
-    left = f", about {duration(max(elapsed / work * (total - work), at_least))} left" if start and work and done < total else ""
-    return f"{done}/{total} done{left}"
+    ends = sorted(when for when, *_ in ended.values())
+    cycle = min((wall for when, _, wall in ended.values() if when >= start and wall > 0), default=0.0)
+    left = f", {time_left(ends, work, total, start, now or time.time(), at_least, cycle)}" if start and finished < total else ""
+    count = finished if done is None else min(done + sum(failed for _, failed, _ in ended.values()), total)
+    return f"{count}/{total} done{left}"
+
+
+def time_left(ends: list[float], work: float, total: int, start: float, now: float, at_least: float = 0.0,
+              cycle: float = 0.0) -> str:
+    """``about 1m20s left`` at the rate the jobs have ended at since this command's first job (or group) ended: before
+    it go the imports, the checks, the workers' start and compiling, which a rate from the sweep's start counted as
+    training (a canonical sweep said "about 11m51s left" and took 2m32s). Jobs side by side end a few seconds apart,
+    so the rate waits until the ends span ``cycle`` (the shortest ended job's own wall time): two workers' first two
+    ends, 3 s apart, made 12 jobs "about 23s left". Until then ``estimating time left``. Records that ended before
+    ``start`` (a resumed sweep's finished jobs) are no part of it."""
+    ends = [t for t in ends if t >= start]
+    if not ends:
+        return ESTIMATING
+    first, last = ends[0], ends[-1]
+    since = sum(1 for t in ends if t > first + 1.0)  # a group's members end within a second of each other: one end
+    span = last - first
+    if since == 0 or span < max(1.0, 0.9 * cycle):
+        return ESTIMATING
+    return f"about {duration(max((total - work) * span / since, at_least))} left"
+
+
+def announced(sweep_dir: Path | str) -> int | None:
+    """This end line's number among the command's end lines, 1, 2, ... whichever process prints it: one byte appended to
+    ``<sweep>/.done-<start>`` (O_APPEND: each append lands whole, so two processes never get one number), its size the
+    count. The ended records counted the lines of a group that had not printed yet, and another group's ending beside
+    it: a vectorised canonical sweep's first six lines read 7, 7, 8, 8, 8, 8 of 12. None where it cannot be written
+    (the caller counts the records then); a link or anything but a file at the name is not followed (safe_files)."""
+    start = os.environ.get(START_ENV)
+    if not start:
+        return None
+    path = launch_relative(sweep_dir) / f".done-{start}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.write(fd, b".")
+        return os.fstat(fd).st_size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def launch_relative(folder: Path | str) -> Path:
@@ -217,7 +284,7 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     if sweep_dir is None:
         print(f"{line} -> {folder}", flush=True)
         return
-    progress = sweep_progress(sweep_dir)
+    progress = sweep_progress(sweep_dir, done=announced(sweep_dir))
     print(f"done  {label}: {line}" + (f" [{progress}]" if progress else ""), flush=True)
 
 

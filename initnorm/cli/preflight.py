@@ -14,7 +14,6 @@ Hydra's page of search paths.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import os
 import re
@@ -28,13 +27,13 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import devices, distinct, launchers, memory, preflight_own, search
+from initnorm.cli import bad_override, devices, distinct, launchers, memory, preflight_own, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -88,13 +87,11 @@ def option_with_key(message: str) -> str | None:
     )
 
 
-def one_line(exc: BaseException) -> ConfigError:
-    """A Hydra composition error as one line; an unknown group option lists the known ones and the nearest."""
-    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
-        group, _, value = exc.missing_cfg_file.rpartition("/")
-        options = sorted(exc.options or [])
-        best = (difflib.get_close_matches(value, options, n=1, cutoff=0.0) or ["<name>"])[0]
-        return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")
+def one_line(exc: BaseException, overrides: list[str] | tuple[str, ...] = (), config: DictConfig | None = None) -> ConfigError:
+    """A Hydra composition error as one line; a bad override (an unknown option, a key the config lacks) restated by
+    ``cli/bad_override.py`` (``overrides``: the command line's; ``config``: the config composed without the bad one)."""
+    if (restated := bad_override.restate(exc, overrides, config)) is not None:
+        return restated
     if isinstance(exc, InterpolationKeyError):
         hint = option_with_key(str(exc))
         if hint:
@@ -386,7 +383,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
                                                     run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
                 job_lists = expand(primary) if multirun else [list(cmd.overrides)]
             except (HydraException, OmegaConfBaseException) as exc:
-                raise one_line(exc) from exc
+                raise one_line(exc, cmd.overrides, meant(loader, cmd, exc)) from exc
             progress(0, len(job_lists))
             launcher = check_launcher_and_folder(primary, multirun)
             if not multirun:
@@ -408,6 +405,15 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             os.environ[SWEPT_ENV] = saved_env
 
 
+def meant(loader, cmd: CommandLine, exc: BaseException) -> DictConfig | None:
+    """The config the command line composes without the override ``exc`` is about (None if that fails too): which
+    keys a fix needs a ``+`` for."""
+    try:
+        return loader.load_configuration(cmd.config_name or "train", bad_override.without(cmd.overrides, exc), run_mode=RunMode.RUN)
+    except (HydraException, OmegaConfBaseException):
+        return None
+
+
 def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: str, sweep_dir: Path | None,
                     seen: dict[Any, Any]) -> CheckedJob:
     """One job of a sweep, from the composition of its group choices (cli/composer.py): its task config made
@@ -415,7 +421,7 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
     try:
         task, cfg = composer.task(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{label}: {one_line(exc)}") from exc
+        raise ConfigError(f"{label}: {one_line(exc, overrides, composer.master)}") from exc
     if cfg is not None:
         with open_dict(cfg):
             cfg.hydra.job.num = num  # as Hydra's launcher sets it before the folder is named

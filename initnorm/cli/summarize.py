@@ -2,7 +2,8 @@
 
 Reads every job's metrics.json below the folder (or, where there is none, the folder's runs.csv,
 as results/ keeps) and writes summary.md, summary.csv, runs.csv, the figures the jobs name and,
-for an lr x width (or depth) sweep, the transfer table; prints the table and the transfer verdicts.
+for a sweep of a rate x any transfer axis (width, depth, batch size, steps or tokens, weight decay), the transfer
+table and the loss-against-rate figure; prints the table and the transfer verdicts.
 """
 
 import argparse

@@ -204,10 +204,10 @@ def mlflow_logger(save_dir: str, tracking_uri: str | None, experiment_name: str,
             if client.get_experiment_by_name(experiment_name) is None:  # made here, not by Lightning: its own line came twice
                 made = client.create_experiment(experiment_name, artifact_location=_artifact_root(tracking_uri))
                 # MLflow 3's UI opens an experiment on its GenAI page (Traces 0); the runs are under "Model training".
-                # A warning, as Lightning's own line was: an info line of a joblib worker reaches its train.log only.
-                log.warning("MLflow: experiment %s created in %s; its runs: `mlflow ui --backend-store-uri %s`, then "
-                            "http://127.0.0.1:5000/#/experiments/%s/runs?workflowType=machine_learning", experiment_name, tracking_uri,
-                            tracking_uri, made)
+                # Printed, as a job's own lines are: news, not a warning (it was one, since an info line of a joblib worker
+                # reaches its train.log only, and read "[WARNING]" on every first sweep).
+                print(f"MLflow: experiment {experiment_name} created in {tracking_uri}; its runs: `mlflow ui --backend-store-uri "
+                      f"{tracking_uri}`, then http://127.0.0.1:5000/#/experiments/{made}/runs?workflowType=machine_learning", flush=True)
             logger = MLFlowLogger(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
                                   save_dir=None, run_id=resume_id, **kwargs)
             _ = logger.run_id

@@ -60,7 +60,7 @@ def ref(axis: str, x: float) -> str:
 def setting_label(setting: tuple[tuple[str, str], ...]) -> str:
     """``SP``, ``µP, norm=post``: a parameterisation by its display name, any other key as set."""
     if not setting:
-        return "all"
+        return "the sweep"  # no setting but the axis: "all" read as if several settings were pooled
     return ", ".join(PARAMS.display(v) if k in PARAM_KEYS else f"{k}={v}" for k, v in setting)
 
 
@@ -171,11 +171,47 @@ def verdicts(rows: list[Row], unit: str = "nats") -> list[str]:
         words.append(_penalty_words(pen_row, unit))
         if not has_interval(worst.shift) and not worst.bound:
             words.append("too few seeds for an interval")
+        elif (few := few_seeds(worst.shift, worst.seeds)):
+            words.append(few)
+        if cls == "transfers" and held(rs[0]) is False:  # said beside "none 0 (the rate held): outside" in the rules' line
+            words.append(f"the optimum still moves (its exponent's interval excludes 0), by less than ±{SHIFT_TOL:g} octave")
         reason = REASONS.get((cls, shift), "").format(unit=unit, axis=word(axis))
         notes = [f"{value_text(axis, r.size)}: {r.fit.note}" for r in rs if r.fit.method != "parabola"]
         out.append(f"{setting_label(setting)} {cls}: {'; '.join(words)}" + (f" ({reason})" if reason else "")
                    + (f" (grid argmin at {'; '.join(notes)})" if notes else ""))
     return out
+
+
+def few_seeds(e: Estimate, seeds: int) -> str:
+    """With fewer than 3 seeds an interval rests on a handful of distinct resamples (2 seeds: 3), which the bare
+    "95% interval" hid; '' from 3 seeds on."""
+    n = getattr(e, "resamples", 0)
+    if seeds >= 3 or not has_interval(e) or not n:
+        return ""
+    return f"the interval rests on {n} distinct resamples of {seeds} seeds: a rough one"
+
+
+def held(r: Row) -> bool | None:
+    """Whether the setting's exponent interval holds 0, the tuned rate's optimum held (where the runs applied no rule: the
+    exponent line's "none 0 (the rate held)"), for the verdict to say what that line says; None where there is no interval."""
+    e = r.exponent
+    if len(r.fitted) < 2 or not finite(e.value) or not has_interval(e):
+        return None
+    return e.lo - 0.005 <= 0.0 <= e.hi + 0.005
+
+
+def protocol(rows: list[Row]) -> str:
+    """A batch sweep's protocol against the rules': the sqrt and linear rules compare batches at fixed tokens (Malladi et
+    al. 2022; Goyal et al. 2017: the same epochs), so a sweep that held the steps says it is not theirs."""
+    if not rows or rows[0].axis != "batch_size" or not rules_for(rows[0].rate, "batch_size"):
+        return ""
+    tokens = [r.tokens for r in rows if r.tokens]
+    if len(tokens) < 2 or len(tokens) < len(rows):
+        return ""
+    if max(tokens) <= min(tokens) * 1.01:
+        return " (fixed tokens: the rules' protocol)"
+    return (" (the tokens grew with the batch: a fixed-steps sweep is not the rules' protocol, which holds the tokens fixed: "
+            "steps x batch constant)")
 
 
 def exponent_lines(rows: list[Row]) -> list[str]:
@@ -195,6 +231,8 @@ def exponent_lines(rows: list[Row]) -> list[str]:
         known = has_interval(e)
         value = e.value if round(e.value, 2) else 0.0  # -0.004 reads +0.00, not -0.00
         text = f"{head}: exponent {value:+.2f} " + (f"{interval_text(e)} " if known else "(one seed: no interval) ") + f"({span})"
+        if few := few_seeds(e, min(q.seeds for q in rows if q.setting == setting)):
+            text += f"; {few}"
         rules = rules_for(r.rate, axis)
         if rules:
             less = f", less the {r.applied:+.2f} the runs' own rule applied" if r.applied else ""
@@ -204,7 +242,7 @@ def exponent_lines(rows: list[Row]) -> list[str]:
                 # inside the interval as printed (two decimals): a reader checks the same numbers
                 where = ("inside" if e.lo - 0.005 <= want <= e.hi + 0.005 else "outside") if known else f"{abs(e.value - want):.2f} away"
                 said.append(f"{rule.name} {_g(want) if want else '0'} ({rule.source}): {where}")
-            text += f"; rules{less}: " + ", ".join(said)
+            text += f"; rules{less}{protocol([q for q in rows if q.setting == setting])}: " + ", ".join(said)
         out.append(text)
     return out
 
