@@ -204,8 +204,8 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
     The loss is the one the sweep's table scores (``summary.metrics``), named."""
     # .get: a finished record written by an older version may lack keys
-    if metrics.get("status") == "stopped":
-        status = f"stopped: {metrics.get('stopped')}"
+    if metrics.get("status") in ("stopped", "pruned"):  # pruned: by a search's pruner (cli/search_pruning.py)
+        status = f"{metrics['status']}: {metrics.get(metrics['status'])}"
     elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:

@@ -156,7 +156,7 @@ class SummaryCallback(Callback):
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
         os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
-        from initnorm.cli.search import planned
+        from initnorm.cli.search_study import planned
 
         trials = planned(config)  # a search asks its jobs as it goes: its total is trials x seeds, known from the start
         if trials is not None:
@@ -190,7 +190,7 @@ class SummaryCallback(Callback):
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): "
                   f"{', '.join(FAILED_JOBS)}")
             print(f"this trains them again (the finished jobs are skipped): {resume_command(folder)}")
-        stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
+        stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed", "pruned")]  # pruned: on purpose
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:
             print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error') or r.get('stopped') or ''}")

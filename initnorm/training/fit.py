@@ -381,7 +381,9 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
         engine.validate_last()
     elif not engine.over:  # a callback ended the fit early: not finished; its checkpoint lets a rerun complete it
         saver.save(done)
-        stopped = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop); rerun the command to complete it"
+        # a callback that stopped it may say why and as what (cli/search_pruning.py: "pruned"): (status, why)
+        stopped = next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None) or (
+            "stopped", f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop); rerun the command to complete it")
     wall = time.perf_counter() - start
     return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, device=device,
                                                     build_s=prepared[e].build_s, stopped=stopped)
@@ -389,7 +391,7 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
 
 
 def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, device: torch.device,
-            build_s: float | None = None, stopped: str | None = None) -> dict[str, Any]:
+            build_s: float | None = None, stopped: tuple[str, str] | None = None) -> dict[str, Any]:
     """Member ``e``'s record once its training is over (at step ``done``, ``wall`` seconds into the fit): ``metrics.json``,
     its trackers' record and end, ``train.log``'s end line; at the fit's end, or where it retired (training/horizons.py)."""
     resumed, forward, compiled = engine.resumed, engine.stack.strategy, engine.compiled
@@ -403,7 +405,7 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
     metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
                         "build_s": build_s}
     if stopped and h.diverged_step is None:
-        metrics |= {"status": "stopped", "stopped": stopped}
+        metrics |= {"status": stopped[0], stopped[0]: stopped[1]}  # "stopped" (or a callback's own word) and why
     write_metrics(Path(m.out_dir), metrics)
     hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps")}
     trackers.record(m.loggers, hparams, hp_metrics(metrics, extra), metrics["steps"], m.write_hparams or (

@@ -68,6 +68,6 @@ def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str
 def status_line(metrics: Mapping[str, Any]) -> str:
     """``final validation loss 1.8157`` (the loss the sweep's table scores, named: ``results.scored``), ``diverged at
     step 412`` or ``stopped at step 60 of 200 ...``."""
-    if metrics.get("status") == "stopped":
-        return f"stopped: {metrics.get('stopped')}"
+    if (status := metrics.get("status")) in ("stopped", "pruned"):  # pruned: by a search's pruner (cli/search_pruning.py)
+        return f"{status}: {metrics.get(status)}"
     return f"diverged at step {metrics['diverged_step']}" if metrics["diverged"] else scored(metrics)
