@@ -49,16 +49,22 @@ class Worker:
 
     def __call__(self) -> int:
         """The worker's loop, in its own process; the number of trials it told."""
+        import signal
+
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
 
         from initnorm.cli import search_pruning
+        from initnorm.training import signals
 
+        # A stop signal (the sweep's process stopping its workers, Ctrl-C, SLURM's scancel) is recorded: the job in
+        # training checkpoints at its next step and stops, and no trial is asked after it.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.install())
         Singleton.set_state(self.singletons)
         setup_globals()
         study = search_study.open_study(Path(self.folder), self.direction, search_pruning.make(self.pruner, self.startup_trials))
         space, told = search_study.distributions(self.space), 0
-        while self.parent_alive() and (trial := self.next_trial(study, space)) is not None:
+        while signals.requested() is None and self.parent_alive() and (trial := self.next_trial(study, space)) is not None:
             self.run_trial(study, trial)
             told += 1
         return told
@@ -86,7 +92,8 @@ class Worker:
             trial = search_study.ask(study, space, self.seed, self.index, self.workers)
         finally:
             lock.release()
-        trial.set_user_attr("worker", {"token": self.token, "host": socket.gethostname(), "pid": os.getpid()})
+        trial.set_user_attr("worker", {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
+                                       "slurm_job": os.environ.get("SLURM_JOB_ID")})  # whose trial: for a person, and a test
         return trial
 
     def run_trial(self, study, trial) -> None:
