@@ -67,6 +67,7 @@ def test_two_workers_survive_a_killed_one_and_a_rerun_resumes_the_search(tmp_pat
     assert len(killed) == 1 and ("FAIL", killed[0]) in states, states
     assert [s for s, lr in states].count("COMPLETE") == 3 and ("COMPLETE", killed[0]) in states  # asked again, with its value
     assert "in trial" in ran.stderr and "asked again with its values" in ran.stderr, ran.stderr[-2000:]
+    assert "(2 workers, local processes, each asking its next trial as its last one ends)" in ran.stdout, ran.stdout[:2000]
     assert len(read_metrics(folder)) == 3 and all(j["status"] == "finished" for j in read_metrics(folder))
 
     done = {p: p.stat().st_mtime_ns for p in folder.rglob("metrics.json")}

@@ -18,13 +18,14 @@ The study lives in ``<sweep folder>/search.journal``, one Optuna journal file (`
 earlier ``search.db`` is read into it). The same command again (with ``hydra.sweep.dir`` pinned) loads it:
 trials it finished are not asked again, trials a killed run left running are launched again with their own
 values (their job folders skip or resume, as in any sweep), and it asks only the trials still missing up to
-``n_trials``.
+``n_trials``. The study is a file of the sweep folder, so a trial launched again must hold exactly the space's
+keys, each value one the space could ask (``resumed_trials``): a study can never name a key or a value the
+command line did not.
 
 ``hydra.sweeper.workers=N`` drops the batches: N workers (``cli/search_workers.py``: local processes, or SLURM
 tasks under ``hydra/launcher=slurm``) each ask a trial, train its jobs, tell it and ask the next, sharing the
-journal; an optional pruner stops a trial at a validation point. Unset (the default), the batches above. The study is a file of the
-sweep folder, so a trial launched again must hold exactly the space's keys, each value one the space
-could ask (``resumed_trials``): a study can never name a key or a value the command line did not.
+journal; an optional pruner stops a trial at a validation point (docs/search.md). Unset (the default), the
+batches above.
 """
 
 from __future__ import annotations

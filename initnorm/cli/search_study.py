@@ -43,6 +43,16 @@ def planned(config) -> tuple[int, int] | None:
 
 
 
+def workers_line(config) -> str | None:
+    """``2 workers, local processes, each asking its next trial as its last one ends``: what trains a search with
+    ``hydra.sweeper.workers`` set (its header line); None for any other sweep."""
+    workers = (config.hydra.get("sweeper") or {}).get("workers") if planned(config) else None
+    if not isinstance(workers, int):
+        return None
+    where = "SLURM tasks" if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher") else "local processes"
+    return f"{workers} worker{'s' * (workers != 1)}, {where}, each asking its next trial as its last one ends"
+
+
 def distributions(params: dict[str, str]) -> dict[str, Any]:
     """``{lr: "tag(log, interval(1e-4, 0.1))"}`` -> Optuna distributions; Hydra's sweep syntax, as its Optuna sweeper reads it."""
     import optuna.distributions as d
