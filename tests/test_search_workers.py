@@ -115,6 +115,7 @@ def test_the_median_pruner_stops_a_trial_at_a_validation_point_and_its_job_says_
 @pytest.mark.parametrize("overrides, line", [
     (["hydra.sweeper.workers=0"], r"hydra.sweeper.workers=0 is invalid: a positive integer, or null .* `hydra.sweeper.workers=2`"),
     (["hydra.sweeper.pruner=median"], r"hydra.sweeper.pruner=median stops a trial inside its worker; fix it with `hydra.sweeper.wo"),
+    (["hydra.sweeper.workers=2", "hydra.sweeper.retries=-1"], r"hydra.sweeper.retries=-1 is invalid: an integer from 0; fix it with `h"),
     (["hydra.sweeper.workers=2", "hydra.sweeper.pruner=hyperband"], r"hydra.sweeper.pruner='hyperband' is invalid: one of none, median"),
     (["hydra.sweeper.workers=2", "hydra/launcher=vectorized"],
      r"hydra.sweeper.workers=2 trains each trial in its worker .* not through VectorizedLauncher; fix it with `hydra/launcher=basic`"),

@@ -142,11 +142,11 @@ def check_counts(sweeper: DictConfig, launcher: str = "") -> None:
     ``retries`` and ``startup_trials`` counts, ``pruner`` one of ``PRUNERS``; one line each."""
     from initnorm import schema
 
-    for key, least in (("n_trials", 1), ("n_jobs", 1), ("retries", 0), ("startup_trials", 0)):
+    for key, least, fix in (("n_trials", 1, 4), ("n_jobs", 1, 4), ("retries", 0, 2), ("startup_trials", 0, 4)):
         value = sweeper.get(key, least)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: {'a positive' if least else 'a'} integer"
-                              f"{'' if least else ' from 0'}; fix it with `hydra.sweeper.{key}={max(least, 2)}`")
+            raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: {'a positive integer' if least else 'an integer from 0'}; "
+                              f"fix it with `hydra.sweeper.{key}={fix}`")
     workers = sweeper.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"hydra.sweeper.workers={workers!r} is invalid: a positive integer, or null for batches of n_jobs "
