@@ -80,11 +80,20 @@ def test_two_workers_survive_a_killed_one_and_a_rerun_resumes_the_search(tmp_pat
 
 def test_one_worker_asks_the_trials_the_batches_of_one_ask(tmp_path):
     """Asynchrony lets workers ask in any order; one worker asks, trial for trial, what the default search asks with
-    n_jobs=1 (and so the same trials run after run: the default's seeded test in test_search.py)."""
-    batches, _ = search(tmp_path / "b", "hydra.sweeper.n_jobs=1", "hydra.sweeper.n_trials=2")
-    worker, _ = search(tmp_path / "w", "hydra.sweeper.workers=1", "hydra.sweeper.n_trials=2")
-    assert [t["params"]["lr"] for t in worker["trials"]] == [t["params"]["lr"] for t in batches["trials"]]
-    assert [t["loss"] for t in worker["trials"]] == [t["loss"] for t in batches["trials"]]
+    n_jobs=1 given the same losses (replayed here in memory, each ask as SearchSweeper asks it), so the same seed asks
+    the same trials run after run (the default's seeded rerun: test_search.py)."""
+    import optuna
+
+    from initnorm.cli.search import SearchSweeper, distributions
+
+    worker, _ = search(tmp_path / "w", "hydra.sweeper.workers=1", "hydra.sweeper.n_trials=3")
+    assert [t["state"] for t in worker["trials"]] == ["COMPLETE"] * 3
+    batches, study = SearchSweeper(seed=0, n_jobs=1), optuna.create_study()
+    space = distributions({"lr": "tag(log, interval(1e-4, 1e-1))"})
+    for trial in worker["trials"]:
+        asked = batches.ask(study, space)
+        assert asked.params["lr"] == trial["params"]["lr"]
+        study.tell(asked.number, trial["loss"])
 
 
 def test_the_median_pruner_stops_a_trial_at_a_validation_point_and_its_job_says_pruned(tmp_path):
