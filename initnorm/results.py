@@ -405,7 +405,10 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
     for r in records:
         key = tuple(row_value(r, k) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0,
-                                    "diverged_at": [], "failed": []})
+                                    "diverged_at": [], "failed": [], "pruned": []})
+        if r.get("status") == "pruned":  # a search's pruner stopped it on purpose (cli/search_pruning.py): not a failure
+            row["pruned"].append(f"seed {r.get('seed')} at step {r.get('steps')}")
+            continue
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)
             row["failed"].append(f"seed {r.get('seed')}: {r.get('error') or r.get('stopped') or r.get('status')}")
             continue
@@ -447,7 +450,8 @@ def render_markdown(keys, metrics, rows) -> str:
             head += [f"{LABELS.get(m, m)} (mean ± sd)", f"{seeds_label}" if len(metrics) == 1 else f"{LABELS.get(m, m)}: per seed"]
     show_div = any(r["diverged"] for r in rows)
     show_fail = any(r["failed"] for r in rows)
-    head += ["Diverged"] * show_div + ["Failed"] * show_fail
+    show_pruned = any(r.get("pruned") for r in rows)
+    head += ["Diverged"] * show_div + ["Failed"] * show_fail + ["Pruned"] * show_pruned
     out = io.StringIO()
     out.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
     shown = {k: short_values(r[k] for r in rows) for k in keys}  # a search's lrs to the digits that tell them apart
@@ -455,7 +459,7 @@ def render_markdown(keys, metrics, rows) -> str:
         cells = [shown[k][r[k]] for k in keys]
         for m in metrics:
             mu, sd, n = mean_sd(r["values"][m])
-            empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "nan"  # no finite value to average
+            empty = "diverged" if r["diverged"] else "failed" if r["failed"] else "pruned" if r.get("pruned") else "nan"
             if single:
                 cells.append(fmt_mean_sd(mu, sd, n, missing=empty))
                 continue
@@ -472,6 +476,8 @@ def render_markdown(keys, metrics, rows) -> str:
             cells.append(f"{r['diverged']}/{len(r['seeds'])}" + (f" ({_first(r['diverged_at'], ', ')})" if r["diverged_at"] else ""))
         if show_fail:
             cells.append(_first(r["failed"], "; "))
+        if show_pruned:
+            cells.append(_first(r.get("pruned", []), "; "))
         out.write("| " + " | ".join(str(c) for c in cells) + " |\n")
     return out.getvalue()
 

@@ -240,18 +240,17 @@ ATTACK = {"model": "custom", "model._target_": "torch.nn.Linear", "model.width_a
     ({}, "holds the keys (none), not the search space's (lr)"),
 ])
 def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, planted, says):
-    """A RUNNING trial in search.db is launched again with its own values when the search is rerun (its documented resume);
+    """A RUNNING trial in search.journal is launched again with its own values when the search is rerun (its documented resume);
     its params became `k=v` overrides unchecked. Now: exactly the space's keys, each value one the space could ask."""
     import optuna
 
-    from initnorm.cli.search import STUDY_FILE, STUDY_NAME
+    from initnorm.cli.search_study import STUDY_FILE, open_study
     from tests.test_search import run_search
 
     marker = tmp_path / "X"
     folder = tmp_path / "search"
     folder.mkdir()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
+    study = open_study(folder)
     values = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in planted.items()}
     study.ask({k: optuna.distributions.CategoricalDistribution([v]) for k, v in values.items()})  # asked, never told
     stop = run_search(folder, 1)
@@ -415,13 +414,13 @@ def test_the_log_handler_takes_a_planted_fifo_or_link_away(tmp_path, alarm, caps
     assert (tmp_path / "victim").read_text() == "the victim's\n"
 
 
-@pytest.mark.parametrize("name", ["search.db", "search.db-journal"])
+@pytest.mark.parametrize("name", ["search.journal", "search.journal.lock", "search.db"])
 def test_a_link_in_place_of_the_study_is_refused(tmp_path, name):
     pytest.importorskip("optuna")
     from initnorm.cli.search import SearchSweeper
 
     os.symlink(tmp_path / "victim.db", tmp_path / name)
-    with pytest.raises(ConfigError, match=f"{name} is a symbolic link to .*SQLite would write through it"):
+    with pytest.raises(ConfigError, match=f"{name} is a symbolic link to .*not a study initnorm wrote, and Optuna would go through it"):
         SearchSweeper().study(tmp_path)
     assert not (tmp_path / "victim.db").exists()
 

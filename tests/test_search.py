@@ -1,5 +1,5 @@
 """hparams_search=lr_base (initnorm/cli/search.py): a tiny seeded search reruns to the same trials, a resumed one
-continues its study without training its finished trials again, a diverged trial is pruned, a missing extra is one line;
+continues its study (one journal file) without training its finished trials again, a diverged trial is pruned, a missing extra is one line;
 initnorm-transfer (initnorm/cli/transfer.py) trains the best trial at a target width."""
 
 from __future__ import annotations
@@ -112,20 +112,26 @@ def test_a_search_scores_the_experiments_metric_with_the_preset_grid_fixed_by_th
     assert all(j["final_loss"] != j["final_val_loss"] for j in jobs)
 
 
-def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value(tmp_path):
+def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value_from_an_earlier_search_db(tmp_path):
+    """The study of an earlier initnorm (SQLite, search.db) is read into the journal file, its running trial included."""
     import optuna
 
-    from initnorm.cli.search import STUDY_FILE, STUDY_NAME
+    from initnorm.cli.search_study import LEGACY_FILE, STUDY_FILE, STUDY_NAME
 
     folder = tmp_path / "killed"
     folder.mkdir()
-    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / STUDY_FILE}")
+    study = optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{folder / LEGACY_FILE}")
     study.enqueue_trial({"lr": 0.0123})
     study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # asked, never told: the run was killed
-    summary = search(folder, 1)
+    before = (folder / LEGACY_FILE).read_bytes()
+    ran = run_search(folder, 1)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    summary = json.loads((folder / "search.json").read_text())
     assert [(t["state"], t["params"]["lr"]) for t in summary["trials"]] == [("COMPLETE", 0.0123)]
     [job] = read_metrics(folder)
     assert job["config"]["lr"] == 0.0123
+    assert f"read the study of {folder / LEGACY_FILE} into {folder / STUDY_FILE}" in ran.stdout
+    assert (folder / LEGACY_FILE).read_bytes() == before and (folder / STUDY_FILE).is_file()
 
 
 def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
@@ -246,7 +252,7 @@ def _asked(folder: Path, batches: int, told_last: bool = True) -> list[float]:
     sweeper = SearchSweeper(seed=0, n_trials=100, n_jobs=2, params={"lr": "tag(log, interval(1e-4, 1.0))"})
     space = distributions({"lr": "tag(log, interval(1e-4, 1.0))"})
     study = sweeper.study(folder)
-    pending = resumed_trials(study, space, folder / "search.db")
+    pending = resumed_trials(study, space, folder / "search.journal")
     for b in range(batches):
         batch = pending[:2] if b == 0 else []
         batch += [(t.number, t.params) for t in (sweeper.ask(study, space) for _ in range(2 - len(batch)))]

@@ -271,8 +271,8 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
     The loss is the one the sweep's table scores (``summary.metrics``), named."""
     # .get: a finished record written by an older version may lack keys
-    if metrics.get("status") == "stopped":
-        status = f"stopped: {metrics.get('stopped')}"
+    if metrics.get("status") in ("stopped", "pruned"):  # pruned: by a search's pruner (cli/search_pruning.py)
+        status = f"{metrics['status']}: {metrics.get(metrics['status'])}"
     elif metrics.get("diverged"):
         status = f"diverged at step {metrics.get('diverged_step')}"
     else:
@@ -301,13 +301,14 @@ def summary_text(folder: Path | str, table: str) -> str:
     return table + "\n" + (f"\nFigures: {', '.join(pictures)} (and .svg)\n" if pictures else "")
 
 
-def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any, trials: tuple[int, int] | None = None) -> str:
+def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any, trials: tuple[int, int] | None = None, how: str | None = None) -> str:
     """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``; a search (``trials``: trials, seeds):
-    ``search of 24 trials x 2 seeds = 48 jobs -> ...``."""
+    ``search of 24 trials x 2 seeds = 48 jobs -> ...``; ``how``: what runs them, where the launcher does not (a search's
+    workers)."""
     total = os.environ.get(TOTAL_ENV)
     name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
-    how = {"basic": "one job after another",
-           "parallel": "local_parallel, " + ("one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time")}.get(name, name)
+    at_once = "one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time"
+    how = how or {"basic": "one job after another", "parallel": f"local_parallel, {at_once}"}.get(name, name)
     if trials is not None:
         n, seeds = trials
         return f"search of {n} trial{'s' * (n != 1)} x {seeds} seed{'s' * (seeds != 1)} = {n * seeds} jobs -> {sweep_dir} ({how})"

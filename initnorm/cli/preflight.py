@@ -319,7 +319,7 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> dict[str, 
     launcher = launcher if isinstance(launcher, dict) else {}
     schema.check_launcher(launcher)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.db
+    check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.journal
     if str(primary.hydra.sweeper.get("_target_", "")).endswith(".SearchSweeper"):  # hparams_search=...: it picks its own jobs
         search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary,
                      named_folder(primary.hydra.sweep))

@@ -14,35 +14,38 @@ with a grid of its own (``experiment=mup_mlp_sweep``: param, width and lr) merge
 and ``param=mup width=64`` fix those. A search runs at one size, so a width or depth left in the space
 is refused.
 
-The study lives in ``<sweep folder>/search.db`` (SQLite). The same command again (with
-``hydra.sweep.dir`` pinned) loads it: trials it finished are not asked again, trials a killed run
-left running are launched again with their own values (their job folders skip or resume, as in
-any sweep), and it asks only the trials still missing up to ``n_trials``. The study is a file of the
-sweep folder, so a trial launched again must hold exactly the space's keys, each value one the space
-could ask (``resumed_trials``): a study can never name a key or a value the command line did not.
+The study lives in ``<sweep folder>/search.journal``, one Optuna journal file (``cli/search_study.py``; an
+earlier ``search.db`` is read into it). The same command again (with ``hydra.sweep.dir`` pinned) loads it:
+trials it finished are not asked again, trials a killed run left running are launched again with their own
+values (their job folders skip or resume, as in any sweep), and it asks only the trials still missing up to
+``n_trials``. The study is a file of the sweep folder, so a trial launched again must hold exactly the space's
+keys, each value one the space could ask (``resumed_trials``): a study can never name a key or a value the
+command line did not.
+
+``hydra.sweeper.workers=N`` drops the batches: N workers (``cli/search_workers.py``: local processes, or SLURM
+tasks under ``hydra/launcher=slurm``) each ask a trial, train its jobs, tell it and ask the next, sharing the
+journal; an optional pruner stops a trial at a validation point (docs/search.md). Unset (the default), the
+batches above.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
+from hydra.core.override_parser.types import IntervalSweep
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from initnorm.cli import search_study
 from initnorm.cli.launchers import installed
+from initnorm.cli.search_study import STUDY_FILE, STUDY_NAME, distributions, job_state, planned, resumed_trials  # noqa: F401
 from initnorm.errors import ConfigError
-from initnorm.results import read_record, write_atomic
-from initnorm.safe_files import planted
+from initnorm.results import write_atomic
 
 EXTRA = "pip install 'initnorm[search]'"
-STUDY_FILE = "search.db"
-STUDY_NAME = "search"
-SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite keeps beside search.db while it writes
 
 
 def missing_extra() -> str | None:
@@ -51,44 +54,6 @@ def missing_extra() -> str | None:
         return None
     return f"hparams_search needs Optuna (optuna>=3), which this install lacks: {EXTRA}, or drop hparams_search (a grid: lr=a,b,c)"
 
-
-def distributions(params: dict[str, str]) -> dict[str, Any]:
-    """``{lr: "tag(log, interval(1e-4, 0.1))"}`` -> Optuna distributions; Hydra's sweep syntax, as its Optuna sweeper reads it."""
-    import optuna.distributions as d
-
-    out = {}
-    for key, text in params.items():
-        sweep = OverridesParser.create().parse_override(f"{key}={text}").value()
-        if isinstance(sweep, IntervalSweep):
-            log = "log" in sweep.tags
-            ints = isinstance(sweep.start, int) and isinstance(sweep.end, int)
-            out[key] = (d.IntDistribution if ints else d.FloatDistribution)(sweep.start, sweep.end, log=log)
-        elif isinstance(sweep, ChoiceSweep):
-            out[key] = d.CategoricalDistribution(list(sweep.list))
-        else:
-            raise ConfigError(f"hydra.sweeper.params.{key}={text!r} is not a search space; allowed: interval(a, b), "
-                              "tag(log, interval(a, b)), choice(a, b, ...); "
-                              f"fix it with `'hydra.sweeper.params.{key}=\"tag(log, interval(1e-4, 0.1))\"'`")
-    return out
-
-
-def planned(config: DictConfig) -> tuple[int, int] | None:
-    """(trials, seeds) of a search's command, None for any other sweep: its jobs are trials x seeds, asked as it goes,
-    so the progress lines count against that (a resumed search's finished jobs among them)."""
-    sweeper = config.hydra.get("sweeper") or {}
-    if not str(sweeper.get("_target_", "")).endswith(".SearchSweeper"):
-        return None
-    return int(sweeper.get("n_trials", 24)), len(sweeper.get("seeds") or [1])
-
-
-def job_state(ret, metric: str) -> tuple[float | None, str]:
-    """(loss, why not) of one launched job: its ``metric``, or None with ``diverged`` / ``failed`` (a crash, or a record
-    without the metric: TPE ignores a failed trial, where it ranks a pruned one below every other)."""
-    record = read_record(Path(ret.working_dir) / "metrics.json") if ret.working_dir else None
-    if record is None or record.get("status") != "finished" or metric not in record:
-        return None, "failed"
-    loss = None if record.get("diverged") else record.get(metric)
-    return (float(loss), "") if isinstance(loss, float) and math.isfinite(loss) else (None, "diverged")
 
 
 def space_of(arguments: list[str], params: dict[str, str]) -> dict[str, str]:
@@ -123,57 +88,12 @@ def fixed_overrides(arguments: list[str], params: dict[str, str]) -> list[str]:
     return out
 
 
-def _in_space(value: Any, dist) -> bool:
-    """Whether ``value`` is one a search over ``dist`` (an Optuna distribution the command line made) could have asked."""
-    import optuna.distributions as d
-
-    if isinstance(dist, d.CategoricalDistribution):
-        return any(type(value) is type(c) and value == c for c in dist.choices)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if isinstance(dist, d.IntDistribution) and not isinstance(value, int):
-        return False
-    return number and dist.low <= value <= dist.high
-
-
-def resumed_trials(study, space: dict[str, Any], where: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(number, values) of each trial a killed run left running, to launch again. The study is a file of the sweep
-    folder, so its values are data: each trial must hold exactly the search space's keys (the command line's and the
-    config's, ``space``), each value one the space could have asked; else ``ConfigError``, one line naming the file."""
-    from optuna.trial import TrialState
-
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        params = dict(t.params)
-        if set(params) != set(space):
-            problem = f"the keys {', '.join(sorted(params)) or '(none)'}, not the search space's ({', '.join(sorted(space))})"
-        else:
-            problem = next((f"{k}={v!r}, which the search space ({k}: {space[k]}) cannot ask" for k, v in params.items()
-                            if not _in_space(v, space[k])), None)
-        if problem:
-            raise ConfigError(f"{where}: its trial {t.number}, left running, holds {problem}; a study's values are data and only "
-                              "the command line sets what is searched: delete that file (or move it away) to search afresh, "
-                              "or pick another folder with `hydra.sweep.dir=...`")
-        out.append((t.number, params))
-    return out
-
-
 def check_study(folder: Path, space: dict[str, str]) -> None:
     """The trials a rerun would launch again from ``folder``'s study (``resumed_trials``), before Hydra starts; a file
     there that is not an Optuna study is one line."""
     path = Path(folder) / STUDY_FILE
-    if not path.is_file():
-        return
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{path.absolute()}")
-    except KeyError:  # no study of that name in it: the search makes one
-        return
-    except Exception as exc:
-        raise ConfigError(f"{path} is not a study initnorm wrote ({type(exc).__name__}); delete it (or move it away) to search "
-                          "afresh, or pick another folder with `hydra.sweep.dir=...`") from None
-    resumed_trials(study, distributions(space), path)
+    if (study := search_study.existing(folder)) is not None:
+        resumed_trials(study, distributions(space), path if path.is_file() else path.with_name(search_study.LEGACY_FILE))
 
 
 def options_with(group: str, leaf: str) -> list[str]:
@@ -199,7 +119,7 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
     space = space_of(arguments, params)
     distributions(space)
     if config is not None:
-        check_counts(config.hydra.sweeper)
+        check_counts(config.hydra.sweeper, str(config.hydra.launcher.get("_target_", "")))
         check_space_values(space, config)
     if folder is not None:
         check_study(folder, space)
@@ -213,14 +133,35 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
                               + (" or ".join(f"`{group}={o}`" for o in options_with(group, leaf)) or f"a space without {key}"))
 
 
-def check_counts(sweeper: DictConfig) -> None:
-    """``hydra.sweeper.n_trials`` and ``n_jobs`` positive integers, ``seeds`` a list of at least one seed; one line each."""
+PRUNERS = ("none", "median", "successive_halving")
+
+
+def check_counts(sweeper: DictConfig, launcher: str = "") -> None:
+    """``hydra.sweeper.n_trials`` and ``n_jobs`` positive integers, ``seeds`` a list of at least one seed, ``workers``
+    unset or a positive integer (under the default launcher or ``slurm``: a worker trains its trials itself),
+    ``retries`` and ``startup_trials`` counts, ``pruner`` one of ``PRUNERS``; one line each."""
     from initnorm import schema
 
-    for key in ("n_trials", "n_jobs"):
-        value = sweeper.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: a positive integer; fix it with `hydra.sweeper.{key}=4`")
+    for key, least, fix in (("n_trials", 1, 4), ("n_jobs", 1, 4), ("retries", 0, 2), ("startup_trials", 0, 4)):
+        value = sweeper.get(key, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: {'a positive integer' if least else 'an integer from 0'}; "
+                              f"fix it with `hydra.sweeper.{key}={fix}`")
+    workers = sweeper.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"hydra.sweeper.workers={workers!r} is invalid: a positive integer, or null for batches of n_jobs "
+                          "trials through the launcher; fix it with `hydra.sweeper.workers=2`")
+    if workers is not None and launcher and not launcher.endswith(("BasicLauncher", "SlurmLauncher")):
+        name = launcher.rpartition(".")[2]
+        raise ConfigError(f"hydra.sweeper.workers={workers} trains each trial in its worker (a local process, or a SLURM task "
+                          f"under hydra/launcher=slurm), not through {name}; fix it with `hydra/launcher=basic`, or "
+                          "`~hydra.sweeper.workers` for batches of n_jobs trials through it")
+    if (pruner := sweeper.get("pruner", "none")) not in PRUNERS:
+        raise ConfigError(f"hydra.sweeper.pruner={pruner!r} is invalid: one of {', '.join(PRUNERS)}; fix it with "
+                          "`hydra.sweeper.pruner=median`")
+    if pruner != "none" and workers is None:
+        raise ConfigError(f"hydra.sweeper.pruner={pruner} stops a trial inside its worker; fix it with `hydra.sweeper.workers=1` "
+                          "(or more), or `hydra.sweeper.pruner=none`")
     seeds = sweeper.get("seeds")
     if not isinstance(seeds, (list, tuple, ListConfig)) or not seeds:
         raise ConfigError(f"hydra.sweeper.seeds={_shown(seeds)} is invalid: a list of at least one seed; fix it with "
@@ -257,45 +198,29 @@ def check_space_values(space: dict[str, str], config: DictConfig) -> None:
 
 class SearchSweeper(Sweeper):
     def __init__(self, seed: int = 0, n_trials: int = 24, n_jobs: int = 4, seeds: list[int] | None = None,
-                 params: dict[str, str] | None = None, direction: str = "minimize") -> None:
+                 params: dict[str, str] | None = None, direction: str = "minimize", workers: int | None = None,
+                 pruner: str = "none", startup_trials: int = 4, retries: int = 2) -> None:
         self.seed, self.n_trials, self.n_jobs = int(seed), int(n_trials), int(n_jobs)
         self.seeds = [int(s) for s in (seeds or [1])]
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.direction = direction
-        self.launcher = self.config = None
+        self.workers, self.pruner, self.startup_trials, self.retries = workers, str(pruner), int(startup_trials), int(retries)
+        self.launcher = self.config = self.hydra_context = self.task_function = None
         for key, value in (("n_trials", self.n_trials), ("n_jobs", self.n_jobs)):
             if value < 1:
                 raise ConfigError(f"hydra.sweeper.{key}={value} must be a positive integer; fix it with `hydra.sweeper.{key}=4`")
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
-        self.config = config
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def study(self, folder: Path):
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sweep prints one line per job (initnorm/cli/console.py)
-        for name in (STUDY_FILE, *(STUDY_FILE + end for end in SQLITE_SIDE_FILES)):  # SQLite writes through a link
-            if what := planted(folder / name):
-                raise ConfigError(f"{folder / name} is {what}, not a study initnorm wrote, and SQLite would write through it; delete "
-                                  "it (or move it away), or pick another folder with `hydra.sweep.dir=...`")
-        path = folder / STUDY_FILE
-        try:
-            return optuna.create_study(study_name=STUDY_NAME, storage=f"sqlite:///{path.absolute()}",
-                                       direction=self.direction, load_if_exists=True)
-        except Exception as exc:  # a text file, a damaged database: SQLAlchemy's 80-line traceback said only that
-            raise ConfigError(f"{path} is not a study initnorm wrote ({type(exc).__name__}); delete it (or move it away) to "
-                              "search afresh, or pick another folder with `hydra.sweep.dir=...`") from None
+        return search_study.open_study(folder, self.direction)
 
     def ask(self, study, space: dict[str, Any]):
-        """The next trial, from a sampler seeded by the study's own state (its number of trials): a resumed search asks
-        what the uninterrupted one asked. One sampler for the whole run drew on from wherever its seed was set, so a
-        rerun (seeded at load) asked other values than the run it continued (and seeded as new, trial 4 repeated
-        trial 0's lr)."""
-        import optuna
+        return search_study.ask(study, space, self.seed)
 
-        study.sampler = optuna.samplers.TPESampler(seed=self.seed + len(study.trials))
-        return study.ask(space)
+    tell = staticmethod(search_study.tell)
 
     def sweep(self, arguments: list[str]) -> Any:
         from initnorm.search_report import write_report
@@ -306,6 +231,17 @@ class SearchSweeper(Sweeper):
         fixed, space = fixed_overrides(arguments, self.params), distributions(space_of(arguments, self.params))
         metric = str(self.config.summary.metrics[0])  # what the experiment's summary and transfer report score
         study = self.study(folder)
+        if self.workers is not None:
+            from initnorm.cli.search_workers import run_workers
+
+            returns = run_workers(self, study, folder, fixed, space_of(arguments, self.params), metric)
+        else:
+            returns = self.batches(study, folder, fixed, space, metric)
+        write_report(study, folder, fixed, self.seeds, metric)
+        return returns
+
+    def batches(self, study, folder: Path, fixed: list[str], space: dict[str, Any], metric: str) -> list:
+        """``n_jobs`` trials at a time, all their jobs to the launcher at once, each batch told before the next is asked."""
         # A killed run's trials were asked, not told: launch them again with their own values (checked: the file is data).
         pending = resumed_trials(study, space, folder / STUDY_FILE)
         job_idx, returns = 0, []
@@ -322,22 +258,6 @@ class SearchSweeper(Sweeper):
             job_idx += len(jobs)
             returns.append(rets)
             for i, (number, _) in enumerate(batch):
-                states = [job_state(r, metric) for r in rets[i * len(self.seeds):(i + 1) * len(self.seeds)]]
+                states = [job_state(r.working_dir, metric) for r in rets[i * len(self.seeds):(i + 1) * len(self.seeds)]]
                 self.tell(study, number, states)
-        write_report(study, folder, fixed, self.seeds, metric)
         return returns
-
-    @staticmethod
-    def tell(study, number: int, states: list[tuple[float | None, str]]) -> None:
-        """A trial's mean loss over its seeds. A diverged seed prunes the trial: TPE ranks a pruned trial
-        below every completed one (its learning rate is too high), where a failed one (a crash) it ignores."""
-        from optuna.trial import TrialState
-
-        losses = [loss for loss, _ in states if loss is not None]
-        why = [w for _, w in states if w]
-        if "failed" in why:
-            study.tell(number, state=TrialState.FAIL)
-        elif why:
-            study.tell(number, state=TrialState.PRUNED)
-        else:
-            study.tell(number, sum(losses) / len(losses))

@@ -156,13 +156,13 @@ class SummaryCallback(Callback):
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
         os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
-        from initnorm.cli.search import planned
+        from initnorm.cli.search_study import planned, workers_line
 
         trials = planned(config)  # a search asks its jobs as it goes: its total is trials x seeds, known from the start
         if trials is not None:
             os.environ[console.TOTAL_ENV] = str(trials[0] * trials[1])
         print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")),
-                                   config.hydra.launcher.get("n_jobs"), trials), flush=True)
+                                   config.hydra.launcher.get("n_jobs"), trials, how=workers_line(config)), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir
@@ -190,7 +190,7 @@ class SummaryCallback(Callback):
             print(f"{len(FAILED_JOBS)} job(s) failed (error lines in summary.md, tracebacks in their metrics.json): "
                   f"{', '.join(FAILED_JOBS)}")
             print(f"this trains them again (the finished jobs are skipped): {resume_command(folder)}")
-        stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed")]
+        stopped = [r for r in read_metrics(folder) if r.get("status") not in ("finished", "failed", "pruned")]  # pruned: on purpose
         STOPPED_JOBS[:] = [r["_dir"] for r in stopped]
         for r in stopped:
             print(f"{r['_dir']} did not finish: {r.get('status')}: {r.get('error') or r.get('stopped') or ''}")

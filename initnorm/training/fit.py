@@ -376,7 +376,7 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
             m.loggers = None
         raise
     done = trainer.global_step
-    early = None
+    early, own = None, None
     if done == steps:
         engine.validate_last()
     elif not engine.over:
@@ -384,15 +384,20 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
         # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
         # its final loss is its last validation's (EarlyStopping stops right after one), its state kept at the stop.
         saver.save(done)
-        early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"
+        # a callback may say why it stopped and as what (cli/search_pruning.py: "pruned"): (status, why); the job ends so
+        own = next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None)
+        if own is None:
+            early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"
     wall = time.perf_counter() - start
     return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, device=device,
-                                                    build_s=prepared[e].build_s, early=early)
+                                                    build_s=prepared[e].build_s, early=early,
+                                                    stopped=own)
             for e, (m, log) in enumerate(zip(members, logs))]
 
 
 def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, device: torch.device,
-            build_s: float | None = None, early: str | None = None) -> dict[str, Any]:
+            build_s: float | None = None, early: str | None = None,
+            stopped: tuple[str, str] | None = None) -> dict[str, Any]:
     """Member ``e``'s record once its training is over (at step ``done``, ``wall`` seconds into the fit): ``metrics.json``,
     its trackers' record and end, ``train.log``'s end line; at the fit's end, or where it retired (training/horizons.py)."""
     resumed, forward, compiled = engine.resumed, engine.stack.strategy, engine.compiled
@@ -405,7 +410,9 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
                           compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
     metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
                         "build_s": build_s}
-    if early and h.diverged_step is None:
+    if stopped and h.diverged_step is None:
+        metrics |= {"status": stopped[0], stopped[0]: stopped[1]}  # a callback's own word (pruned) and why
+    elif early and h.diverged_step is None:
         metrics["early_stopped"] = early
     hparams = m.hparams if m.hparams is not None else {k: c[k] for k in ("seed", "lr", "warmup", "steps")}
     trackers.record(m.loggers, hparams, hp_metrics(metrics, extra), metrics["steps"], m.write_hparams or (

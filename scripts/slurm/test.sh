@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test-slurm`: bring up a real single-node SLURM (scripts/slurm/cluster.sh), run the launcher's
-# integration tests against it (tests/slurm/), and stop the daemons it started, whatever happened.
+# `make test-slurm`: bring up a real single-node SLURM (scripts/slurm/cluster.sh), run the integration tests
+# against it (tests/slurm/: the launcher, and a search whose workers are SLURM tasks), and stop the daemons it
+# started, whatever happened.
 # Needs root on a Debian-like machine (apt-get installs slurm-wlm, munge, slurmdbd and mariadb-server
 # if they are missing). Extra arguments go to pytest (e.g. -k scancel).
 set -euo pipefail

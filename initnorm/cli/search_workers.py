@@ -1,0 +1,213 @@
+"""``hydra.sweeper.workers=N``: the sweep's process starts N workers (``cli/search_worker.py``) and waits for them.
+
+Local processes (spawned: a fresh interpreter each, whatever threads this process runs), or SLURM tasks through
+submitit under ``hydra/launcher=slurm`` (its ``hydra.launcher.*`` settings: partition, time limit, GPUs ...).
+
+A worker that dies (any exit but 0: a signal, the OOM killer, a node lost, a time limit) leaves its trial
+RUNNING in the journal: this process records it failed and asks it again with its values (Optuna's
+``RetryFailedTrialCallback``, at most ``hydra.sweeper.retries`` times), and starts a worker in its place; its
+jobs resume from their checkpoints. A worker that dies before it asked any trial is not started again (the same
+start would fail the same way): one line names it and its log. Optuna's journal storage has no heartbeat, so
+this process, which sees its workers end, is what finds a dead one; a worker that hangs is not found.
+
+A rerun of the command holds the sweep folder's lock (``cli/lock.py``): any trial still RUNNING in the journal
+was left by a run that ended, and is asked again the same way before the workers start.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from initnorm.cli import search_study
+from initnorm.cli.search_worker import Worker, local_main
+from initnorm.errors import ConfigError
+
+POLL_S = 0.5  # how often the workers are looked at: a local worker's end is seen at once through its sentinel
+SLURM_POLL_S = 10.0  # submitit asks squeue/sacct: not more often than this
+
+
+def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str, str], metric: str) -> list:
+    """Start ``sweeper.workers`` workers on ``folder``'s study and wait for them; a dead one's trial asked again."""
+    from hydra.core.singleton import Singleton
+
+    # checked: the file is data
+    left = search_study.resumed_trials(study, search_study.distributions(space), folder / search_study.STUDY_FILE)
+    for number, _ in left:
+        search_study.retry(study, number, sweeper.retries)
+    slurm = str(sweeper.config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
+    base = {"folder": str(folder.absolute()), "space": space, "fixed": fixed, "seeds": sweeper.seeds, "metric": metric,
+            "n_trials": sweeper.n_trials, "seed": sweeper.seed, "workers": int(sweeper.workers), "direction": sweeper.direction,
+            "pruner": sweeper.pruner, "startup_trials": sweeper.startup_trials, "hydra_context": sweeper.hydra_context,
+            "task_function": sweeper.task_function, "config": sweeper.config, "singletons": Singleton.get_state()}
+    start = SlurmStart(sweeper.launcher) if slurm else LocalStart()
+    starts = {k: 0 for k in range(int(sweeper.workers))}
+
+    def launch(k: int):
+        starts[k] += 1
+        token = f"{k}.{starts[k]}"
+        return token, start(Worker(index=k, token=token, parent=None if slurm else _pid(), **base))
+
+    running = {k: launch(k) for k in starts}
+    try:
+        while running:
+            for k, (token, handle) in list(running.items()):
+                code = handle.exit_code()
+                if code is None:
+                    continue
+                del running[k]
+                if code != 0 and _restart(study, token, k, handle, sweeper.retries):
+                    running[k] = launch(k)
+            if not running and _unowned(study, sweeper.retries):  # a trial asked by a worker that died before it said whose
+                running[0] = launch(0)
+            start.wait(running)
+    finally:
+        for _, handle in running.values():
+            handle.stop()
+    return []
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _restart(study, token: str, k: int, handle, retries: int) -> bool:
+    """Worker ``k`` (start ``token``) died: its trial failed and asked again; True where a worker must take its place."""
+    from optuna.trial import TrialState
+
+    held = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if (t.user_attrs.get("worker") or {}).get("token") == token]
+    if not held and not any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+        print(f"error: search worker {k} ended ({handle.describe()}) before it asked a trial: not started again; "
+              f"its log: {handle.log()}", file=sys.stderr)
+        return False
+    for t in held:
+        again = search_study.retry(study, t.number, retries)
+        print(f"search worker {k} ended ({handle.describe()}) in trial {t.number}: "
+              + (f"asked again with its values (its jobs resume from their checkpoints); its log: {handle.log()}" if again
+                 else f"failed, asked {retries} times already (hydra.sweeper.retries={retries}); its log: {handle.log()}"),
+              file=sys.stderr, flush=True)
+    return True
+
+
+def _unowned(study, retries: int) -> bool:
+    """Once every worker has ended: trials still RUNNING (asked by a worker that died before it wrote its name on them)
+    asked again; True where any trial now waits."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        search_study.retry(study, t.number, retries)
+    return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+class LocalProcess:
+    def __init__(self, process):
+        self.process = process
+
+    def exit_code(self) -> int | None:
+        return self.process.exitcode
+
+    def describe(self) -> str:
+        code = self.process.exitcode
+        return f"exit {code}" if code is None or code >= 0 else f"signal {-code}"
+
+    def log(self) -> str:
+        return "this command's output"
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()  # SIGTERM: its job stops; a rerun resumes it from its last checkpoint
+        self.process.join(30)
+
+
+class LocalStart:
+    """Local worker processes, as a parallel sweep's (``cli/workers.py``): on Linux forked from a server that has only
+    imported torch, Lightning and the library, else spawned; never a fork of this process, whose torch may have started
+    its thread pools."""
+
+    def __init__(self):
+        from initnorm.cli import workers
+
+        self.context = multiprocessing.get_context(workers.start_method())
+        if workers.start_method() == "forkserver":
+            self.context.set_forkserver_preload(list(workers.WORKER_MODULES))
+
+    def __call__(self, worker: Worker) -> LocalProcess:
+        import cloudpickle  # submitit's dependency: the task function and Hydra's context, as submitit pickles them
+
+        process = self.context.Process(target=local_main, args=(cloudpickle.dumps(worker),), name=f"search-worker-{worker.index}")
+        process.start()
+        return LocalProcess(process)
+
+    def wait(self, running: dict[int, tuple[str, LocalProcess]]) -> None:
+        """Until a worker ends, or a stop signal to this command (which then stops the workers)."""
+        from multiprocessing.connection import wait
+
+        from initnorm.training import signals
+
+        signals.raise_if_requested()
+        if running:
+            wait([h.process.sentinel for _, h in running.values()], timeout=POLL_S)
+
+
+class SlurmJob:
+    def __init__(self, job):
+        self.job = job
+
+    def exit_code(self) -> int | None:
+        if not self.job.done():
+            return None
+        try:
+            self.job.result()
+        except Exception:
+            return 1
+        return 0
+
+    def describe(self) -> str:
+        return f"SLURM job {self.job.job_id}, {self.job.state}"
+
+    def log(self) -> str:
+        return str(self.job.paths.stderr)
+
+    def stop(self) -> None:
+        if not self.job.done():
+            self.job.cancel(check=False)
+
+
+class SlurmStart:
+    """Each worker one SLURM task through submitit, with the slurm launcher's settings (``conf/hydra/launcher/slurm.yaml``)."""
+
+    def __init__(self, launcher):
+        import submitit
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+        from omegaconf import OmegaConf
+
+        from initnorm.cli.slurm import forwarded_environment
+
+        params = dict(launcher.params)
+        params["setup"] = forwarded_environment() + list(params.get("setup") or [])
+        self.executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
+                                              slurm_max_num_timeout=params.pop("max_num_timeout", 0))
+        common = set(OmegaConf.structured(BaseQueueConf).keys())
+        try:
+            self.executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
+        except Exception as exc:
+            raise ConfigError(f"hydra.launcher: {exc}; fix the setting it names (conf/hydra/launcher/slurm.yaml)") from None
+
+    def __call__(self, worker: Worker) -> SlurmJob:
+        job = self.executor.submit(worker)
+        print(f"[slurm] search worker {worker.index} submitted as SLURM job {job.job_id}", file=sys.stderr, flush=True)
+        return SlurmJob(job)
+
+    def wait(self, running: dict[int, tuple[str, Any]]) -> None:
+        from initnorm.training import signals
+
+        deadline = time.monotonic() + SLURM_POLL_S
+        while time.monotonic() < deadline:
+            signals.raise_if_requested()
+            time.sleep(POLL_S)
