@@ -9,6 +9,8 @@ process); ``fit`` hands it to Lightning's ``Trainer`` as it is. Under ``trainer.
   resumes on any world size that divides the batch.
 - The per-member losses are averaged over the ranks before the engine records them or checks them for divergence
   (``mean_over_ranks``): every rank records, and stops, on the global batch's loss.
+- Rank 0 alone writes the job's folder (its log, trackers, checkpoints, record, the instruments' files); another rank's
+  engine writes what it would write into a scratch folder (``scratch_folders``).
 - Every rank evaluates the whole validation set (the fit turns Lightning's distributed sampler off): every rank's
   history is the same, and rank 0's is the record.
 - The per-role learning rates, decays and multipliers are checked equal on every rank at the start (``check_same``),
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initnorm.errors import ConfigError
@@ -82,6 +85,19 @@ def other_rank() -> bool:
     """Whether this process is a rank other than 0 of one run across processes (Lightning's DDP launcher started it with
     ``LOCAL_RANK``; before the process group exists): it trains, and rank 0 writes the folder (log, trackers, record)."""
     return int(os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or 0) > 0
+
+
+def scratch_folders(n: int) -> list[Path]:
+    """``n`` folders of a temporary one, removed when the process ends: what another rank's engine writes into (its
+    checkpoints, an instrument's files: rank 0 writes the job's own), so that nothing of another rank lands in the job's
+    folder."""
+    import atexit
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="initnorm-rank-"))
+    atexit.register(shutil.rmtree, root, True)
+    return [root / str(e) for e in range(n)]
 
 
 def world() -> tuple[int, int]:

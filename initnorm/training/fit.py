@@ -36,7 +36,7 @@ from initnorm.training import forks, signals, trackers
 from initnorm.training.batches import StackedData
 from initnorm.training.checkpoints import CheckpointOnSignal, ForkPoints, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
-from initnorm.training.distributed import Placement, other_rank, placement_of, world
+from initnorm.training.distributed import Placement, other_rank, placement_of, scratch_folders, world
 from initnorm.training.engine import BuiltMember, Engine
 from initnorm.training.horizons import Retire
 from initnorm.training.record import hp_metrics, job_metrics, ran, status_line
@@ -329,6 +329,8 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     members, logs = [p.member for p in prepared], [p.log for p in prepared]
     c0 = members[0].cfg
     engine, data, _ = assemble(prepared, device)
+    if other_rank():  # one run across processes: rank 0 writes the members' folders
+        engine.folders = scratch_folders(engine.E)
     steps = engine.steps  # the longest member's: each member retires at its own last step (training/horizons.py)
     forward = engine.stack.strategy
     resumed = engine.resumed = _load(engine, prepared)
