@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -31,7 +32,7 @@ PART_TIMEOUT_S = 240  # a part that runs longer is stopped and reported as such;
 
 
 def train_command(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "initnorm.train", *overrides]
+    return [sys.executable, "-m", "initnorm.train", *overrides, "trainer.enable_progress_bar=false"]
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
@@ -41,12 +42,13 @@ def records(folder: Path) -> list[dict[str, Any]]:
 
 def run(cmd: list[str], workdir: Path, timeout: int) -> dict[str, Any]:
     """``cmd`` run to its end, or stopped after ``timeout`` seconds (its row then says so)."""
-    import subprocess
-
+    start = time.perf_counter()
     try:
-        return run_command(["timeout", str(timeout), *cmd], workdir) | {"command": " ".join(cmd[3:])}
-    except subprocess.SubprocessError as exc:
-        return {"returncode": -1, "output": str(exc), "wall_s": float("nan"), "command": " ".join(cmd[3:])}
+        return run_command(["timeout", str(timeout), *cmd], workdir) | {"returncode": 0, "command": " ".join(cmd[3:])}
+    except RuntimeError as exc:  # run_command's failure: "<command> failed (<status>):\n<output>"
+        code = re.search(r" failed \((-?\d+)\):", str(exc))
+        return {"returncode": int(code.group(1)) if code else -1, "output": str(exc), "wall_s": time.perf_counter() - start,
+                "command": " ".join(cmd[3:])}
 
 
 def row(name: str, r: dict[str, Any], folder: Path | None) -> str:
@@ -103,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
              f"(wall: the whole command, imports included; ms/step and loss from its metrics.json; sweeps at steps={steps}).", "",
              "| part | status | wall | jobs done | ms/step | final val loss | what ran | command |",
              "|---|---|---|---|---|---|---|---|"]
-    for name, overrides, sweep in parts(args.cpu, steps, n_gpus):
-        folder = workdir / name.split(",")[0].replace(" ", "_").replace("(", "").replace(")", "")
+    for i, (name, overrides, sweep) in enumerate(parts(args.cpu, steps, n_gpus)):
+        folder = workdir / f"part{i + 1}"
         where = f"hydra.sweep.dir={folder}" if sweep else f"hydra.run.dir={folder}"
         r = run(train_command(*overrides, where), workdir, PART_TIMEOUT_S)
         lines.append(row(name, r, folder))
