@@ -172,3 +172,16 @@ def test_the_record_holds_what_ran(tmp_path, tiny):
     ran = json.loads((tmp_path / "metrics.json").read_text())["device"]
     assert ran == {"accelerator": "cpu", "devices": 1, "world_size": 1, "strategy": "SingleDeviceStrategy",
                    "precision": "bf16-mixed", "root_device": "cpu"}
+
+
+def test_the_gpu_check_says_in_one_line_that_no_cuda_device_is_here(capsys, fake_gpus):
+    from initnorm.repro import gpu_check
+
+    fake_gpus(0)
+    assert gpu_check.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA device is visible" in err and "--cpu" in err
+    # Its parts: the DDP run only where two GPUs are visible; the one job alone at the sweep's widest width.
+    names = lambda n: [name for name, _, _ in gpu_check.parts(False, 300, n)]
+    assert "2 processes, DDP" not in names(1) and "2 processes, DDP" in names(2)
+    assert "width=1024" in {n: o for n, o, _ in gpu_check.parts(False, 300, 1)}["one job of it alone (width 1,024, µP)"]

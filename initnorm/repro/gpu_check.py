@@ -29,6 +29,7 @@ from initnorm.repro.bench_measure import bench_command, run_command
 # steps are a `--steps 1500` away; the report names the steps each row ran).
 SWEEP_STEPS = 300
 PART_TIMEOUT_S = 240  # a part that runs longer is stopped and reported as such; the next part runs
+BUDGET_S = 570  # the whole check's: each part gets what is left of it, at most PART_TIMEOUT_S
 
 
 def train_command(*overrides: str) -> list[str]:
@@ -105,10 +106,15 @@ def main(argv: list[str] | None = None) -> int:
              f"(wall: the whole command, imports included; ms/step and loss from its metrics.json; sweeps at steps={steps}).", "",
              "| part | status | wall | jobs done | ms/step | final val loss | what ran | command |",
              "|---|---|---|---|---|---|---|---|"]
+    deadline = time.monotonic() + BUDGET_S
+    left = lambda: int(min(PART_TIMEOUT_S, deadline - time.monotonic()))
     for i, (name, overrides, sweep) in enumerate(parts(args.cpu, steps, n_gpus)):
         folder = workdir / f"part{i + 1}"
         where = f"hydra.sweep.dir={folder}" if sweep else f"hydra.run.dir={folder}"
-        r = run(train_command(*overrides, where), workdir, PART_TIMEOUT_S)
+        if left() < 10:
+            lines.append(f"| {name} | not run: the check's {BUDGET_S} s were spent | | | | | | |")
+            continue
+        r = run(train_command(*overrides, where), workdir, left())
         lines.append(row(name, r, folder))
         print(lines[-1], flush=True)
         if r.get("returncode") not in (0, 124):
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                   "--set", f"trainer.accelerator={'cpu' if args.cpu else 'auto'}", "--out", str(bench_out)]
     if args.cpu:
         bench_args += ["--set", "seed=1", "--set", "warmup=0"]
-    r = run(bench_command(*bench_args), workdir, PART_TIMEOUT_S)
+    r = run(bench_command(*bench_args), workdir, max(10, left()))
     status = "ok" if r.get("returncode") == 0 else f"exit {r.get('returncode')}"
     lines += ["", (f"The canonical sweep, vectorised on the device against plain loops (`python -m initnorm.bench {' '.join(bench_args)}`, "
                    f"{status}, {r.get('wall_s', float('nan')):.1f} s):"), ""]
