@@ -4,13 +4,14 @@
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 #   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases (make test runs 9 of the 18)
+#   make gpu-check   on a GPU machine (a CUDA build of torch): the GPU's numbers in <= 10 min -> bench/RESULTS.md (docs/devices.md)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test test-slurm test-signals sweep bench reproduce clean
+.PHONY: install train test test-slurm test-signals gpu-check sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +53,11 @@ test-slurm: install
 # (`make test` runs 9 of them, each launcher, target and phase at least once).
 test-signals: install
 	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) tests/test_signals.py -k any_phase
+
+# The default job (fp32, bf16-mixed), the wide µP sweep vectorised against one job, DDP on 2 GPUs where present and the
+# canonical sweep against plain loops, on one GPU in <= 10 min; one line and exit 2 where no CUDA device is visible.
+gpu-check: install
+	$(PY) -m initnorm.repro.gpu_check
 
 # outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/performance.md);
 # .pytest_cache/ the test suite's compiler cache

@@ -31,6 +31,7 @@ def to_plain(cfg) -> dict:
 IGNORED = (
     "callbacks", "logger", "checkpoint", "summary", "threads", "log_every", "forks",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps", "trainer.accelerator", "trainer.devices",
+    "trainer.strategy",  # batch_size is the global batch: a run resumes on another world size (training/distributed.py)
 )
 
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from initnorm.errors import bad_value
+from initnorm.training.distributed import Placement, local_rank
 
 GPU = ("gpu", "cuda")
+# The strategies whose every process holds the whole model: the engine's members over one flat tensor train so. The ones
+# that start the fit in new processes (ddp_spawn, ddp_fork) hand back only the weights, not the run's history and record.
+STRATEGIES = ("auto", "ddp")
 
 
 def gpu_count() -> int:
@@ -22,6 +26,13 @@ def gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def has_mps() -> bool:
+    """Whether Apple's MPS device is there."""
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
 
 
 def _count(devices: Any) -> int | None:
@@ -36,39 +47,67 @@ def _count(devices: Any) -> int | None:
         return None  # a string Lightning parses itself, such as "0,1"
 
 
-def assign(accelerator: str, devices: Any, job_num: int, multirun: bool, n_gpus: int) -> dict[str, Any]:
-    """The Trainer's ``accelerator`` and ``devices`` for job ``job_num`` when ``n_gpus`` GPUs are visible.
+def _available(n_gpus: int, mps: bool) -> str:
+    return "this machine has cpu" + (f" and cuda ({n_gpus} GPU{'s' * (n_gpus > 1)})" if n_gpus else "") + (" and mps" if mps else "")
 
-    >>> assign("auto", 1, job_num=5, multirun=True, n_gpus=4)
-    {'accelerator': 'cuda', 'devices': [1]}
-    >>> assign("cpu", 1, job_num=5, multirun=True, n_gpus=4)
-    {'accelerator': 'cpu', 'devices': 1}
+
+def choose(trainer: dict[str, Any], job_num: int, multirun: bool, n_gpus: int, mps: bool = False) -> Placement:
+    """The one decision of where a job trains: ``trainer``'s ``accelerator``, ``devices`` and ``strategy`` for job
+    ``job_num`` when ``n_gpus`` CUDA GPUs (and ``mps``) are visible; what cannot run here is one line.
+
+    >>> choose({"accelerator": "auto", "devices": 1}, job_num=5, multirun=True, n_gpus=4).device
+    'cuda:1'
+    >>> choose({"accelerator": "cpu", "devices": 1}, job_num=5, multirun=True, n_gpus=4).device
+    'cpu'
     """
+    devices, strategy = trainer.get("devices", 1), str(trainer.get("strategy") or "auto")
+    accelerator = str(trainer.get("accelerator", "cpu")).lower()
     count = _count(devices)
     if multirun and (count or 1) > 1:
         raise bad_value("trainer.devices", devices, "1 in a sweep: one process and one device per job (Lightning's DDP relaunch "
                         "does not work inside a Hydra multirun, Hydra issue 2070); spread jobs over devices with a parallel launcher",
                         "trainer.devices=1 hydra/launcher=local_parallel")
-    accelerator = str(accelerator).lower()
-    if accelerator in GPU and n_gpus == 0:
-        raise bad_value("trainer.accelerator", accelerator, "a GPU accelerator needs a visible CUDA GPU and this process sees none",
-                        "trainer.accelerator=auto")
-    if isinstance(devices, (list, tuple)) or (count or 1) > 1:
-        return {"accelerator": accelerator, "devices": devices}  # pinned by the user, or DDP in a single run
-    if accelerator == "auto" and n_gpus == 0:
-        return {"accelerator": "auto", "devices": 1}  # Lightning picks the CPU (or Apple's MPS)
-    if accelerator in GPU or accelerator == "auto":
-        return {"accelerator": "cuda", "devices": [job_num % n_gpus]}
-    return {"accelerator": accelerator, "devices": 1}
+    if count is None and not isinstance(devices, (list, tuple)) and devices not in (None, "auto", -1, "-1"):
+        raise bad_value("trainer.devices", devices, "a number of devices, or a list of GPU indices", "trainer.devices=1")
+    if accelerator == "auto":
+        accelerator = "cuda" if n_gpus else "mps" if mps else "cpu"
+    if accelerator in GPU:
+        accelerator = "cuda"
+        if n_gpus == 0:
+            raise bad_value("trainer.accelerator", trainer.get("accelerator"), f"{_available(n_gpus, mps)}: no CUDA GPU is visible "
+                            "to this process", "trainer.accelerator=cpu")
+    if accelerator == "mps" and not mps:
+        raise bad_value("trainer.accelerator", "mps", f"{_available(n_gpus, mps)}: no Apple MPS device", "trainer.accelerator=cpu")
+    if devices in (None, "auto", -1, "-1"):
+        count = n_gpus if accelerator == "cuda" else 1
+    if strategy not in STRATEGIES:
+        raise bad_value("trainer.strategy", strategy, f"one of {', '.join(STRATEGIES)}: every process holds the whole model "
+                        "(FSDP2 and the others: docs/devices.md)", "+trainer.strategy=ddp")
+    if count > 1 and strategy == "auto":
+        raise bad_value("trainer.devices", devices, f"{count} devices train one run in {count} processes, and the strategy that "
+                        "does it must be named", f"+trainer.strategy=ddp trainer.devices={devices}")
+    if accelerator == "mps" and count > 1:
+        raise bad_value("trainer.devices", devices, "1 on mps (one Apple GPU)", "trainer.devices=1")
+    if accelerator != "cuda":
+        return Placement(accelerator, count, strategy, count, accelerator)
+    if isinstance(devices, (list, tuple)):
+        picked = [int(d) for d in devices]
+    elif count > 1:
+        picked = list(range(count))
+    else:
+        picked = [job_num % n_gpus]  # job k of a sweep on GPU k mod N
+    if max(picked) >= n_gpus:
+        raise bad_value("trainer.devices", devices, f"{_available(n_gpus, mps)}: GPUs 0 to {n_gpus - 1}", "trainer.devices=1")
+    return Placement("cuda", picked, strategy, len(picked), f"cuda:{picked[local_rank() % len(picked)]}")
 
 
-def for_job(trainer_cfg: dict[str, Any], job_num: int) -> dict[str, Any]:
-    """``assign`` for this process: the visible GPUs, and whether Hydra runs it as a multirun job."""
+def for_job(trainer: dict[str, Any], job_num: int) -> Placement:
+    """``choose`` for this process: the visible devices, and whether Hydra runs it as a multirun job."""
     from hydra.core.hydra_config import HydraConfig
 
     mode = HydraConfig.get().mode if HydraConfig.initialized() else None
     multirun = mode is not None and mode.name == "MULTIRUN"
-    return assign(trainer_cfg["accelerator"], trainer_cfg["devices"], job_num, multirun, gpu_count())
+    return choose(trainer, job_num, multirun, gpu_count(), has_mps())
 
 
 def available_memory() -> int | None:

@@ -19,6 +19,7 @@ from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, 
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.training.compiling import should_compile, use_cache
+from initnorm.training.distributed import Placement, check_batch
 from initnorm.training.fit import Member, fit
 
 # Lightning sets its loggers to INFO when it is first imported, which may be just now, after the command quieted
@@ -48,10 +49,12 @@ def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None
                   fork=forks.fork_of(c, Path(out_dir).absolute(), None if sweep_dir is None else launch_folder() / str(sweep_dir)))
 
 
-def device_of(c: dict[str, Any]) -> str:
-    """The job's device: job k of a sweep on GPU k mod N where GPUs are asked for (``cli/devices.py``)."""
-    device = devices.for_job(c["trainer"], job_overrides()[1])
-    return f"cuda:{device['devices'][0]}" if device.get("accelerator") == "gpu" else "cpu"
+def device_of(c: dict[str, Any]) -> Placement:
+    """Where the job trains, as ``cli/devices.choose`` decides it for every launcher: job k of a sweep on GPU k mod N where
+    GPUs are asked for; ``trainer.devices=N`` with a strategy: one run in N processes (``batch_size`` the global batch)."""
+    place = devices.for_job(c["trainer"], job_overrides()[1])
+    check_batch(int(c["batch_size"]), place.processes)
+    return place
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:

@@ -65,7 +65,11 @@ def count(c: dict[str, Any]) -> int | None:
 
 
 def on_gpu(c: dict[str, Any]) -> bool:
-    return bool(devices.gpu_count()) and str((c.get("trainer") or {}).get("accelerator", "")).lower() in ("auto", "gpu", "cuda")
+    """Whether the job trains on a CUDA GPU, as ``cli/devices.choose`` places it (a refused device: the preflight says so)."""
+    try:
+        return devices.choose(c.get("trainer") or {}, 0, False, devices.gpu_count(), devices.has_mps()).accelerator == "cuda"
+    except ConfigError:
+        return False
 
 
 def check(configs: Sequence[dict[str, Any]], launcher: dict[str, Any], count) -> None:

@@ -45,6 +45,7 @@ from initnorm.own_errors import user_frame, yours
 from initnorm.safe_files import planted_below
 from initnorm.training import trackers
 from initnorm.training.compiling import should_compile
+from initnorm.training.distributed import check_batch
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
@@ -162,7 +163,8 @@ def check_config(c: dict[str, Any], seen: dict[Any, Any], job_num: int = 0, mult
         if "gpus" not in seen:
             seen["gpus"] = devices.gpu_count()
         trainer = first.get("trainer", {})  # the device's refusals read neither the seed nor the job's number
-        devices.assign(trainer.get("accelerator", "cpu"), trainer.get("devices", 1), job_num, multirun, seen["gpus"])
+        place = devices.choose(trainer, job_num, multirun, seen["gpus"], devices.has_mps())
+        check_batch(int(first["batch_size"]), place.processes)
         rules = schema.RULES | schema.declared(first) if copies else {}
         seen[key] = first, [(k, rule) for k in copies if (rule := schema.rule_for(k, rules)) is not None]
     return distinct.with_seed(seen[key][0], seed, copies)

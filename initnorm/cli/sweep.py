@@ -147,6 +147,8 @@ class SummaryCallback(Callback):
     summary.md / summary.csv into the sweep folder."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if os.environ.get("LOCAL_RANK", "0") != "0":
+            return  # another rank of one run across processes, started by rank 0, which holds the folder (training/distributed.py)
         hold_folder(config.hydra.run.dir, "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:

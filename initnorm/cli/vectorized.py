@@ -148,12 +148,11 @@ def units_of(jobs: list[PlannedJob], max_group: int, max_params: int | None = No
     return units
 
 
-def _device(config: DictConfig, unit_index: int) -> str:
-    accelerator = str(config.trainer.accelerator).lower()
-    n = devices.gpu_count()
-    if accelerator in ("auto", "gpu", "cuda") and n:
-        return f"cuda:{unit_index % n}"
-    return "cpu"
+def _device(config: DictConfig, unit_index: int):
+    """The unit's placement, as ``cli/devices.choose`` decides it for every job: unit k on GPU k mod N where GPUs are asked for."""
+    t = config.trainer
+    trainer = {"accelerator": t.accelerator, "devices": t.devices, "strategy": t.get("strategy")}
+    return devices.choose(trainer, unit_index, True, devices.gpu_count(), devices.has_mps())
 
 
 Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``signals.Interrupted``'s fields)

@@ -37,6 +37,7 @@ from initnorm import tb
 from initnorm.errors import ConfigError
 from initnorm.training.checkpoints import resume_loop_at
 from initnorm.training.compiling import hooked
+from initnorm.training.distributed import check_same, mean_over_ranks, shard
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
 from initnorm.training.stack import Stack
@@ -178,7 +179,7 @@ class Engine(L.LightningModule):
         return self.optimizer
 
     def training_step(self, batch, batch_idx):
-        xs, ys = batch
+        xs, ys = shard(batch)  # this rank's rows of the global batch (one run across processes: training/distributed.py)
         step = self.global_step
         if self.over:  # the last members retired, the others diverged before
             self.trainer.should_stop = True
@@ -191,7 +192,7 @@ class Engine(L.LightningModule):
             losses, seen = self.stack.losses(self.loss, xs, ys, *(request[:2] if request else (None, None)), live=live)
         if request:
             request[2].update(seen)
-        values = losses.detach().cpu()
+        values = mean_over_ranks(losses.detach()).cpu()  # the global batch's loss, the same in every rank
         alive = self.active.tolist()
         for e, v in enumerate(values.tolist()):
             if alive[e]:
@@ -243,6 +244,7 @@ class Engine(L.LightningModule):
     # ------------------------------------------------------------------ validation
 
     def on_fit_start(self) -> None:
+        check_same(self)  # every rank's per-role rates and multipliers (one run across processes)
         if self.resumed:
             resume_loop_at(self.trainer, self.resumed)  # before any callback's on_train_start reads the step
         # The rates are set before any callback's on_train_start, so one that sets them is caught at the first step.

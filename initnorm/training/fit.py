@@ -26,6 +26,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
 from initnorm import tb
 from initnorm.callbacks.progress import GroupProgress
+from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.models.init_check import check_built
 from initnorm.models.own import describe as describe_roles
@@ -35,9 +36,10 @@ from initnorm.training import forks, signals, trackers
 from initnorm.training.batches import StackedData
 from initnorm.training.checkpoints import CheckpointOnSignal, ForkPoints, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
+from initnorm.training.distributed import Placement, other_rank, placement_of, scratch_folders, world
 from initnorm.training.engine import BuiltMember, Engine
 from initnorm.training.horizons import Retire
-from initnorm.training.record import hp_metrics, job_metrics, status_line
+from initnorm.training.record import hp_metrics, job_metrics, ran, status_line
 from initnorm.training.resume import check_state, inspect_folder, read_member, record_failure
 from initnorm.training.tasks import TASKS
 
@@ -94,6 +96,9 @@ def member_log(out_dir: Path) -> logging.Logger:
         log.removeHandler(h)
         h.close()
     out_dir.mkdir(parents=True, exist_ok=True)
+    if other_rank():  # one run across processes: rank 0 writes its lines
+        log.addHandler(logging.NullHandler())
+        return log
     h = logging.FileHandler(out_dir / "train.log", encoding="utf-8")
     h.setFormatter(logging.Formatter("[%(asctime)s][initnorm][%(levelname)s] - %(message)s"))
     log.addHandler(h)
@@ -120,11 +125,18 @@ def build_member(m: Member, log: logging.Logger) -> tuple[BuiltMember, torch.Ten
     return BuiltMember(c, data, built.model, built.roles, built.table, Path(m.out_dir), log), torch.get_rng_state()
 
 
-def _trainer_kwargs(c: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
-    """The config's ``trainer`` node for Lightning, on the fit's device."""
+def _trainer_kwargs(c: Mapping[str, Any], place: Placement) -> dict[str, Any]:
+    """The config's ``trainer`` node for Lightning, where ``place`` says (``cli/devices.choose`` decided it for a job): what the
+    config asks is what runs, and a config that asks for more processes or another strategy than ``place`` is one line."""
     kw = {k: v for k, v in c["trainer"].items() if k != "_target_"}
-    kw["accelerator"], kw["devices"] = ("gpu", [device.index or 0]) if device.type == "cuda" else ("cpu", 1)
-    return kw
+    asked = kw.get("devices", 1)
+    count = len(asked) if isinstance(asked, (list, tuple)) else int(asked) if str(asked).isdigit() else place.processes
+    strategy = str(kw.get("strategy") or "auto")
+    if count != place.processes or strategy != place.strategy:
+        raise ConfigError(f"trainer.devices={asked!r} trainer.strategy={strategy!r} is invalid here: this fit was given "
+                          f"{place.processes} process(es) on {place.device} with strategy {place.strategy!r}; fix it with "
+                          f"`trainer.devices={place.processes}` or give fit the placement cli/devices.choose makes")
+    return kw | place.trainer_kwargs()
 
 
 @dataclass
@@ -181,7 +193,7 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
         torch.set_num_threads(int(c0["threads"]))
     # Chapter 003 flushes denormals: vanishing activations (N(0, 0.01) through 30 layers) are otherwise very slow on a CPU.
     torch.set_flush_denormal(bool(c0["flush_denormal"]))
-    device = torch.device(device)
+    device = placement_of(device)  # where the fit runs: Lightning's accelerator, devices and strategy, the members' device
     results: list[dict[str, Any] | None] = [None] * len(members)
     failures: dict[int, BaseException] = {}
     ready: dict[int, list[tuple[int, Prepared]]] = {}  # by the step they resume from: the launcher groups by it
@@ -279,7 +291,8 @@ def _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, statu
     return out
 
 
-def assemble(members: Sequence[Member] | Sequence[Prepared], device: str | torch.device = "cpu") -> tuple[Engine, StackedData, list]:
+def assemble(members: Sequence[Member] | Sequence[Prepared],
+             device: str | torch.device | Placement = "cpu") -> tuple[Engine, StackedData, list]:
     """The members (built here, or ``Prepared``) as their ``Engine`` (how they run decided by the probe) and their data
     as one, with each one's random stream; nothing written but each ``train.log`` and a model of one's own's ``roles.txt``."""
     prepared = []
@@ -291,7 +304,8 @@ def assemble(members: Sequence[Member] | Sequence[Prepared], device: str | torch
     c0 = prepared[0].member.cfg
     member_steps = sum(int(p.member.cfg["steps"]) for p in prepared)  # members of different horizons: their own steps
     compiled = should_compile(c0["compile"], member_steps // len(prepared), len(prepared))
-    engine = TASKS.get(c0["data"]["kind"]).make_module([p.built for p in prepared], torch.device(device), compiled)
+    device = torch.device(placement_of(device).device)
+    engine = TASKS.get(c0["data"]["kind"]).make_module([p.built for p in prepared], device, compiled)
     data = StackedData([p.built.data for p in prepared])
     data.check_evaluation()
     engine.stack.choose(data.first_batch(), engine.loss)  # how the members run: decided before any step
@@ -315,13 +329,15 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     members, logs = [p.member for p in prepared], [p.log for p in prepared]
     c0 = members[0].cfg
     engine, data, _ = assemble(prepared, device)
+    if other_rank():  # one run across processes: rank 0 writes the members' folders
+        engine.folders = scratch_folders(engine.E)
     steps = engine.steps  # the longest member's: each member retires at its own last step (training/horizons.py)
     forward = engine.stack.strategy
     resumed = engine.resumed = _load(engine, prepared)
     data.start_step = resumed
     for m in members:
-        if m.loggers is None:
-            m.loggers = trackers.make(m.cfg["logger"], m.out_dir, m.name, m.base)
+        if m.loggers is None:  # rank 0's alone in one run across processes: the instruments log once
+            m.loggers = trackers.make(m.cfg["logger"], m.out_dir, m.name, m.base) if not other_rank() else []
     engine.writers = [trackers.writers(m.loggers) for m in members]
     for writer in (w for m in members for w in trackers.tensorboards(m.loggers)):
         tb.write_layout(writer)
@@ -339,7 +355,7 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
 
     def retire(trainer: L.Trainer, e: int) -> None:
         m = members[e]
-        written[e] = _record(engine, e, m, logs[e], done=trainer.global_step, wall=time.perf_counter() - start, device=device,
+        written[e] = _record(engine, e, m, logs[e], done=trainer.global_step, wall=time.perf_counter() - start, trainer=trainer,
                              build_s=prepared[e].build_s)
         trainer.loggers = [lg for lg in trainer.loggers if all(lg is not own for own in m.loggers)]  # finished: Lightning leaves them
 
@@ -384,18 +400,17 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
         # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
         # its final loss is its last validation's (EarlyStopping stops right after one), its state kept at the stop.
         saver.save(done)
-        # a callback may say why it stopped and as what (cli/search_pruning.py: "pruned"): (status, why); the job ends so
+        # a callback may say why it stopped and as what, (status, why): a search's pruner says "pruned" (cli/search_pruning.py)
         own = next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None)
         if own is None:
             early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"
     wall = time.perf_counter() - start
-    return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, device=device,
-                                                    build_s=prepared[e].build_s, early=early,
-                                                    stopped=own)
+    return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, trainer=trainer,
+                                                    build_s=prepared[e].build_s, early=early, stopped=own)
             for e, (m, log) in enumerate(zip(members, logs))]
 
 
-def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, device: torch.device,
+def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int, wall: float, trainer: L.Trainer,
             build_s: float | None = None, early: str | None = None,
             stopped: tuple[str, str] | None = None) -> dict[str, Any]:
     """Member ``e``'s record once its training is over (at step ``done``, ``wall`` seconds into the fit): ``metrics.json``,
@@ -408,8 +423,11 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
                           steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
                           ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
                           compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
-    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
-                        "build_s": build_s}
+    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms,
+                        "device": str(engine.stack.flat.device), "build_s": build_s}
+    metrics["device"] = ran(trainer)  # what ran: accelerator, devices, world size, strategy, precision
+    if world()[0] != 0 or other_rank():  # another rank of one run across processes: rank 0 writes the record
+        return metrics
     if stopped and h.diverged_step is None:
         metrics |= {"status": stopped[0], stopped[0]: stopped[1]}  # a callback's own word (pruned) and why
     elif early and h.diverged_step is None:

@@ -3,7 +3,8 @@
 Every member of a fit (``training/fit.py``; a job alone is a group of one) hands the same facts to
 ``job_metrics``, so ``metrics.json`` has the same keys under every launcher, and ``group``: the size
 of the group it trained in, its place there, how its forward ran, the group's own step time, and how long its own
-build took (`build_s`: its seed, data, model and init check).
+build took (`build_s`: its seed, data, model and init check); and ``device``: what ran, read from the Trainer itself
+(accelerator, devices, world size, strategy, precision), not what the config asked.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def job_metrics(c: Mapping[str, Any], *, val_history: list, diverged_step: int |
         "resolved": resolved(c),
     }
     return metrics | dict(meta) | dict(extra)
+
+
+def ran(trainer: Any) -> dict[str, Any]:
+    """What a Lightning ``trainer`` ran on: its accelerator (``cpu``, ``cuda``, ``mps``), its devices, the world size (the
+    processes of one run), its strategy and its precision."""
+    accelerator = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()
+    return {"accelerator": accelerator, "devices": trainer.num_devices, "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__, "precision": str(trainer.precision),
+            "root_device": str(trainer.strategy.root_device)}
 
 
 def resolved(c: Mapping[str, Any]) -> dict[str, Any]:
