@@ -70,9 +70,9 @@ def test_no_unit_starts_once_a_stop_is_asked_for():
         pool.close()
 
 
-def test_a_stop_signal_to_a_busy_worker_stops_its_unit_and_an_idle_one_costs_nothing(tmp_path):
+def test_a_stop_signal_to_the_workers_stops_the_unit_running_and_kills_none(tmp_path):
     """kill -TERM of the group reached the workers, and each busy one died with status 255: its jobs recorded failed.
-    Here the busy worker records the signal and its unit returns stopped; the idle one ends (nothing to save)."""
+    Here the busy worker records the signal and its unit returns stopped; the idle one records it too."""
     pool, started = Pool(2, "spawn"), tmp_path / "started"
 
     def send() -> None:
@@ -82,10 +82,14 @@ def test_a_stop_signal_to_a_busy_worker_stops_its_unit_and_an_idle_one_costs_not
 
     threading.Thread(target=send, daemon=True).start()
     try:
-        out = pool.run(unit, [(0, f"until-stopped:{started}")], stopping=lambda: False)
+        out = pool.run(unit, [(0, f"until-stopped:{started}"), (1, "")], stopping=lambda: False)
+        time.sleep(0.5)  # a worker that died of it would be gone by now
+        workers = pool.workers()
+        dead = [p for p in workers if pools._state(p) in ("", "Z")]
     finally:
         pool.close()
-    assert out == [f"stopped by {int(signal.SIGTERM)}"], out
+    assert out == [f"stopped by {int(signal.SIGTERM)}", 1], out
+    assert len(workers) == 2 and not dead, workers
 
 
 def test_a_stopped_worker_is_named_and_its_unit_goes_on_once_continued(monkeypatch, capsys):

@@ -10,10 +10,12 @@ Around it, this file holds what a sweep adds:
 
 - at most ``n`` units handed to pebble at once, so that a unit starts only on an idle worker and none starts once a
   stop signal came (``run``);
-- the workers' signals: they start (the fork server's imports included) with the stop signals blocked, so nothing in
-  their start-up dies of one or prints a ``KeyboardInterrupt`` traceback; the initializer installs the sweep's one
-  recording handler (``initnorm.training.signals``) and unblocks them. A worker between units has nothing to save:
-  there a stop signal ends it at once, as pebble's own ``terminate`` expects;
+- the workers' signals: they start (the fork server's imports included) with the stop signals blocked or ignored
+  (``forkserver_preload.py``), so nothing in their start-up dies of one or prints a ``KeyboardInterrupt`` traceback;
+  the initializer installs the sweep's one recording handler (``initnorm.training.signals``) and unblocks them. A
+  signal is recorded, never fatal: a unit running checkpoints and stops, the next one stops before it begins, and
+  the sweep's process, told by the unit's answer, stops the sweep (an idle worker that died of one would have left
+  pebble with no task to charge its death to: its pool breaks);
 - a stopped worker (SIGSTOP, SIGTSTP) noticed and named while the sweep waits for it, and woken (SIGCONT) when a stop
   signal is passed on, so that it can checkpoint instead of hanging the stop;
 - the fork server's pid (a worker's parent), so that the sweep ends it with its workers (``workers.end``).
@@ -73,22 +75,9 @@ def n_workers(n_jobs: int, units: int) -> int:
     return max(1, min(n, units))
 
 
-# In a worker: whether a unit runs. A stop signal between units ends the worker (nothing to save); during one it is
-# recorded, and the unit checkpoints at its next step.
-_busy = False
-
-
-def _on_stop_signal(signum: int, frame) -> None:
-    if not _busy:
-        os._exit(128 + signum)
-    signals._record(signum, frame)
-
-
 def _worker_start(modules: Sequence[str]) -> None:
     """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported."""
     signals.install()
-    for s in signals.stop_signals():
-        signal.signal(s, _on_stop_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
     for name in modules:
         importlib.import_module(name)
@@ -97,9 +86,7 @@ def _worker_start(modules: Sequence[str]) -> None:
 def _call(payload: bytes) -> bytes:
     """A unit in a worker: ("ok", result) or ("raised", exception), pickled by value (a job's return holds classes
     that Hydra's plugin scan imported anew: plain pickle refuses them); the recording handler on while it runs."""
-    global _busy
     fn, args = _pickle.loads(payload)
-    _busy = True
     signals.record_again()  # a unit may have left Lightning's handler in place
     try:
         answer = ("ok", fn(*args))
@@ -110,9 +97,7 @@ def _call(payload: bytes) -> bytes:
     except Exception as exc:  # an answer that does not pickle: its text, at least
         return _pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}; the unit's answer: {answer!r:.500}")))
     finally:
-        for s in signals.stop_signals():
-            signal.signal(s, _on_stop_signal)
-        _busy = False
+        signals.record_again()
 
 
 def _pid() -> int:
@@ -238,7 +223,7 @@ class Pool:
             self._starting.join()
         if self.pebble is not None:
             self.pebble.stop()  # no replacement started from here on
-            for pid in self.workers():  # every unit answered: nothing to save (pebble's terminate waits 3 s on a busy one)
+            for pid in self.workers():  # every unit answered: nothing to save (pebble's terminate waits 3 s: they record it)
                 _kill(pid)
             self.pebble.join()
 
