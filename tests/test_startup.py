@@ -33,6 +33,7 @@ from tests.conftest import run_cli
         (["-m", "seed=1,2", "hydra/launcher=local_parallel"], (True, -1)),  # the same workers, a job a unit
         (["-m", "seed=1,2", "hydra/launcher=slurm"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential"], (False, None)),
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=joblib"], (True, -1)),  # processes' former name
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=many"], (False, None)),  # the launcher reports it
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "--cfg", "job"], (False, None)),  # prints a config, runs nothing
         (["-m", "seed=1,2", "hydra/launcher=local_parallel", "hydra/launcher=vectorized"], (True, -1)),  # the last one counts
