@@ -3,7 +3,7 @@
 #   make test    install into .venv (with test tools), then lint (ruff, the rules in pyproject.toml) and run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
-#   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases (make test runs 9 of the 18)
+#   make test-signals  the stop-signal matrix in full: 3 launchers x 3 targets x 3 phases (make test runs 9 of the 27)
 #   make gpu-check   on a GPU machine (a CUDA build of torch): the GPU's numbers in <= 10 min -> bench/RESULTS.md (docs/devices.md)
 PYTHON ?= python3
 VENV ?= .venv
@@ -49,7 +49,7 @@ test: install
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
 
-# The stop-signal matrix in full: every launcher x target (the sweep's process, its group) x phase, 18 sweeps
+# The stop-signal matrix in full: every launcher x target (the sweep's process, its group by SIGINT and by SIGTERM) x phase, 27 sweeps
 # (`make test` runs 9 of them, each launcher, target and phase at least once).
 test-signals: install
 	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) tests/test_signals.py -k any_phase

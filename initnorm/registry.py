@@ -108,7 +108,7 @@ class Registry(Generic[T]):
         """The entry ``name`` names, found without importing anything: a registered name, or a dotted path into a module
         this process imported already (the command line named it, and the schema's check imported it); else None. What is
         read back from files (a record's param, a family in its config) is looked up so: a name in a file never imports
-        the code it names (STYLE.md 19)."""
+        the code it names: a folder may be shared or copied, and only the command line is a source of code."""
         if isinstance(name, str) and name in self._entries:
             return self._entries[name]
         if not is_dotted(name):

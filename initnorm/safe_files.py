@@ -1,5 +1,6 @@
 """Files one did not create: read and written in run and sweep folders without following a link,
-without blocking on a FIFO and without reading more than a bound (STYLE.md 19).
+without blocking on a FIFO and without reading more than a bound (a shared or
+copied folder's entries may have been planted by someone else, below).
 
 A sweep folder may be shared or copied, so anything in it may have been put there by someone else: a
 symbolic link named ``.initnorm.lock`` or ``train.log`` would have a write land in its target, a FIFO

@@ -149,7 +149,7 @@ LAUNCHER_RULES: dict[str, KeyRule] = {
     # hydra/launcher=vectorized (its slurm: node takes the keys above)
     "max_group": Int(1, fix=12, note="most jobs in one stacked model"),
     "max_params": Int(1, null=True, fix=2000000, note="null: no cap"),
-    "engine": Choice(("joblib", "sequential", "submitit"), fix="joblib"),
+    "engine": Choice(("processes", "sequential", "submitit", "joblib"), fix="processes"),  # joblib: processes' former name
 }
 
 

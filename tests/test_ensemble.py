@@ -172,7 +172,8 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
 
 
 def test_big_models_are_not_stacked_past_the_parameter_budget():
-    from initnorm.cli.vectorized import PlannedJob, units_of
+    from initnorm.cli.vectorized import PlannedJob
+    from initnorm.training.grouping import units_of
 
     assert parameter_count(to_plain(compose_cfg())) == 5_376  # the deck's count, from a model built on the meta device
     wide = parameter_count(to_plain(compose_cfg("experiment=mup_mlp_sweep", "width=1024")))

@@ -37,7 +37,7 @@ from tests.test_hardening import refused
     ("vectorized", "max_group=1.5", "hydra.launcher.max_group=1.5 is invalid: an integer"),
     ("vectorized", "max_params=0", "hydra.launcher.max_params=0 is invalid"),
     ("vectorized", "max_params=-1", "hydra.launcher.max_params=-1 is invalid"),
-    ("vectorized", "engine=bogus", "hydra.launcher.engine='bogus' is invalid: one of joblib, sequential, submitit"),
+    ("vectorized", "engine=bogus", "hydra.launcher.engine='bogus' is invalid: one of processes, sequential, submitit, joblib"),
     ("vectorized", "slurm.mem_gb=0 hydra.launcher.engine=submitit", "hydra.launcher.slurm.mem_gb=0 is invalid"),
     ("local_parallel", "n_jobs=abc", "hydra.launcher.n_jobs='abc' is invalid: an integer"),  # Hydra's typed node refuses it first
     ("slurm", "mem_gb=abc", "hydra.launcher.mem_gb='abc' is invalid: an integer; fix it with `hydra.launcher.mem_gb=4`"),

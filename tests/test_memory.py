@@ -7,7 +7,7 @@ from initnorm.cli import devices, memory
 from initnorm.errors import ConfigError
 
 GIB = 2**30
-VECTORIZED = {"_target_": "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher", "engine": "joblib",
+VECTORIZED = {"_target_": "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher", "engine": "processes",
               "n_jobs": 2, "max_group": 12, "max_params": None}
 
 

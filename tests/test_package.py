@@ -50,7 +50,7 @@ def fresh_venv(tmp_path: Path) -> tuple[Path, str]:
     return python, site
 
 
-EXTRAS = ("joblib", "submitit", "hydra_joblib_launcher", "hydra_submitit_launcher")  # what `initnorm[launchers]` adds
+EXTRAS = ("joblib", "pebble", "submitit", "hydra_joblib_launcher", "hydra_submitit_launcher")  # what `initnorm[launchers]` adds
 
 
 def site_without_extras(folder: Path) -> Path:
@@ -141,7 +141,8 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
     monkeypatch.setattr(launchers, "installed", lambda module: False)
     for argv, setting in ((["-m", "seed=1,2", "hydra/launcher=local_parallel"], "hydra/launcher=local_parallel"),
                           (["hydra/launcher=slurm"], "hydra/launcher=slurm"),
-                          (["-m", "seed=1,2", "hydra/launcher=vectorized"], "hydra/launcher=vectorized with hydra.launcher.engine=joblib")):
+                          (["-m", "seed=1,2", "hydra/launcher=vectorized"],
+                           "hydra/launcher=vectorized with hydra.launcher.engine=processes")):
         with pytest.raises(ConfigError) as err:
             check_command_line(argv)
         assert str(err.value).startswith(setting) and "pip install 'initnorm[launchers]'" in str(err.value) and "\n" not in str(err.value)

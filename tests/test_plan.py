@@ -8,7 +8,7 @@ from initnorm.cli import plan
 from initnorm.training.resume import Prior
 
 VECTORIZED = {"_target_": "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher", "max_group": 12,
-              "engine": "joblib", "n_jobs": 2}
+              "engine": "processes", "n_jobs": 2}
 
 
 def job(prior: Prior | None = None) -> SimpleNamespace:

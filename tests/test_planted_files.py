@@ -1,4 +1,4 @@
-"""Issue 34: files a hostile user plants in run and sweep folders (STYLE.md 19). Nothing read from a folder names
+"""Issue 34: files a hostile user plants in run and sweep folders. Nothing read from a folder names
 code, no reader hangs on a FIFO or follows a link, and no write lands in a link's target. One test per class."""
 
 from __future__ import annotations

@@ -95,20 +95,22 @@ def test_a_second_ctrl_c_stops_at_once():
         signals.clear()
 
 
-LAUNCHERS = {"basic": [], "local_parallel": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=1"],
-             "vectorized": ["hydra/launcher=vectorized", "hydra.launcher.n_jobs=1", "hydra.launcher.max_group=1"]}
+# Two workers: both jobs in flight at the signal (with one, kill -TERM of the group looked clean while it killed the
+# fork server and recorded every job in flight failed).
+LAUNCHERS = {"basic": [], "local_parallel": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"],
+             "vectorized": ["hydra/launcher=vectorized", "hydra.launcher.n_jobs=2", "hydra.launcher.max_group=1"]}
 # Where the test sends it: the first line the sweep prints (the checks, the workers' start), the first job's start line
 # (it trains), or a Hydra callback after the summary. To the sweep's process alone as `kill` does, or to its whole group
-# as Ctrl-C does.
+# as Ctrl-C does, or SIGTERM to the group (``kill -TERM -PGID``, a container's stop).
 TRIGGERS = {"preflight": "sweep: composing and checking", "training": "start seed=1"}
-SENT = {"parent": signal.SIGTERM, "group": signal.SIGINT}
+SENT = {"parent": signal.SIGTERM, "group": signal.SIGINT, "group-TERM": signal.SIGTERM}
 
 
 PHASES = ["preflight", "training", "summary"]
 # Every launcher x phase once, each target with every launcher and every phase (9 cases, each a sweep started and
-# stopped); INITNORM_TEST_FULL_MATRIX=1 runs all 18 (`make test-signals`).
+# stopped); INITNORM_TEST_FULL_MATRIX=1 runs all 27 (`make test-signals`).
 MATRIX = [(launcher, target, phase) for i, launcher in enumerate(LAUNCHERS) for j, phase in enumerate(PHASES)
-          for target in (["parent", "group"] if os.environ.get("INITNORM_TEST_FULL_MATRIX") else [("parent", "group")[(i + j) % 2]])]
+          for target in (list(SENT) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else [list(SENT)[(i + j) % 3]])]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -123,7 +125,7 @@ def test_a_stop_signal_at_any_phase_ends_the_command_in_one_line_with_the_resume
     # on), a minute of CPU before the step the signal is honoured at.
     steps = ["steps=2"] if phase == "summary" else ["steps=100000", "checkpoint.every_n_steps=0", "compile=false"]
     after = ["+hydra.callbacks.stop._target_=tests.stop_at.StopAtSummary", f"+hydra.callbacks.stop.signum={int(signum)}",
-             f"+hydra.callbacks.stop.target={'group' if target == 'group' else 'self'}"] if phase == "summary" else []
+             f"+hydra.callbacks.stop.target={'group' if target.startswith('group') else 'self'}"] if phase == "summary" else []
     seeds = "seed=1" if phase == "summary" else "seed=1,2"
     command = [sys.executable, "-m", "initnorm.train", "-m", seeds, *TINY, *steps, *LAUNCHERS[launcher], *after,
                f"hydra.sweep.dir={sweep}"]
@@ -135,7 +137,7 @@ def test_a_stop_signal_at_any_phase_ends_the_command_in_one_line_with_the_resume
             for line in proc.stdout:
                 out.append(line)
                 if TRIGGERS[phase] in line:
-                    (os.killpg if target == "group" else os.kill)(proc.pid, signum)
+                    (os.killpg if target.startswith("group") else os.kill)(proc.pid, signum)
                     break
         rest, err = proc.communicate(timeout=300)
         out = "".join(out) + rest
@@ -147,9 +149,13 @@ def test_a_stop_signal_at_any_phase_ends_the_command_in_one_line_with_the_resume
     assert "Traceback" not in out + err and err.count("stopped by ") == 1, err[-3000:]
     assert f"stopped by {signum.name}" in err and err.strip().splitlines()[-1].startswith("resume with: python -m initnorm.train -m")
     assert not left, f"processes of the stopped command still running 10 s after it ended: {left}"
+    # A stop, never a failure: no job recorded or reported failed, no job called lost, Hydra's "missing" line absent.
+    assert "error: job" not in err and "[HYDRA]" not in err, err[-3000:]
+    assert not [p for p in sweep.rglob("metrics.json") if json.loads(p.read_text()).get("status") == "failed"]
     assert not (sweep / "default" / "seed=2" / "metrics.json").exists()  # no job started after the signal
     if phase == "training":
         assert (sweep / "default" / "seed=1" / "checkpoints" / "initnorm.ckpt").is_file(), err[-2000:]
+        assert "no job of this process was training" not in err, err[-2000:]
     if phase == "summary":
         assert (sweep / "summary.md").is_file() and f"hydra.sweep.dir={sweep.resolve()}" in err.strip().splitlines()[-1]
 

@@ -33,6 +33,7 @@ from tests.conftest import run_cli
         (["-m", "seed=1,2", "hydra/launcher=local_parallel"], (True, -1)),  # the same workers, a job a unit
         (["-m", "seed=1,2", "hydra/launcher=slurm"], (False, None)),
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential"], (False, None)),
+        (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.engine=joblib"], (True, -1)),  # processes' former name
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "hydra.launcher.n_jobs=many"], (False, None)),  # the launcher reports it
         (["-m", "seed=1,2", "hydra/launcher=vectorized", "--cfg", "job"], (False, None)),  # prints a config, runs nothing
         (["-m", "seed=1,2", "hydra/launcher=local_parallel", "hydra/launcher=vectorized"], (True, -1)),  # the last one counts
@@ -140,7 +141,7 @@ def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_li
     parents = {p for p, *_ in seen}
     assert len(parents) == 1 and os.getpid() not in parents, seen
     assert all("forkserver" in cmd and threads == 1 and imported for _, cmd, threads, imported in seen), seen
-    assert not os.path.exists(f"/proc/{parents.pop()}"), "the fork server outlived the sweep"  # killed and reaped by end()
+    assert not workers.alive(parents.pop()), "the fork server outlived the sweep"  # killed by end()
     monkeypatch.setenv(workers.FORKSERVER_ENV, "0")
     assert workers.start_method() == "spawn"
 

@@ -29,7 +29,7 @@ class CommandLine:
 
 def parse(argv: list[str] | tuple[str, ...]) -> CommandLine:
     """Hydra's reading of ``argv`` (``SystemExit`` 2 with argparse's line for an unknown flag, as Hydra would)."""
-    from hydra._internal.utils import get_args_parser
+    from initnorm.cli.hydra_adapter import get_args_parser
 
     args = get_args_parser().parse_args(list(argv))
     elsewhere = (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun

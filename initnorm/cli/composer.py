@@ -27,13 +27,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
+
+from initnorm.cli.hydra_adapter import apply_overrides, get_overrides_dirname
 
 MISSING = object()
 
@@ -197,7 +198,7 @@ class Composer:
         base = self.base(groups)
         cfg = copy.deepcopy(base.cfg)
         try:
-            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+            apply_overrides(values, cfg)
         except OmegaConfBaseException as exc:  # as load_configuration wraps what its own steps raise
             raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from exc
         self._finish(cfg, overrides)

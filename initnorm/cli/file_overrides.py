@@ -1,4 +1,5 @@
-"""Overrides read back from a file (a search's ``search.json``, its best trial): data, never code (STYLE.md 19).
+"""Overrides read back from a file (a search's ``search.json``, its best trial): data, never code:
+the command line is the only source of code (ARCHITECTURE.md).
 
 ``initnorm-transfer`` hands a search's overrides to a new sweep. A copied search folder is someone
 else's file, and ``data=custom data._target_=os.system +data.command='touch X'`` in it ran the command.

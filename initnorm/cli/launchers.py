@@ -16,6 +16,7 @@ command line that asks for it stops with one line naming the extra (``missing_ex
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 EXTRA = "pip install 'initnorm[launchers]'"
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher"
@@ -36,9 +37,25 @@ NEEDS = {
 }
 # hydra/launcher=vectorized's hydra.launcher.engine -> (module, what it is, the other way)
 ENGINES = {
-    "joblib": ("joblib", "joblib", "add hydra.launcher.engine=sequential (the groups one after another in this process)"),
+    "processes": ("pebble", "pebble's process pool", "add hydra.launcher.engine=sequential (the groups one after another in this process)"),
     "submitit": ("submitit", "submitit", "add hydra.launcher.engine=sequential (the groups one after another in this process)"),
 }
+
+
+# An engine's former name -> its name: `joblib` named the worker processes while joblib ran them (deprecated).
+ENGINE_ALIASES = {"joblib": "processes"}
+_warned: set[str] = set()
+
+
+def engine_name(engine: str | None, quiet: bool = False) -> str | None:
+    """``hydra.launcher.engine`` under its present name; a former one says so once (unless ``quiet``)."""
+    if engine in ENGINE_ALIASES:
+        if not quiet and engine not in _warned:
+            _warned.add(engine)
+            print(f"warning: hydra.launcher.engine={engine} is deprecated; it is now "
+                  f"hydra.launcher.engine={ENGINE_ALIASES[engine]} (the same worker processes)", file=sys.stderr)
+        return ENGINE_ALIASES[engine]
+    return engine
 
 
 def installed(module: str) -> bool:
@@ -50,6 +67,7 @@ def installed(module: str) -> bool:
 
 def missing_extra(launcher: str | None, engine: str | None = None) -> str | None:
     """One line for a launcher (and, for ``vectorized``, an engine) this install cannot run; None if it can."""
+    engine = engine_name(engine, quiet=True)
     need = NEEDS.get(launcher or "") or (ENGINES.get(engine or "") if launcher == "vectorized" else None)
     if need is None or installed(need[0]):
         return None

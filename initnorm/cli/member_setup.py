@@ -31,13 +31,10 @@ import yaml
 from hydra.core.utils import JobReturn, JobStatus, configure_log
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-# OmegaConf.to_yaml's own dumper (its strings that read as numbers or booleans quoted), for plain values: to_yaml itself
-# would make a config of them first.
-from omegaconf._utils import get_omega_conf_dumper
-
 from initnorm.cli import console
 from initnorm.cli.composer import Composer
 from initnorm.cli.disk import save_hydra_file
+from initnorm.cli.hydra_adapter import get_omega_conf_dumper  # OmegaConf.to_yaml's own dumper, for plain values
 from initnorm.cli.job import as_member, checked
 from initnorm.cli.jobinfo import overrides_dict
 from initnorm.training.fit import Member

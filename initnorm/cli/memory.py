@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from initnorm.cli import devices
+from initnorm.cli import devices, launchers
 from initnorm.errors import ConfigError
 
 BYTES_PER_PARAM = 16  # the weight, its gradient, AdamW's exp_avg and exp_avg_sq, float32
@@ -36,7 +36,8 @@ def at_once(launcher: dict[str, Any], jobs: int, params: int) -> tuple[int, int]
     target = str(launcher.get("_target_", ""))
     n_jobs = launcher.get("n_jobs")
     workers = 1
-    if target.endswith(("ParallelLauncher", "VectorizedLauncher")) and launcher.get("engine", "joblib") == "joblib":
+    engine = launchers.engine_name(launcher.get("engine", "processes"), quiet=True)
+    if target.endswith(("ParallelLauncher", "VectorizedLauncher")) and engine == "processes":
         n = int(n_jobs) if isinstance(n_jobs, int) else -1
         workers = n if n > 0 else max(1, (os.cpu_count() or 1) + 1 + n)
     members = 1

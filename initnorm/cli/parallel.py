@@ -3,17 +3,16 @@
 
 A unit is lost when its worker dies before it answers (``os._exit``, SIGKILL from the out-of-memory killer) or when
 it raises what no job catches (a ``KeyboardInterrupt`` of user code's where Lightning's handling left none inside):
-``pool.Pool`` says which, with the reason. Each of its jobs' folders then records ``status: failed`` with that reason
-as its ``error`` line (a finished record is kept: ``record_failure``), the sweep prints the usual ``error: job N
-failed`` line, and the units of the other workers go on; the summary lists the failed jobs and a rerun of the
-command trains them again.
+``pool.Pool`` (pebble's pool) says which, with the reason. Each of its jobs' folders then records ``status: failed``
+with that reason as its ``error`` line and the sweep prints the usual ``error: job N failed`` line
+(``training/failure.job_failed``: a finished record is kept, and not called failed); the units of the other workers
+go on, the summary lists the failed jobs and a rerun of the command trains them again.
 """
 
 from __future__ import annotations
 
 import math
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,7 @@ from omegaconf import open_dict
 from initnorm.cli import workers
 from initnorm.cli.pool import Lost
 from initnorm.cli.sweep import swept_keys
-from initnorm.provenance import describe
-from initnorm.training import signals
-from initnorm.training.resume import record_failure
+from initnorm.training import failure, signals
 
 
 class UnitLost(RuntimeError):
@@ -40,9 +37,15 @@ def run_units(fn: Callable[..., Any], args: Sequence[tuple], n_jobs: int) -> lis
     the workers and their fork server are ended whatever happens."""
     order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
     pool = workers.pool(n_jobs, len(args))
+
+    def stopped_there(result: Any) -> None:  # a stop signal sent to one worker alone stops the sweep as one to this process
+        if isinstance(result, tuple) and result[1] is not None and signals.requested() is None:
+            signals.record(result[1][0])
+
     try:
         with signals.passed_on(lambda signum: pool.send(signal.SIGTERM)):
-            out = pool.run(fn, [args[k] for k in order], stopping=lambda: signals.requested() is not None)
+            out = pool.run(fn, [args[k] for k in order], stopping=lambda: signals.requested() is not None,
+                           on_result=stopped_there)
     finally:
         workers.end()  # nothing outlives the command, stopped or not
     results: list[Any] = [None] * len(args)
@@ -68,11 +71,9 @@ def record_failed(jobs: Sequence[Any], exc: BaseException, sweep_dir: Path) -> l
         folder = sweep_dir / job.composer.subdir(job.overrides, task)
         folder.mkdir(parents=True, exist_ok=True)
         overrides = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in job.overrides if "=" in o}
-        fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides,
-                  "swept": swept_keys(),
-                  "choices": dict(cfg.hydra.runtime.choices), "provenance": describe()}
-        line = record_failure(folder, exc, fields)
-        print(f"error: job {job.num} failed: {line} -> {folder}", file=sys.stderr)
+        fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides, "swept": swept_keys(),
+                  "choices": dict(cfg.hydra.runtime.choices)}
+        failure.job_failed(folder, exc, fields)
         ret = JobReturn(overrides=list(job.overrides), cfg=None, hydra_cfg=cfg, working_dir=str(folder),
                         task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED)
         ret.return_value = math.nan

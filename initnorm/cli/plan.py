@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from initnorm.cli import memory
+from initnorm.cli import launchers, memory
 
 
 def describe(jobs: Sequence[Any], launcher: Mapping[str, Any] | None = None, multirun: bool | None = None) -> str | None:
@@ -35,8 +35,9 @@ def launcher_text(launcher: Mapping[str, Any]) -> str:
     workers, _ = memory.at_once(dict(launcher), 1 << 30, 1)  # a worker per core for n_jobs=-1, as joblib counts them
     processes = f"{workers} worker process{'es' * (workers != 1)}"
     if name == "VectorizedLauncher":
-        how = {"joblib": processes, "sequential": "one after another in this process",
-               "submitit": "one SLURM array task each"}.get(str(launcher.get("engine")), str(launcher.get("engine")))
+        engine = str(launchers.engine_name(launcher.get("engine"), quiet=True))
+        how = {"processes": processes, "sequential": "one after another in this process",
+               "submitit": "one SLURM array task each"}.get(engine, engine)
         return f"hydra/launcher=vectorized (stacked groups of up to {launcher.get('max_group')} jobs that share every shape; {how})"
     if name == "ParallelLauncher":
         return f"hydra/launcher=local_parallel ({processes}, a job each at a time)"

@@ -1,18 +1,24 @@
-"""A sweep's worker processes: each runs one unit of work at a time (a job, or a vectorised group), and a worker that
-dies costs only the unit it held.
+"""A sweep's worker processes on pebble's ``ProcessPool``: each runs one unit of work at a time (a job, or a vectorised
+group), a worker that dies costs only the unit it held, and a stop signal stops, never fails.
 
-joblib's pool (loky) ends every worker once one dies (``TerminatedWorkerError``): the other workers' jobs were lost
-with it and the sweep ended in that traceback, without its summary. Here the parent hands one unit to an idle worker
-over a pipe and waits on every worker's pipe and process at once (``multiprocessing.connection.wait``). A worker whose
-process ends before it answers (``os._exit``, any signal: SIGKILL is the out-of-memory killer's) is reported for its
-unit alone (``Lost``, with the reason), a new worker takes its place, and the other units go on.
+Why pebble: joblib's pool (loky) ends every worker once one dies (``TerminatedWorkerError``), and
+``concurrent.futures.ProcessPoolExecutor`` marks the whole pool broken (``BrokenProcessPool``): the other workers' jobs
+were lost with it. pebble gives the dead worker's one future ``ProcessExpired`` (its pid and exit status) and starts a
+new worker in its place, with the start method, an initializer and a timeout of our choosing (ARCHITECTURE.md).
 
-Signals: a worker is started with the stop signals blocked (its parent thread blocks them: ``start``), so that nothing
-in its start-up (the fork server's imports of torch and Lightning, ~10 s) dies of one or prints a ``KeyboardInterrupt``
-traceback; ``serve`` installs the sweep's one recording handler (``initnorm.training.signals``) and then unblocks them.
-The fork server, started the same way, keeps them blocked for good: only the parent ends it (``workers.end``).
-A worker whose parent is gone reads the end of its pipe and exits; one in the middle of a unit stops at its next
-step (the launcher's ``abandoned`` check).
+Around it, this file holds what a sweep adds:
+
+- at most ``n`` units handed to pebble at once, so that a unit starts only on an idle worker and none starts once a
+  stop signal came (``run``);
+- the workers' signals: they start (the fork server's imports included) with the stop signals blocked or ignored
+  (``forkserver_preload.py``), so nothing in their start-up dies of one or prints a ``KeyboardInterrupt`` traceback;
+  the initializer installs the sweep's one recording handler (``initnorm.training.signals``) and unblocks them. A
+  signal is recorded, never fatal: a unit running checkpoints and stops, the next one stops before it begins, and
+  the sweep's process, told by the unit's answer, stops the sweep (an idle worker that died of one would have left
+  pebble with no task to charge its death to: its pool breaks);
+- a stopped worker (SIGSTOP, SIGTSTP) noticed and named while the sweep waits for it, and woken (SIGCONT) when a stop
+  signal is passed on, so that it can checkpoint instead of hanging the stop;
+- the fork server's pid (a worker's parent), so that the sweep ends it with its workers (``workers.end``).
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ import importlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
-import traceback
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from typing import Any
+
+from pebble import ProcessExpired, ProcessPool
 
 from initnorm.cli.disk import DiskError
 from initnorm.training import signals
@@ -38,6 +47,7 @@ except ImportError:  # pragma: no cover - cloudpickle comes with the launchers e
 
 BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR2}  # every stop signal a sweep may honour (signals.stop_signals)
 POLL_S = 0.2  # how often the parent, waiting on its workers, looks whether a stop signal came
+STOPPED_SAY_S = 5.0  # a worker stopped this long is named on the console
 
 
 @dataclass
@@ -47,12 +57,14 @@ class Lost:
     reason: str
 
 
-def died(pid: int, exitcode: int | None) -> Lost:
+def died(pid: int | None, exitcode: int | None) -> Lost:
     """A worker's death as the one line its unit's jobs record."""
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
         why = " (the out-of-memory killer's signal, or kill -9)" if -exitcode == signal.SIGKILL else ""
         return Lost(f"its worker process (pid {pid}) was killed by {name}{why} before the job ended")
+    if exitcode == 255:  # multiprocessing's reading when the fork server, which reports a worker's status, is gone
+        return Lost(f"its worker process (pid {pid}) was lost with the fork server it came from (killed?) before the job ended")
     return Lost(f"its worker process (pid {pid}) exited with status {exitcode} before the job ended")
 
 
@@ -63,160 +75,200 @@ def n_workers(n_jobs: int, units: int) -> int:
     return max(1, min(n, units))
 
 
-def serve(conn, modules: Sequence[str]) -> None:
-    """A worker: the sweep's recording handler on the stop signals (blocked until now), ``modules`` imported, then one
-    unit after another as the parent sends them, each answered with ("ok", result) or ("raised", exception, traceback)."""
+def _worker_start(modules: Sequence[str]) -> None:
+    """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported."""
     signals.install()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
     for name in modules:
         importlib.import_module(name)
-    while True:
-        try:
-            fn, args = _pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return  # the sweep's process is gone: nothing to report to
-        try:
-            answer = ("ok", fn(*args))
-        except BaseException as exc:
-            answer = ("raised", exc, traceback.format_exc())
-        try:
-            data = _pickle.dumps(answer)
-        except Exception as exc:  # an answer that does not pickle: its text, at least
-            data = _pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}; the unit's answer: {answer!r:.500}"), ""))
-        try:
-            conn.send_bytes(data)
-        except OSError:
-            return
 
 
-class _Worker:
-    def __init__(self, process, conn) -> None:
-        self.process, self.conn, self.unit = process, conn, None
+def _call(payload: bytes) -> bytes:
+    """A unit in a worker: ("ok", result) or ("raised", exception), pickled by value (a job's return holds classes
+    that Hydra's plugin scan imported anew: plain pickle refuses them); the recording handler on while it runs."""
+    fn, args = _pickle.loads(payload)
+    signals.record_again()  # a unit may have left Lightning's handler in place
+    try:
+        answer = ("ok", fn(*args))
+    except BaseException as exc:
+        answer = ("raised", exc)
+    try:
+        return _pickle.dumps(answer)
+    except Exception as exc:  # an answer that does not pickle: its text, at least
+        return _pickle.dumps(("raised", RuntimeError(f"{type(exc).__name__}: {exc}; the unit's answer: {answer!r:.500}")))
+    finally:
+        signals.record_again()
+
+
+def _pid() -> int:
+    return os.getpid()
 
 
 class Pool:
     """``n`` worker processes (``start``), each given one unit at a time by ``run``; ``send`` a signal to them, ``close``."""
 
     def __init__(self, n: int, method: str, modules: Sequence[str] = ()) -> None:
-        self.n, self.modules = n, tuple(modules)
+        self.n, self.modules, self.method = n, tuple(modules), method
         self.ctx = multiprocessing.get_context("forkserver" if method == "forkserver" else "spawn")
-        self.workers: list[_Worker] = []
+        self.pebble: ProcessPool | None = None
         self.closed = False
-        self._lock = threading.Lock()
+        self.server: int | None = None  # the workers' parent: the fork server, or this process
         self._starting: threading.Thread | None = None
         self.failed: Exception | None = None  # why no worker could be started
 
     def start(self, n: int | None = None) -> threading.Thread:
-        """Start workers up to ``n`` (all of them by default) in a thread of their own, the stop signals blocked there
-        (a child inherits the mask: its start-up is not cut short by one)."""
+        """Start the workers (``n`` or ``self.n``) in a thread of their own, the stop signals blocked there: the fork
+        server, pebble's threads and every worker (a replacement's too) inherit the mask."""
 
         def grow() -> None:
             signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
             try:
-                while not self.closed and len(self.workers) < (n or self.n):
-                    self._start_one()
-            except Exception as exc:  # the pool closed meanwhile (its fork server killed), or it cannot start: run() says so
+                pool = ProcessPool(max_workers=n or self.n, initializer=_worker_start, initargs=(self.modules,),
+                                   context=self.ctx)
+                self.pebble = pool
+                pid = pool.schedule(_pid).result()  # a worker's pid: its parent is the fork server
+                self.server = _parent(pid) if self.method == "forkserver" else os.getpid()
+            except Exception as exc:  # it cannot start (closed meanwhile, or no process can be made): run() says so
                 self.failed = exc
 
-        previous = self._starting
-        if previous is not None and previous.is_alive():
-            previous.join()
-        self._starting = threading.Thread(target=grow, name="initnorm-start-workers", daemon=True)
-        self._starting.start()
+        if self._starting is None:
+            self._starting = threading.Thread(target=grow, name="initnorm-start-workers", daemon=True)
+            self._starting.start()
         return self._starting
-
-    def _start_one(self) -> None:
-        here, there = self.ctx.Pipe()
-        process = self.ctx.Process(target=serve, args=(there, self.modules), name="initnorm-worker")
-        process.start()
-        there.close()
-        with self._lock:
-            self.workers.append(_Worker(process, here))
-            if self.closed:  # closed while this one started
-                _kill(process)
 
     def wait_started(self, stopping: Callable[[], bool]) -> None:
         """Until the workers asked for are started, or a stop signal came."""
         while self._starting is not None and self._starting.is_alive() and not stopping():
             self._starting.join(POLL_S)
 
-    def run(self, fn: Callable[..., Any], units: Sequence[tuple], stopping: Callable[[], bool]) -> list[Any]:
-        """``fn(*units[k])`` for every k in the workers, in order, one unit per idle worker; result k, or ``Lost``.
-        Once ``stopping()`` no unit starts (the units never started are left None); an ``Exception`` a unit raises past
-        ``fn`` (a full disk: the sweep stops) is raised here."""
+    def run(self, fn: Callable[..., Any], units: Sequence[tuple], stopping: Callable[[], bool],
+            on_result: Callable[[Any], None] | None = None) -> list[Any]:
+        """``fn(*units[k])`` for every k in the workers, in order, one unit per idle worker; result k, or ``Lost``
+        (``on_result`` is told of each as it comes). Once ``stopping()`` no unit starts (the units never started are left
+        None); an ``Exception`` a unit raises past ``fn`` (a full disk: the sweep stops) is raised here."""
         results: list[Any] = [None] * len(units)
-        todo = list(range(len(units)))[::-1]
-        if len(self.workers) < min(self.n, len(units)) and (self._starting is None or not self._starting.is_alive()):
-            self.start(min(self.n, len(units)))
-        while True:
-            if not self.workers:
-                self.wait_started(stopping)
-                if not self.workers and not stopping():
-                    raise RuntimeError(f"no worker process could be started: {type(self.failed).__name__}: {self.failed}")
-            with self._lock:
-                idle = [w for w in self.workers if w.unit is None]
-            while idle and todo and not stopping():
-                w, k = idle.pop(), todo.pop()
-                w.unit = k
-                w.conn.send_bytes(_pickle.dumps((fn, units[k])))
-            busy = [w for w in self.workers if w.unit is not None]
-            if not busy and (not todo or stopping()):
+        self.start(min(self.n, len(units)))
+        self.wait_started(stopping)
+        if self.pebble is None:
+            if stopping():
                 return results
-            ready = wait([x for w in self.workers for x in (w.conn, w.process.sentinel)], timeout=POLL_S)
-            for w in list(self.workers):
-                if w.conn not in ready and w.process.sentinel not in ready:
-                    continue
-                answer = None
-                if w.conn in ready:
-                    try:
-                        answer = _pickle.loads(w.conn.recv_bytes())
-                    except (EOFError, OSError):
-                        pass
-                if answer is not None:
-                    k, w.unit = w.unit, None
-                    if answer[0] == "ok":
-                        results[k] = answer[1]
-                    elif isinstance(answer[1], (Exception, DiskError)):  # a full disk stops the sweep, as it does alone
-                        raise answer[1]
-                    else:  # KeyboardInterrupt raised by user code, a SystemExit: that unit's failure
-                        results[k] = Lost(f"it raised {type(answer[1]).__name__}{f': {answer[1]}' if str(answer[1]) else ''} "
-                                          "(not a stop signal: none was received)")
-                    continue
-                w.process.join(5)
-                if w.unit is not None:
-                    results[w.unit] = died(w.process.pid, w.process.exitcode)
-                with self._lock:
-                    self.workers.remove(w)
-                w.conn.close()
-                if todo and not stopping():
-                    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)  # as in start(); a signal meanwhile waits
-                    try:
-                        self._start_one()
-                    finally:
-                        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            raise RuntimeError(f"no worker process could be started: {type(self.failed).__name__}: {self.failed}")
+        todo = list(range(len(units)))[::-1]
+        running: dict[Any, int] = {}
+        named: set[int] = set()
+        while True:
+            while todo and len(running) < self.n and not stopping():
+                k = todo.pop()
+                running[self.pebble.schedule(_call, (_pickle.dumps((fn, units[k])),))] = k
+            if not running:
+                return results
+            done = [f for f in running if f.done()]
+            if not done:
+                time.sleep(POLL_S)
+                self._name_stopped(named)
+                continue
+            for f in done:
+                k = running.pop(f)
+                results[k] = self._answer(f)
+                if on_result is not None:
+                    on_result(results[k])
+
+    def _answer(self, f) -> Any:
+        try:
+            answer = _pickle.loads(f.result())
+        except ProcessExpired as exc:
+            if exc.pid is not None and _state(exc.pid) not in ("", "Z"):
+                # Its fork server was killed: the worker runs on, out of pebble's sight, and could take the next unit
+                # pebble hands out. Its unit is lost either way; what it finished is kept (``record_failure``).
+                _kill(exc.pid)
+            return died(exc.pid, exc.exitcode)
+        except CancelledError:
+            return None
+        if answer[0] == "ok":
+            return answer[1]
+        exc = answer[1]
+        if isinstance(exc, (Exception, DiskError)):  # a full disk stops the sweep, as it does alone
+            raise exc
+        # KeyboardInterrupt raised by user code, a SystemExit: that unit's failure
+        return Lost(f"it raised {type(exc).__name__}{f': {exc}' if str(exc) else ''} (not a stop signal: none was received)")
+
+    def _name_stopped(self, named: set[int]) -> None:
+        """One line for each worker found stopped (SIGSTOP): the sweep waits on it, and says so."""
+        for pid, since in stopped(self.workers()).items():
+            if pid not in named and time.monotonic() - since >= STOPPED_SAY_S:
+                named.add(pid)
+                print(f"warning: worker process {pid} is stopped (SIGSTOP or SIGTSTP) and its job waits: `kill -CONT {pid}` "
+                      "resumes it; a stop signal to the sweep wakes it to checkpoint", file=sys.stderr, flush=True)
+
+    def workers(self) -> list[int]:
+        """The pids of the running workers (the fork server's children, or this process's pebble workers)."""
+        if self.server is None:
+            return []
+        return _children(self.server) if self.server != os.getpid() else [p.pid for p in multiprocessing.active_children()
+                                                                          if p.name == "pebble_pool_worker"]
 
     def send(self, signum: int) -> None:
-        """``signum`` to every worker (a stop signal passed on)."""
-        for w in list(self.workers):
+        """``signum`` to every worker (a stop signal passed on); a stopped one woken to honour it."""
+        for pid in self.workers():
             try:
-                os.kill(w.process.pid, signum)
-            except (ProcessLookupError, TypeError):  # ended already, or not started
+                os.kill(pid, signum)
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # ended already
                 pass
 
     def close(self) -> None:
-        """Kill every worker and reap it: nothing outlives the command."""
-        with self._lock:
-            self.closed = True
-            workers, self.workers = list(self.workers), []
-        for w in workers:
-            _kill(w.process)
-        for w in workers:
-            w.process.join(5)
-            w.conn.close()
+        """End every worker and reap it: nothing outlives the command."""
+        self.closed = True
+        if self._starting is not None:
+            self._starting.join()
+        if self.pebble is not None:
+            self.pebble.stop()  # no replacement started from here on
+            for pid in self.workers():  # every unit answered: nothing to save (pebble's terminate waits 3 s: they record it)
+                _kill(pid)
+            self.pebble.join()
 
 
-def _kill(process) -> None:
+_STOPPED_AT: dict[int, float] = {}
+
+
+def stopped(pids: Sequence[int]) -> dict[int, float]:
+    """Of ``pids``, those stopped (state T), with when each was first seen so."""
+    out = {}
+    for pid in pids:
+        if _state(pid) in ("T", "t"):
+            out[pid] = _STOPPED_AT.setdefault(pid, time.monotonic())
+        else:
+            _STOPPED_AT.pop(pid, None)
+    return out
+
+
+def _stat(pid: int) -> list[str]:
     try:
-        process.kill()
-    except (OSError, AttributeError, ValueError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].decode().split()
+    except OSError:  # gone, or no /proc (macOS)
+        return []
+
+
+def _state(pid: int) -> str:
+    return (_stat(pid) or [""])[0]
+
+
+def _parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
         pass

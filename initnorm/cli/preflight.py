@@ -14,6 +14,7 @@ Hydra's page of search paths.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import os
 import re
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra import initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -38,6 +38,7 @@ from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
 from initnorm.cli.disk import check_compiler_cache, check_writable
+from initnorm.cli.hydra_adapter import BASIC_SWEEPER, basic_sweeper
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
@@ -48,7 +49,7 @@ from initnorm.training.compiling import should_compile
 from initnorm.training.distributed import check_batch
 from initnorm.training.resume import Prior, error_line, inspect_folder
 
-BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "hydra_plugins.initnorm_launchers.CheckedSweeper")
+BASIC_SWEEPERS = (BASIC_SWEEPER, "hydra_plugins.initnorm_launchers.CheckedSweeper")
 
 
 class Checked(list):
@@ -116,7 +117,7 @@ def expand(primary: DictConfig) -> list[list[str]]:
     if primary.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return [[str(o) for o in primary.hydra.overrides.task]]  # another sweeper picks its own jobs: check the primary only
     parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return [list(job) for batch in basic_sweeper().split_arguments(parsed, None) for job in batch]
 
 
 def job_folder(cfg: DictConfig, multirun: bool, node: DictConfig | None = None) -> Path | None:

@@ -42,9 +42,9 @@ def plan() -> Mapping[tuple[str, ...], Any]:
 
 class CheckedSweeper(Sweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from initnorm.cli.hydra_adapter import basic_sweeper
 
-        self.basic = BasicSweeper(max_batch_size, params)
+        self.basic = basic_sweeper()(max_batch_size, params)
         validate = self.basic.validate_batch_is_legal
 
         def validate_unchecked(batch: Sequence[Sequence[str]]) -> None:

@@ -27,9 +27,7 @@ from initnorm.cli.jobinfo import job_overrides, run_label
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.errors import ConfigError
-from initnorm.provenance import describe
-from initnorm.training import signals, trackers
-from initnorm.training.resume import record_failure
+from initnorm.training import failure, signals
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
@@ -47,10 +45,8 @@ disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launch
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
     """Record a failed job (status, error line, traceback) in its metrics.json; the sweep goes on."""
     overrides, num, choices = job_overrides()
-    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(),
-           "choices": choices, "provenance": describe()}
-    trackers.fail(os.getcwd())  # its tracker runs still open end as failed, none left RUNNING
-    print(f"error: job {num} failed: {record_failure(os.getcwd(), exc, job)} -> {os.getcwd()}", file=sys.stderr)
+    job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
+    failure.job_failed(os.getcwd(), exc, job)
     return math.nan
 
 

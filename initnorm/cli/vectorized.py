@@ -5,12 +5,11 @@
    folder the resume refuses, run alone through the ordinary task function, exactly as under the basic
    launcher. A job's full sweep config is made when its unit runs (``cli/composer.py``), not held for
    every job of the sweep.
-2. The others are grouped by ``group.group_key`` (everything that changes shapes or the graph)
-   and by the step their checkpoint resumes from; a group larger than ``hydra.launcher.max_group``
-   is split; a group of one runs alone.
+2. The others are grouped by ``training/grouping.py``'s policy (the shapes, the step they start from,
+   ``hydra.launcher.max_group`` and ``max_params``); a group of one runs alone.
 3. Units of work (a group, or a job alone) run one after another (``engine: sequential``), in
-   joblib's worker processes (``engine: joblib``, one per core, started as the command line is
-   read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
+   worker processes of this machine (``engine: processes``, pebble's pool: ``pool.py``; one per core, started as
+   the command line is read: ``workers.py``; with N GPUs, unit k on GPU k mod N), or as the tasks of one SLURM array
    through submitit (``engine: submitit``, with the keys of ``hydra/launcher=slurm`` under
    ``hydra.launcher.slurm``).
    Every member gets the folder Hydra's ``run_job`` would give it (``.hydra/``, ``train.log``) from
@@ -25,31 +24,30 @@ import logging
 import math
 import os
 import signal
-import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
-from omegaconf import DictConfig, open_dict
+from hydra.core.utils import JobReturn, JobStatus, configure_log, env_override, filter_overrides, run_job, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from initnorm import schema
-from initnorm.cli import console, devices, disk, forks, parallel, sweeper, workers
+from initnorm.cli import console, devices, disk, forks, launchers, parallel, sweeper, workers
 from initnorm.cli.composer import Composer
 from initnorm.cli.pool import Lost
 from initnorm.errors import ConfigError
-from initnorm.provenance import describe
-from initnorm.results import METRICS_FILE
-from initnorm.training import signals, trackers
+from initnorm.training import failure, signals
 from initnorm.training.compiling import use_cache
-from initnorm.training.group import group_key, parameter_count
-from initnorm.training.resume import inspect_folder, record_failure
+from initnorm.training.group import parameter_count
+from initnorm.training.grouping import place, units_of
+from initnorm.training.resume import inspect_folder
 
 log = logging.getLogger(__name__)
-ENGINES = schema.LAUNCHER_RULES["engine"].choices
+ENGINES = tuple(e for e in schema.LAUNCHER_RULES["engine"].choices if e not in launchers.ENGINE_ALIASES)
 # submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
 SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
 
@@ -80,21 +78,26 @@ def _config_of(job: PlannedJob, hydra_context, config: DictConfig) -> DictConfig
 
 
 def _abandoned_check(config: DictConfig):
-    """In a joblib worker: whether the sweep's process has gone since this unit started. None elsewhere.
+    """In a worker process of this machine: whether the sweep's process has gone since this unit started. None elsewhere.
     Asked of the process itself: a fork server's workers hold its "alive" pipe open, so the server
     outlives the sweep's process as long as they do, and their parent does not change."""
     launcher = os.environ.get(workers.LAUNCHER_PID_ENV)
-    if config.hydra.launcher.get("engine") != "joblib" or launcher is None or int(launcher) == os.getpid():
+    if not _in_worker(config) or launcher is None or int(launcher) == os.getpid():
         return None
     pid = int(launcher)
     return lambda: not workers.alive(pid)
 
 
+def _in_worker(config: DictConfig) -> bool:
+    """Whether units run in this machine's worker processes (local_parallel's node has no engine: it always does)."""
+    return launchers.engine_name(config.hydra.launcher.get("engine", "processes"), quiet=True) == "processes"
+
+
 def classify(hydra_context, config: DictConfig, job_overrides,
              initial_job_idx: int) -> tuple[list[PlannedJob], dict[tuple, dict[str, Any]]]:
-    """Each job's group key, or why it runs alone; and one resolved config per group key (its parameter count).
-    A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held; any other
-    (a search's trial) is composed here, from its group choices' composition."""
+    """Each job's group key, or why it runs alone (``training/grouping.place``); and one resolved config per group key
+    (its parameter count). A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held;
+    any other (a search's trial) is composed here, from its group choices' composition."""
     composer = Composer(hydra_context.config_loader, config)
     checked = sweeper.plan()
     sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -108,44 +111,20 @@ def classify(hydra_context, config: DictConfig, job_overrides,
         else:
             c = known.config if known is not None else composer.task(overrides)[0]
             folder = sweep_dir / composer.subdir(overrides, c)
-        alone = None
-        step = 0
-        if folder is not None and (folder / METRICS_FILE).is_file():
-            alone = "its folder holds a result"  # finished: the task function skips it; failed: trains it alone
-        if alone is None and folder is not None:
-            try:  # a member's checkpoint or a job alone's: it resumes inside a group at its step (training/group.py)
-                step = known.prior.step if known is not None else inspect_folder(folder, c).step
-            except ConfigError as exc:
-                alone = str(exc)  # the task function refuses the folder the same way, as one line
-        if alone is None and step == 0 and plan["families"]:  # a horizon fork's branch stacks with the others at its step
+
+        def resume_step(known=known, folder=folder, c=c) -> int:  # a member's checkpoint or a job alone's
+            return known.prior.step if known is not None else inspect_folder(folder, c).step
+
+        def fork_step(c=c, folder=folder, overrides=overrides) -> int:  # a horizon fork's branch stacks at its step
+            if not plan["families"]:
+                return 0
             fork = forks.fork_of(c, folder or sweep_dir / composer.subdir(overrides, c), sweep_dir)
-            step = fork.branch if fork is not None and fork.branch else 0
-        key = (group_key(c), step)
+            return fork.branch if fork is not None and fork.branch else 0
+
+        alone, key = place(c, folder, resume_step, fork_step)
         examples.setdefault(key, c)
         jobs.append(PlannedJob(num, list(overrides), alone, key, composer, known.config if known is not None else None))
     return jobs, examples
-
-
-def units_of(jobs: list[PlannedJob], max_group: int, max_params: int | None = None, params_of=None) -> list[list[PlannedJob]]:
-    """Groups of at most ``max_group`` jobs with one key, and at most ``max_params`` parameters in all
-    (``params_of(job)``: one member's count); everything else one job at a time, in job order."""
-    groups: dict[tuple, list[PlannedJob]] = {}
-    for j in jobs:
-        if j.alone is None:
-            groups.setdefault(j.key, []).append(j)
-    units, seen = [], set()
-    for j in jobs:
-        if j.alone is not None:
-            units.append([j])
-        elif j.key not in seen:
-            seen.add(j.key)
-            members = groups[j.key]
-            # a job too big to gain from stacking (most = 1) becomes a unit of one: it runs alone
-            most = max_group if max_params is None else max(1, min(max_group, max_params // max(1, params_of(j))))
-            n_chunks = math.ceil(len(members) / most)
-            size = math.ceil(len(members) / n_chunks)  # even chunks: 13 jobs at 12 -> 7 + 6, not 12 + 1
-            units += [members[i : i + size] for i in range(0, len(members), size)]
-    return units
 
 
 def _device(config: DictConfig, unit_index: int):
@@ -171,7 +150,7 @@ def run_unit(unit: list[PlannedJob], unit_index: int, hydra_context, config: Dic
     setup_globals()
     Singleton.set_state(singleton_state)
     use_cache(str(config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
-    if config.hydra.launcher.get("engine") == "joblib":
+    if _in_worker(config):
         # One worker per core: the compiler's own pool of compile processes would only share this
         # core, and, killed with the worker, leave the resource tracker warning of leaked semaphores.
         from torch._inductor import config as inductor_config
@@ -192,7 +171,6 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
 
     from initnorm.cli.member_setup import MemberSetup  # (Lightning's import: a worker's, at its first group)
     from initnorm.training.fit import Abandoned, fit
-    from initnorm.training.stack import NotStackable
 
     members, rets, failed, kept = [], [], [], []
     # Hydra's run_job only where a Hydra callback of the user's asks for each job's start or end (it takes the job's config)
@@ -218,38 +196,46 @@ def _run(unit: list[PlannedJob], unit_index: int, hydra_context, config: DictCon
     try:
         sweep_dir = str(config.hydra.sweep.dir)
         # callbacks=None: one set for the group, from the first member's config; each sees every member (members_of)
-        results = fit(members, device, abandoned=_abandoned_check(config), label=f"{labels[0]} .. {labels[-1]}",
-                      status=lambda left: console.sweep_progress(sweep_dir, at_least=left))  # the sweep's done/total
+        with _as_run_job(config, members[0].out_dir):
+            results = fit(members, device, abandoned=_abandoned_check(config), label=f"{labels[0]} .. {labels[-1]}",
+                          status=lambda left: console.sweep_progress(sweep_dir, at_least=left))  # the sweep's done/total
     except Abandoned:
-        # A joblib worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
+        # A worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
         # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
         logging.shutdown()
         os._exit(1)
-    except NotStackable as exc:  # the members' shapes differ (found before any step): each job alone
-        log.warning("these %d jobs cannot share one stacked model (%s); running them alone", len(kept), exc)
-        return failed + [ret for j in kept for ret in _run([j], unit_index, hydra_context, config, task_function, singleton_state, env)]
-    except Exception as exc:  # a crash in one group must not cost the other groups
+    except Exception as exc:  # a member left alone whose fit raised (fit records a group's members itself, each its own)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if err := disk.disk_error(exc):  # a full disk: the next group would fail the same way; one line, the sweep stops
             raise err from exc
-        for m, ret in zip(members, rets):
-            trackers.fail(m.out_dir)  # the group's Trainer has no loggers of its own to end each member's runs
-            try:
-                line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
-            except OSError as write_exc:
-                raise (disk.disk_error(write_exc) or write_exc) from exc
-            print(f"error: job {m.meta['job_num']} failed: {line} -> {m.out_dir}", file=sys.stderr)
-            ret.return_value = math.nan
-        return failed + rets
+        try:
+            results = [failure.job_failed(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta}) for m in members]
+        except OSError as write_exc:
+            raise (disk.disk_error(write_exc) or write_exc) from exc
     for m, label, ret, r in zip(members, labels, rets, results):
-        if r["status"] == "failed":  # this member alone (fit recorded it; the others went on)
-            print(f"error: job {m.meta['job_num']} failed: {r['error']} -> {m.out_dir}", file=sys.stderr)
+        if r["status"] == "failed":  # this member alone (recorded and said by failure.job_failed; the others went on)
             ret.return_value = math.nan
             continue
         ret.return_value = r.get("final_val_loss", math.nan)
         console.job_finished(label, r, m.out_dir, str(config.hydra.sweep.dir))  # ms/step: per member-step of the group
     return failed + rets
+
+
+@contextmanager
+def _as_run_job(config: DictConfig, folder) -> Iterator[None]:
+    """What Hydra's ``run_job`` gives a job while it runs, given a group's fit: ``hydra.job.env_set`` in the environment
+    (a sweep's one setting: Hydra sweeps no ``hydra.*`` key) and, with ``hydra.job.chdir``, a job folder as the working
+    folder: the first member's (a process has one; the group's one set of callbacks runs there). Both restored after."""
+    env = OmegaConf.to_container(config.hydra.job.env_set, resolve=True) or {}
+    back = os.getcwd()
+    with env_override({str(k): str(v) for k, v in env.items()}):
+        if config.hydra.job.get("chdir"):
+            os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(back)
 
 
 def _job_callbacks(hydra_context) -> bool:
@@ -284,11 +270,11 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params)
     if not grouped:
-        params |= {"engine": "joblib", "max_group": 1, "max_params": None}
-    engine, max_group, max_params = params["engine"], params["max_group"], params.get("max_params")
+        params |= {"engine": "processes", "max_group": 1, "max_params": None}
+    engine, max_group, max_params = launchers.engine_name(params["engine"]), params["max_group"], params.get("max_params")
     if engine not in ENGINES:
         raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with "
-                          "`hydra.launcher.engine=joblib`")
+                          "`hydra.launcher.engine=processes`")
     if not isinstance(max_group, int) or max_group < 1:
         raise ConfigError(f"hydra.launcher.max_group={max_group!r} must be a positive integer; fix it with `hydra.launcher.max_group=12`")
     if max_params is not None and (not isinstance(max_params, int) or isinstance(max_params, bool) or max_params < 1):
@@ -302,7 +288,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     sweep_dir.mkdir(parents=True, exist_ok=True)
     # The workers import torch, Lightning and initnorm (~3 s each) while this process composes the
     # jobs (~0.15 s a job); started by the command line (workers.start_early) where it names this launcher.
-    if engine == "joblib" and len(job_overrides) > 1:
+    if engine == "processes" and len(job_overrides) > 1:
         workers.started_early() or workers.warm(params["n_jobs"])
     else:
         workers.end()

@@ -6,7 +6,7 @@ started first: ``start_early`` reads the command line before anything heavy is i
 parallel sweep, starts them in a thread (``pool.Pool``, which the launcher then uses). This module
 imports nothing heavy: it runs first.
 
-On Linux the workers come from a fork server (``multiprocessing``'s "forkserver" start method):
+The pool is pebble's (``pool.py``). On Linux the workers come from a fork server (``multiprocessing``'s "forkserver" start method):
 one server process imports ``WORKER_MODULES`` once, on the second core while the parent imports on
 the first, and every worker is forked from it with everything imported. Spawned instead, each worker
 imported for itself: three processes importing on two cores. Forking from the server is safe because
@@ -23,8 +23,10 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 
 from initnorm import envvars
+from initnorm.cli import launchers
 from initnorm.cli.argv import CommandLine
 
 # Read by the code a worker runs, set by the parent once the sweep is known (after the workers started).
@@ -36,6 +38,9 @@ WORKER_MODULES = ("initnorm.cli.train", "initnorm.cli.job")
 LAUNCHER_PID_ENV = envvars.LAUNCHER_PID
 # Set to 0 to spawn each worker (every worker imports for itself), as on other platforms.
 FORKSERVER_ENV = envvars.FORKSERVER
+
+# The fork server's first import: the stop signals ignored there (a signal to the group killed it).
+SERVER_SIGNALS = "initnorm.cli.forkserver_preload"
 
 _pool = None  # the sweep's pool.Pool, once started
 
@@ -67,7 +72,7 @@ def pool(n_jobs: int, units: int | None = None):
         method = start_method()
         if method == "forkserver":
             # Read when the server starts (with the first worker), so set before any is started.
-            multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_MODULES))
+            multiprocessing.get_context("forkserver").set_forkserver_preload([SERVER_SIGNALS, *WORKER_MODULES, "initnorm.cli.pool"])
         _pool = pools.Pool(n, method, () if method == "forkserver" else WORKER_MODULES)
     _pool.n = n
     return _pool
@@ -86,11 +91,11 @@ def _launcher_args(cmd: CommandLine) -> tuple[bool, int | None]:
         return False, None
     launcher = cmd.value("hydra/launcher")
     if launcher == "vectorized":
-        if cmd.value("hydra.launcher.engine", "joblib") != "joblib":
+        if launchers.engine_name(cmd.value("hydra.launcher.engine", "processes"), quiet=True) != "processes":
             return False, None
     elif launcher != "local_parallel":
         return False, None
-    if importlib.util.find_spec("joblib") is None:  # an install without the launchers extra: the preflight says so, in one line
+    if importlib.util.find_spec("pebble") is None:  # an install without the launchers extra: the preflight says so, in one line
         return False, None
     try:
         return True, int(cmd.value("hydra.launcher.n_jobs", str(DEFAULT_N_JOBS)))
@@ -126,19 +131,23 @@ def send(signum: int) -> None:
 
 
 def end() -> None:
-    """End the workers of a finished sweep and the fork server they came from, and wait for both:
-    nothing outlives the command, and the workers' CPU time counts as this process's children's
-    (``time``, the benchmark), which it does only once the server has reaped them and this process
-    the server."""
-    stop()  # joined: the server has reaped them
-    forkserver = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(forkserver, "_forkserver", None)
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is not None:
-        # Killed, not asked to exit: its interpreter's exit, with torch and Lightning imported, took
-        # 0.9 s. The workers' CPU time it collected still reaches this process when it is reaped.
-        os.kill(pid, signal.SIGKILL)
-        server._stop()  # reaps it and forgets it (multiprocessing has no public call for this)
+    """End the workers of a finished sweep and the fork server they came from: nothing outlives the command.
+
+    The server is killed, not asked to exit: it exits only when this process does (its "alive" pipe), and its
+    interpreter's exit, with torch and Lightning imported, took 0.9 s. It is left for ``multiprocessing`` to reap (the
+    next pool's start, or this process's exit): reaped here, its next start would fail on a pid already waited for.
+    """
+    server = _pool.server if _pool is not None and _pool.method == "forkserver" else None
+    stop()
+    if server is not None:
+        try:
+            os.kill(server, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        for _ in range(100):  # gone within a few ms: a check right after the command sees nothing of it
+            if not alive(server):
+                return
+            time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:

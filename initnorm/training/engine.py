@@ -1,4 +1,5 @@
-"""The one LightningModule: E >= 1 jobs trained as one, a job alone being a group of one (STYLE.md 14).
+"""The one LightningModule: E >= 1 jobs trained as one, a job alone being a group of one, so
+divergence, validation, checkpoints, resume and the record are written once for every launcher.
 
 ``Engine`` holds its members over one flat parameter tensor (``training/stack.py``): each member is
 the family's or the user's own module, ``engine.members[e]``, whose parameters view their rows of

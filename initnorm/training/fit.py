@@ -30,7 +30,6 @@ from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.models.init_check import check_built
 from initnorm.models.own import describe as describe_roles
-from initnorm.provenance import describe
 from initnorm.results import write_atomic, write_metrics
 from initnorm.training import forks, signals, trackers
 from initnorm.training.batches import StackedData
@@ -38,9 +37,10 @@ from initnorm.training.checkpoints import CheckpointOnSignal, ForkPoints, Member
 from initnorm.training.compiling import should_compile
 from initnorm.training.distributed import Placement, other_rank, placement_of, scratch_folders, world
 from initnorm.training.engine import BuiltMember, Engine
+from initnorm.training.failure import job_failed
 from initnorm.training.horizons import Retire
 from initnorm.training.record import hp_metrics, job_metrics, ran, status_line
-from initnorm.training.resume import check_state, inspect_folder, read_member, record_failure
+from initnorm.training.resume import check_state, inspect_folder, read_member
 from initnorm.training.tasks import TASKS
 
 __all__ = ["Abandoned", "Member", "fit"]
@@ -180,8 +180,8 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
     A job is the unit of failure: a member whose folder, data, model or checkpoint fails is recorded failed (its
     ``metrics.json`` holds the error line and the traceback) before it meets the others, who go on; if the fit of
     several then fails (a callback or a data module raising mid-run), each member goes on alone from its last
-    checkpoint, so only one that fails again is lost. Only when every member failed does ``fit`` raise (a job alone:
-    its own error).
+    checkpoint, so only one that fails again is lost. Each member's own error goes in its own folder
+    (``failure.job_failed``), every member failing included; only a job alone's is raised instead, for its launcher.
 
     ``callbacks``: one instance of each for the fit (each sees every member through ``members_of``); None: the
     first member's ``callbacks`` config, instantiated. ``progress_bar``: Lightning's bar (a job alone at a terminal);
@@ -223,7 +223,7 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
     finally:
         for log in logs:
             _close(log)
-    if failures and len(failures) == len(members):
+    if failures and len(members) == 1:  # a job alone: its launcher decides (a single run's bad value exits 2, in one line)
         raise next(iter(failures.values()))
     for i, exc in failures.items():
         results[i] = _failed(members[i], exc)
@@ -261,9 +261,7 @@ def _interrupt(exc: KeyboardInterrupt) -> Exception:
 
 def _failed(m: Member, exc: BaseException) -> dict[str, Any]:
     """Member ``m``'s folder records ``exc`` (unless it holds a finished result); its record says so."""
-    trackers.fail(m.out_dir)  # its tracker runs still open end as failed, none left RUNNING
-    line = record_failure(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta, "provenance": describe()})
-    return {"status": "failed", "error": line, "seed": m.cfg["seed"], **m.meta}
+    return job_failed(m.out_dir, exc, {"seed": m.cfg["seed"], **m.meta})
 
 
 def _fit_or_split(part, device, callbacks, progress_bar, abandoned, label, status, failures) -> dict[int, dict[str, Any]]:

@@ -55,6 +55,7 @@ PLAN_FORMAT = "initnorm forks 1"
 # What may differ between members of one family: the horizon and what follows from it.
 HORIZON_KEYS = ("steps", "trainer.max_steps", "trainer.val_check_interval", "transfer")
 WAIT_S = 0.5  # between two looks at the store while the provider trains
+GONE_S = 2.0  # a provider's lock released this long without its record: it was killed (a record follows its fit at once)
 START_GRACE_S = 60.0  # how long a branch waits for a provider that has not begun (a worker still setting up)
 
 
@@ -262,13 +263,23 @@ def wait(fork: Fork, log: logging.Logger, stop) -> bool:
     """Wait while the provider trains towards this member's branch step; whether its state there is in the store.
     ``stop()``: a stop signal's exception to raise, or None."""
     ckpt, started, told = point(fork.store, fork.branch), time.monotonic(), False
+    seen, gone = False, None  # the provider seen training; when its lock was first found released
     while not ckpt.is_file():
         if _over(fork.provider):
             return ckpt.is_file()
-        if not provider_alive(fork.store) and time.monotonic() - started > START_GRACE_S:
-            return False
         if (exc := stop()) is not None:
             raise exc
+        alive = provider_alive(fork.store)
+        gone = None if alive or not seen else (gone or time.monotonic())
+        if gone is not None and time.monotonic() - gone > GONE_S and not ckpt.is_file() and not _over(fork.provider):
+            # Seen training, then gone without its record (kill -9, the out-of-memory killer): said within seconds,
+            # not after the start-up grace left to a provider that has not begun.
+            log.warning("the provider %s ended without a record before step %d (killed?): training from step 0",
+                        fork.provider, fork.branch)
+            return False
+        seen = seen or alive
+        if not alive and time.monotonic() - started > START_GRACE_S:
+            return False
         if not told:
             log.info("waiting for the state at step %d of %s (horizon fork)", fork.branch, fork.provider)
             told = True

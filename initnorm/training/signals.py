@@ -97,6 +97,11 @@ def _record(signum: int, frame) -> None:
             tell(signum)
 
 
+def record(signum: int) -> None:
+    """A stop signal another process received (a worker's), recorded here as if this process had: the sweep stops."""
+    _record(signum, None)
+
+
 @contextmanager
 def passed_on(tell: Callable[[int], None]):
     """While the block runs, ``tell(signum)`` at the first stop signal (at once if one came already):

@@ -1,7 +1,8 @@
 """E >= 1 members' parameters in one flat tensor, each member still the user's own module, and how they run.
 
 Every parameter of every member lives in ``flat``, parameter by parameter, each as a contiguous
-``[E, *shape]`` block (the member dimension first: STYLE.md 13). Each member's module keeps its
+``[E, *shape]`` block (the member dimension first, as in weights, batches,
+statistics and checkpoints, so a member's numbers read out as if it had run alone). Each member's module keeps its
 own class, names and buffers; its ``nn.Parameter``s are replaced by parameters that view its rows
 of ``flat`` (no copy), and their ``.grad`` views the same rows of one flat gradient buffer, so
 backward writes every gradient in place and the optimiser steps the whole group as one tensor
@@ -9,7 +10,7 @@ backward writes every gradient in place and the optimiser steps the whole group 
 tied: both names hold the one new parameter.
 
 How the members' forwards run is decided once, by a probe on a tiny batch before anything is
-written (STYLE.md 18), never by reading an exception:
+written, never by reading an exception (a message's text changes between torch versions):
 
 - ``vmap``: ``torch.func.vmap`` over ``functional_call`` of one template module (a copy of member 0),
   with every member's parameters and the buffers and float attributes in which members differ

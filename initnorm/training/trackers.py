@@ -12,7 +12,8 @@ others the same hyperparameters (``log_hyperparams``) and final metrics (``log_m
 stacked group's members each get their own loggers, so each is its own run. A job that resumes (a
 checkpoint in its folder) writes on into the run it started: ``make`` keeps each tracker's run id in the
 job folder (``RUN_IDS``) and hands it back to MLflow (``run_id``) and W&B (``id``, ``resume="allow"``).
-That file is data in a folder others may write (STYLE.md 19), so an id in it is trusted only where the job's
+That file is data in a folder others may write (a file read back from a folder never names code
+or another run by itself), so an id in it is trusted only where the job's
 own record vouches for it (``stored_runs``): the folder holds the job's checkpoint, which the resume accepted
 (the same config: ``training/resume.inspect_folder``), the file names this folder, and an MLflow run carries
 this folder's tag. A fresh job, or a file planted beside another's checkpoint, starts new runs and says so. A job
