@@ -91,6 +91,13 @@ def one_line(exc: BaseException) -> ConfigError:
     """A Hydra composition error as one line; an unknown group option lists the known ones and the nearest."""
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
         group, _, value = exc.missing_cfg_file.rpartition("/")
+        if group == "optim":  # the optimiser registry's own line: every registered name, the nearest by edits
+            from initnorm.training.optimizers import OPTIMIZERS
+
+            try:
+                OPTIMIZERS.get(value)
+            except ConfigError as line:
+                return line
         options = sorted(exc.options or [])
         best = (difflib.get_close_matches(value, options, n=1, cutoff=0.0) or ["<name>"])[0]
         return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(options)}; fix it with `{group}={best}`")

@@ -400,7 +400,8 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
                           steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
                           ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
                           compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
-    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms, "device": str(device),
+    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "optimizer": engine.optimizer_path,
+                        "ms_per_step": group_ms, "device": str(device),
                         "build_s": build_s}
     if stopped and h.diverged_step is None:
         metrics |= {"status": "stopped", "stopped": stopped}
