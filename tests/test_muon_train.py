@@ -44,6 +44,7 @@ def test_muon_trains_alone_and_stacked_each_member_as_its_job_alone(tmp_path, pa
     group = stacked(tmp_path / "group", *extra)
     g = group[1]
     assert a["status"] == g["status"] == "finished" and a["group"]["optimizer"] == "torch" and g["group"]["size"] == 2
+    assert g["group"]["optimizer"] == "muon_stack"  # the matrices of both members in one Newton-Schulz iteration
     assert abs(a["final_val_loss"] - g["final_val_loss"]) <= BOUND * a["final_val_loss"], (param, a["final_val_loss"], g["final_val_loss"])
     assert group[0]["final_val_loss"] != group[1]["final_val_loss"]  # two seeds, two runs
 
@@ -79,6 +80,7 @@ def test_a_job_resumes_bit_for_bit_alone_and_stacked(tmp_path, optim):
     resumed = stacked(tmp_path / "group", *extra)
     assert [r["resumed_from_step"] for r in resumed] == [4, 4]
     assert [r["final_val_loss"] for r in resumed] == [r["final_val_loss"] for r in group]
+    assert resumed[0]["group"]["optimizer"] == ("muon_stack" if optim == "muon" else "torch")
 
 
 def test_a_users_own_elementwise_optimiser_trains_alone_and_stacked(tmp_path):

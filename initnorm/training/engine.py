@@ -185,25 +185,37 @@ class Engine(L.LightningModule):
 
     def _optimizers(self, groups: list[list[dict]]) -> tuple[VecOptimizer | None, list | None]:
         """The flat step where the members' optimiser has one and the probe shows it equals torch's, bit for bit, with
-        these groups' numbers; else each member's own torch optimiser over its views."""
-        flat = entry(self.configs[0]["optim"]).flat
+        these groups' numbers; else each member's own torch optimiser over its views, with a stacked group's Muon
+        matrices stepped at once where ``muon_group`` fits (``self.matrices``)."""
+        self.matrices = None
+        e0 = entry(self.configs[0]["optim"])
+        flat = e0.flat
         if flat and all(entry(c["optim"]).flat == flat for c in self.configs):
             betas = [c["optim"].get("betas", (0.9, 0.999)) for c in self.configs]
             momentum = [c["optim"].get("momentum", 0.0) for c in self.configs]
             if probe(flat, groups, betas, momentum, lambda gs, e: build(gs, self.configs[e]["lr"], self.configs[e]["optim"])):
                 where = [{id(p): self.stack.positions(e)[n] for n, p in m.named_parameters()} for e, m in enumerate(self.members)]
                 return VecOptimizer.from_groups(flat, self.stack.flat, groups, where, betas, momentum), None
+        if e0.stacked_matrices and all(entry(c["optim"]) is e0 for c in self.configs):
+            from initnorm.training.muon_group import MuonMatrices
+
+            ortho = [[g for g in member if g.get("muon")] for member in groups]
+            if MuonMatrices.fits(self.configs, ortho):
+                self.matrices = MuonMatrices(self.stack, ortho, self.configs[0]["optim"])
+                groups = [[g for g in member if not g.get("muon")] for member in groups]
         return None, [build(gs, c["lr"], c["optim"]) for gs, c in zip(groups, self.configs)]
 
     @property
     def optimizer_path(self) -> str:
-        """What steps the members: ``flat`` (``vec_optim``, equal to torch's by the probe) or ``torch`` (each member's own)."""
-        return "flat" if self.vec is not None else "torch"
+        """What steps the members: ``flat`` (``vec_optim``, equal to torch's by the probe), ``torch`` (each member's own),
+        or ``muon_stack`` (each member's own AdamW, the Muon matrices of every member at once: ``muon_group``)."""
+        return "flat" if self.vec is not None else "muon_stack" if self.matrices is not None else "torch"
 
     def _collect_groups(self) -> None:
         """The engine's groups are the members' optimisers' own (a torch ``load_state_dict`` makes new group dicts)."""
         if self.member_optimizers is not None:
-            self.optimizer.param_groups = [g for o in self.member_optimizers for g in o.param_groups]
+            self.optimizer.param_groups = [g for o in self.member_optimizers for g in o.param_groups] + (
+                self.matrices.groups if self.matrices is not None else [])
 
     def training_step(self, batch, batch_idx):
         xs, ys = batch
@@ -272,6 +284,8 @@ class Engine(L.LightningModule):
         for o, alive in zip(self.member_optimizers, self.active.tolist()):
             if alive:
                 o.step()
+        if self.matrices is not None:
+            self.matrices.step(self.active)
 
     # ------------------------------------------------------------------ validation
 
@@ -352,7 +366,7 @@ class Engine(L.LightningModule):
     def optimizer_state(self, e: int) -> dict[str, dict[str, torch.Tensor]]:
         """Member ``e``'s optimiser state, parameter name -> torch's per-parameter state (``step``, ``exp_avg`` ...)."""
         if self.vec is None:
-            return named_state(self.member_optimizers[e])
+            return named_state(self.member_optimizers[e]) | (self.matrices.member_state(e) if self.matrices is not None else {})
         vec, trainable = self.vec, dict(zip(self.stack.names, self.stack.trainable))
         keys = (("momentum_buffer", vec.exp_avg),) if vec.name == "sgd" else (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq))
         views = {k: self.stack.views(t) for k, t in keys}
@@ -367,6 +381,8 @@ class Engine(L.LightningModule):
         named = s["optimizer"]["state"]
         if self.vec is None:
             load_named_state(self.member_optimizers[e], named)
+            if self.matrices is not None:
+                self.matrices.load_member(e, named)
             self._collect_groups()
         else:
             vec = self.vec

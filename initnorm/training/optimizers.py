@@ -16,7 +16,8 @@ It declares:
   its own instance;
 - ``flat``: the step ``vec_optim.VecOptimizer`` writes for it (a fast path, used only where a probe at set-up
   shows it steps as torch does, bit for bit: ``vec_optim.probe``);
-- ``matrices``: which parameters the orthogonalised part takes (Muon: hidden 2-D matrices), if any.
+- ``matrices``: which parameters the orthogonalised part takes (Muon: hidden 2-D matrices), if any, and
+  ``stacked_matrices``: whether a stacked group's may step at once (``training/muon_group.py``, by a probe).
 
 Every ``torch.optim`` optimiser that steps without a closure is registered by its lower-case name
 (``optim.name=nadam``); a user's own is ``optim=custom optim._target_=mypkg.Lion optim.family=adam``
@@ -53,6 +54,7 @@ class Optimiser:
     flat: str | None = None
     decoupled: bool = False  # its decay is lr x wd x p, not a gradient term (independent decay needs one)
     matrices: Callable[[Any, torch.Tensor], bool] | None = None  # (role, p) -> the orthogonalised part takes p
+    stacked_matrices: bool = False  # a stacked group's orthogonalised part may step at once (training/muon_group.py)
 
     def keywords(self) -> set[str]:
         """The keywords ``make`` takes (``**kwargs``: any)."""
@@ -265,7 +267,7 @@ MUON_RULES = {
     "ns_steps": Int(1, 99, fix=5),
 }
 OPTIMIZERS.register("muon", About("Muon", "orthogonal", MUON_RULES))(
-    Optimiser(muon, "orthogonal", elementwise=False, decoupled=True, matrices=is_muon_matrix))
+    Optimiser(muon, "orthogonal", elementwise=False, decoupled=True, matrices=is_muon_matrix, stacked_matrices=True))
 OPTIMIZERS.register("custom", About("your own", "", {"_target_": KeyRule("dotted", fix="mypkg.optim.Lion"),
                                                    "family": Choice(FAMILIES, null=True, fix="adam"),
                                                    "elementwise": Bool(fix=True)}))(
