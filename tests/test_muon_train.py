@@ -5,11 +5,13 @@ alone and stacked, under SP, µP and depth-µP; resume bit for bit alone and sta
 import json
 import shutil
 
+import lightning as L
 import pytest
 import torch
 
 from initnorm.config import to_plain
 from initnorm.training.fit import Member, fit
+from initnorm.training.optim import schedule_factor
 from initnorm.training.resume import FORMAT_1, checkpoint_path
 from tests.conftest import compose_cfg
 
@@ -27,26 +29,56 @@ def cfg(*extra: str, seed: int = 1):
     return to_plain(compose_cfg(*SHARED, *extra, f"seed={seed}"))
 
 
+def muon_matrix(c) -> tuple[str, tuple[int, int]]:
+    """The first parameter Muon steps, and its shape."""
+    from initnorm.models.build import build_model
+    from initnorm.training.optimizers import is_muon_matrix
+
+    built = build_model(c["model"], c["init"], c["param"], 65)
+    return next((n, tuple(p.shape)) for n, p in built.model.named_parameters() if is_muon_matrix(built.roles[n], p))
+
+
 def alone(folder, *extra: str, seed: int = 1) -> dict:
     from initnorm.cli.train import train
 
     return train(compose_cfg(*SHARED, *extra, f"seed={seed}"), folder)
 
 
-def stacked(root, *extra: str, seeds=(1, 2)) -> list[dict]:
-    return fit([Member(cfg(*extra, seed=s), root / f"seed={s}") for s in seeds])
+def stacked(root, *extra: str, seeds=(1, 2), callbacks=None) -> list[dict]:
+    return fit([Member(cfg(*extra, seed=s), root / f"seed={s}") for s in seeds], callbacks=callbacks)
+
+
+class Seen(L.Callback):
+    """What an instrument reads of the optimiser after the first step (``callbacks/members.py``'s view)."""
+
+    rates = adam = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        from initnorm.callbacks.members import members_of
+
+        if self.rates is None:
+            view = members_of(pl_module, trainer)
+            self.rates, self.adam, self.step = view.rates(), view.adam(), trainer.global_step
 
 
 @pytest.mark.parametrize("param", ["sp", "mup", "depth_mup"])
 def test_muon_trains_alone_and_stacked_each_member_as_its_job_alone(tmp_path, param):
     extra = (*MUON, f"param={param}")
     a = alone(tmp_path / "alone", *extra, seed=2)
-    group = stacked(tmp_path / "group", *extra)
+    seen = Seen()
+    group = stacked(tmp_path / "group", *extra, callbacks=[seen])
     g = group[1]
     assert a["status"] == g["status"] == "finished" and a["group"]["optimizer"] == "torch" and g["group"]["size"] == 2
     assert g["group"]["optimizer"] == "muon_stack"  # the matrices of both members in one Newton-Schulz iteration
     assert abs(a["final_val_loss"] - g["final_val_loss"]) <= BOUND * a["final_val_loss"], (param, a["final_val_loss"], g["final_val_loss"])
     assert group[0]["final_val_loss"] != group[1]["final_val_loss"]  # two seeds, two runs
+    # the instruments' view: a Muon matrix's effective rate is lr x schedule x its shape factor (match_rms_adamw; at
+    # depth = base depth and the table's lr x 1 for Muon's matrices), and it has no Adam ε
+    c = cfg(*extra)
+    name, (fan_out, fan_in) = muon_matrix(c)
+    want = c["lr"] * schedule_factor(seen.step, c["steps"], c["warmup"], c["schedule"]) * 0.2 * max(fan_out, fan_in) ** 0.5
+    assert seen.rates[name].tolist() == pytest.approx([want] * 2, rel=1e-6), (name, seen.rates[name], want)
+    assert name not in seen.adam and "tok_emb.weight" in seen.adam
 
 
 def test_muon_matrices_step_by_muon_and_the_rest_by_adamw():
