@@ -435,6 +435,9 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
 
     optim = c["optim"]
     check_decay_mode(optim, optim.get("weight_decay_mode"), optim.get("weight_decay"))
+    from initnorm.training.optimizers import entry, keywords
+
+    keywords(entry(optim), optim)  # an optim.* key the optimiser does not take: refused here, before any job trains
     resolve(c["init"])
     # width below µP's base width, an optimiser without a µP table
     make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])

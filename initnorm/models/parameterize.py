@@ -62,7 +62,7 @@ class Parameterized:
     table: Table
     roles: dict[str, Role]
     config: dict[str, Any] = field(default_factory=dict, repr=False)
-    optimizer: str | None = None  # the optimiser family the table was made for: adamw, adam, sgd
+    optimizer: str | None = None  # the optimiser whose family the table was made for (training/optimizers.py)
 
     def param_groups(self, lr: float, weight_decay: float = 0.0, eps: float | None = None, mode: str = "scaled") -> list[dict]:
         """Parameter groups for a torch optimiser of the table's family (``torch.optim.AdamW(p.param_groups(3e-3,
