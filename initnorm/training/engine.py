@@ -43,7 +43,7 @@ from initnorm.training.checkpoints import resume_loop_at
 from initnorm.training.compiling import hooked
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
-from initnorm.training.optimizers import build, entry
+from initnorm.training.optimizers import build, entry, load_named_state, named_state
 from initnorm.training.stack import Stack
 from initnorm.training.validation import at_start, missing_at, scheduled, validate_now, validation_interval
 from initnorm.training.vec_optim import VecOptimizer, probe
@@ -408,22 +408,3 @@ class Engine(L.LightningModule):
     def final_losses(self) -> list[float]:
         return [h.val[-1][1] if h.val else math.nan for h in self.history]
 
-
-def _order(opt: torch.optim.Optimizer) -> list[str]:
-    """The parameter names in the order torch's ``state_dict()`` numbers them (each group carries its ``names``)."""
-    return [n for g in opt.param_groups for n in g["names"]]
-
-
-def named_state(opt: torch.optim.Optimizer) -> dict[str, dict[str, Any]]:
-    """``opt.state_dict()``'s per-parameter state by parameter name (copies on the CPU)."""
-    order = _order(opt)
-    return {order[i]: {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in st.items()}
-            for i, st in opt.state_dict()["state"].items()}
-
-
-def load_named_state(opt: torch.optim.Optimizer, named: Mapping[str, Mapping[str, Any]]) -> None:
-    """``named`` (``named_state``'s form) into ``opt`` through its ``load_state_dict``, its groups' numbers kept."""
-    index = {n: i for i, n in enumerate(_order(opt))}
-    sd = opt.state_dict()
-    sd["state"] = {index[n]: dict(st) for n, st in named.items() if n in index}
-    opt.load_state_dict(sd)

@@ -167,6 +167,26 @@ def build_named(name: str, groups: list[dict], lr: float, **numbers) -> Any:
     return build(groups, lr, {"name": name, **{k: v for k, v in numbers.items() if takes(name, k)}})
 
 
+def _order(opt: torch.optim.Optimizer) -> list[str]:
+    """The parameter names in the order torch's ``state_dict()`` numbers them (each group carries its ``names``)."""
+    return [n for g in opt.param_groups for n in g["names"]]
+
+
+def named_state(opt: torch.optim.Optimizer) -> dict[str, dict[str, Any]]:
+    """``opt.state_dict()``'s per-parameter state by parameter name (copies on the CPU)."""
+    order = _order(opt)
+    return {order[i]: {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in st.items()}
+            for i, st in opt.state_dict()["state"].items()}
+
+
+def load_named_state(opt: torch.optim.Optimizer, named: Mapping[str, Mapping[str, Any]]) -> None:
+    """``named`` (``named_state``'s form) into ``opt`` through its ``load_state_dict``, its groups' numbers kept."""
+    index = {n: i for i, n in enumerate(_order(opt))}
+    sd = opt.state_dict()
+    sd["state"] = {index[n]: dict(st) for n, st in named.items() if n in index}
+    opt.load_state_dict(sd)
+
+
 class Several(torch.optim.Optimizer):
     """Several torch optimisers behind one ``step``, ``zero_grad``, ``state_dict`` and ``load_state_dict`` (torchtitan's
     container): ``param_groups`` is theirs in order, and the state dict numbers the parameters across them in that order,
