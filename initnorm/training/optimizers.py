@@ -11,9 +11,9 @@ It declares:
   table is stated once per family (``nn/param.py``: MuAdam's and MuSGD's rules, and for ``orthogonal`` no
   width factor on the matrices on top of the optimiser's own shape factor); a user's own optimiser declares
   its family by ``optim.family``;
-- ``elementwise``: every element's update reads only that element's numbers, so a stacked group's members
-  can share one optimiser over their stacked tensors (``training/stack.py``); otherwise each member steps
-  its own instance;
+- ``elementwise``: every element's update reads only that element's numbers (declared: a stacked group's
+  members each step their own instance over their views, ``training/stack.py``, right whatever it says; the flat
+  fast path and the stacked Muon matrices are the steps taken over the stacked tensors at once);
 - ``flat``: the step ``vec_optim.VecOptimizer`` writes for it (a fast path, used only where a probe at set-up
   shows it steps as torch does, bit for bit: ``vec_optim.probe``);
 - ``matrices``: which parameters the orthogonalised part takes (Muon: hidden 2-D matrices), if any, and
