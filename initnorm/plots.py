@@ -96,7 +96,6 @@ VALUE_NAMES = {
     ("regularizer", "weight_decay_1.0"): "weight decay 1.0",
 }
 CORPUS_NAMES = {"alice": "Alice", "shakespeare": "tiny Shakespeare"}
-OPTIM_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 
 def display(group: str, value: str) -> str | None:
@@ -160,7 +159,7 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
         parts.append(f"batch {c['batch_size']}")
     if optim.get("name"):
         rate = "" if "lr" in swept or c.get("lr") is None else f" {'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
-        parts.append(OPTIM_NAMES.get(optim["name"], optim["name"]) + rate)
+        parts.append((display("optim", optim["name"]) or optim["name"]) + rate)
     seeds = {r.get("seed") for r in records if r.get("status") == "finished"}
     parts.append(f"{len(seeds)} seed{'s' * (len(seeds) != 1)}")
     return ", ".join(p for p in parts if p)

@@ -184,4 +184,5 @@ GROUPS = {
     "init": ("name", Names("initnorm.nn.init", "INITS")),
     "norm_type": ("name", Names("initnorm.nn.norms", "NORMS")),
     "data": ("kind", Names("initnorm.training.tasks", "TASKS")),
+    "optim": ("name", Names("initnorm.training.optimizers", "OPTIMIZERS")),
 }

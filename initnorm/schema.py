@@ -90,7 +90,7 @@ RULES: dict[str, KeyRule] = {
     "param.base_width": Int(1, fix=16),
     "norm_type.name": Entry("initnorm.nn.norms", "NORMS", "layernorm"),
     "norm_type.eps": Num(0, fix=1e-5),
-    "optim.name": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+    "optim.name": Choice(Names("initnorm.training.optimizers", "OPTIMIZERS"), fix="adamw"),
     "optim.betas": KeyRule("betas", fix="[0.9,0.999]"),
     "optim.eps": Num(0, lo_open=True, fix=1e-8),
     "optim.weight_decay": Num(0, fix=0.01),
@@ -440,7 +440,10 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
     from initnorm.training.optim import check_decay_mode
 
     optim = c["optim"]
-    check_decay_mode(optim["name"], optim.get("weight_decay_mode"), optim.get("weight_decay"))
+    check_decay_mode(optim, optim.get("weight_decay_mode"), optim.get("weight_decay"))
+    from initnorm.training.optimizers import entry, keywords
+
+    keywords(entry(optim), optim)  # an optim.* key the optimiser does not take: refused here, before any job trains
     resolve(c["init"])
     # width below µP's base width, an optimiser without a µP table
     make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])

@@ -35,7 +35,7 @@ def test_flop_count_equals_torch_counter():
 
 def test_plans_are_the_reproduce_commands_and_shrink():
     sizes = {k: len(bench_sweeps.plan(s, None, [])["jobs"]) for k, s in bench_sweeps.SWEEPS.items()}
-    assert sizes == {"canonical": 12, "7b": 12, "7e": 36, "mup_mlp": 54}
+    assert sizes == {"canonical": 12, "7b": 12, "7e": 36, "muon": 12, "mup_mlp": 54}
     assert bench_sweeps.plan(bench_sweeps.SWEEPS["mup_mlp"], None, [])["overrides"] == ["experiment=mup_mlp_sweep", "callbacks=none"]
     small = bench_sweeps.plan(bench_sweeps.SWEEPS["7b"], 20, ["seed=1"])
     assert small["overrides"] == ["experiment=norm_warmup", "callbacks=none", "norm=pre,post", "warmup=0,10", "seed=1", "steps=20"]

@@ -174,11 +174,11 @@ def test_a_members_bad_checkpoint_fails_it_alone_before_it_meets_the_others(tmp_
     for m in group:
         (m.out_dir / "metrics.json").unlink()
     state = torch.load(checkpoint_path(group[1].out_dir), weights_only=True)
-    state["optimizer"]["exp_avg"]["tok_emb.weight"] = torch.zeros(2)  # a moment of the wrong shape
+    state["optimizer"]["state"]["tok_emb.weight"]["exp_avg"] = torch.zeros(2)  # a moment of the wrong shape
     torch.save(state, checkpoint_path(group[1].out_dir))
     got = fit(group)
     assert got[0]["status"] == "finished" and got[0]["resumed_from_step"] == 12 and got[0]["group"]["size"] == 1
-    assert got[1]["status"] == "failed" and "does not fit this job's model (optimizer exp_avg)" in got[1]["error"]
+    assert got[1]["status"] == "failed" and "does not fit this job's model (optimizer state of tok_emb.weight)" in got[1]["error"]
 
 
 def test_a_group_says_it_started_then_each_quarter_with_the_sweeps_count(tmp_path, capsys):

@@ -197,7 +197,8 @@ def group_options():
 
 @pytest.mark.parametrize("group, option", list(group_options()))
 def test_every_option_of_every_group_composes_and_builds(group, option):
-    extra = ["init.fn=math.sqrt"] if (group, option) == ("init", "custom") else []
+    extra = {("init", "custom"): ["init.fn=math.sqrt"],
+             ("optim", "custom"): ["optim._target_=tests.own_optim.Lion", "optim.family=adam"]}.get((group, option), [])
     c = to_plain(compose_cfg(f"{group}={option}", "width=32", *extra))
     validate(c)
     if (group, option) != ("init", "custom"):  # math.sqrt is callable but not a scheme

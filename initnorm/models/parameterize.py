@@ -38,9 +38,10 @@ from initnorm.models.apply import apply_forward_multipliers, check_roles, init_f
 from initnorm.models.families import MODELS, Family
 from initnorm.models.infer import columns
 from initnorm.models.init_check import check_init
-from initnorm.nn.param import PARAMS, SGD_LIKE, Table, in_block, make_table
+from initnorm.nn.param import PARAMS, Table, in_block, make_table
 from initnorm.nn.roles import Role
 from initnorm.training.optim import check_decay_mode, model_groups
+from initnorm.training.optimizers import takes
 
 __all__ = ["Parameterized", "parameterize"]
 
@@ -61,7 +62,7 @@ class Parameterized:
     table: Table
     roles: dict[str, Role]
     config: dict[str, Any] = field(default_factory=dict, repr=False)
-    optimizer: str | None = None  # the optimiser family the table was made for: adamw, adam, sgd
+    optimizer: str | None = None  # the optimiser whose family the table was made for (training/optimizers.py)
 
     def param_groups(self, lr: float, weight_decay: float = 0.0, eps: float | None = None, mode: str = "scaled") -> list[dict]:
         """Parameter groups for a torch optimiser of the table's family (``torch.optim.AdamW(p.param_groups(3e-3,
@@ -79,7 +80,7 @@ class Parameterized:
         schema.check_value("optim.weight_decay_mode", mode, schema.RULES["optim.weight_decay_mode"])
         if eps is not None:
             schema.check_value("optim.eps", eps, schema.RULES["optim.eps"])
-        elif self.optimizer not in SGD_LIKE:  # torch's own default, so that the table's ε multipliers apply to it
+        elif takes(self.optimizer or "adamw", "eps"):  # torch's own default, so that the table's ε multipliers apply to it
             eps = inspect.signature(torch.optim.AdamW).parameters["eps"].default
         check_decay_mode(self.optimizer or "adamw", mode, weight_decay)
         return model_groups(self.model, self.roles, self.table, lr, weight_decay=weight_decay, mode=mode, eps=eps)

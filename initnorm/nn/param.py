@@ -31,8 +31,6 @@ from initnorm.keyrules import Bool, Choice, Int, Names, Num
 from initnorm.nn.roles import BRANCH_OUT_ROLES, HIDDEN_ROLES, Role, unplaced
 from initnorm.registry import About, Registry
 
-ADAM_LIKE = ("adam", "adamw")
-SGD_LIKE = ("sgd",)
 READOUTS = ("logits", "zero")  # logits x 1/m (MuReadout) | zero start and lr / m (the chapter's)
 
 # A table's kind (``About.kind``): the axes its coordinates are expected to be stable across, which
@@ -136,7 +134,9 @@ MUP_RULES = {
     "base_depth": Int(1, null=True, fix=2),
     "depth_alpha": Num(0, 1, fix=0.5, note="0: µP, 0.5: depth-µP, 1: CompleteP"),
     "scale_eps": Bool(),
-    "optimizer": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+    "optimizer": Choice(Names("initnorm.training.optimizers", "OPTIMIZERS"), fix="adamw"),
+    "optimizer_family": Choice(Names("initnorm.training.optimizers", "FAMILIES"), null=True, fix="adam",
+                               note="optim=custom's family (optim.family)"),
     # µP's tunable constants (microsoft/mup: MuReadout's output_mult, its Transformer example's attn_mult): on top of
     # the width rules, tuned at the base width and kept at every width (hparams_search=mup_mults). 1 changes nothing.
     "output_mult": Num(0, lo_open=True, fix=1.0, note="the readout's output x output_mult, on top of µP's 1/m"),
@@ -150,13 +150,12 @@ def standard(width: int, base_width: int, depth: int | None = None, base_depth: 
     return Table("sp", {role: SP_RULE for role in Role}, width_mult=width / base_width)
 
 
-def _optimizer_kind(optimizer: str, name: str) -> str:
-    if optimizer in ADAM_LIKE:
-        return "adam"
-    if optimizer in SGD_LIKE:
-        return "sgd"
-    raise bad_value("optim", optimizer, f"param={name} has tables for Adam-like ({', '.join(ADAM_LIKE)}) and SGD-like "
-                                        f"({', '.join(SGD_LIKE)}) optimisers only", "optim=adamw")
+def _optimizer_kind(optimizer: str, name: str, family: str | None = None) -> str:
+    """The optimiser's family (``training/optimizers.py``: adam, sgd, orthogonal), whose rules the table states once;
+    optim=custom's is ``optim.family``, and an undeclared one is refused in one line naming that key."""
+    from initnorm.training.optimizers import family as family_of
+
+    return family_of({"name": optimizer, "family": family}, name)
 
 
 def mup_table(
@@ -168,6 +167,7 @@ def mup_table(
     readout: str = "logits",
     scale_eps: bool = True,
     optimizer: str = "adamw",
+    optimizer_family: str | None = None,
     name: str = "mup",
     output_mult: float = 1.0,
     attn_mult: float = 1.0,
@@ -184,15 +184,17 @@ def mup_table(
             f"param={name} scales residual branches relative to a positive number of blocks (model.mup.base_depth); "
             "a model without residual blocks (the MLP families) cannot take it", "param=mup"
         )
-    kind = _optimizer_kind(optimizer, name)
+    kind = _optimizer_kind(optimizer, name, optimizer_family)
     m = width / base_width
     a = float(depth_alpha)
     l = depth / base_depth if a else 1.0
-    adam = kind == "adam"
+    adam = kind != "sgd"  # an orthogonalised optimiser's AdamW part takes Adam's rules; its matrices below
     # The width part of each learning rate. Under optim.weight_decay_mode=scaled the weight decay
     # is its inverse, so lr x wd does not depend on width (MuAdam: hidden wd x m; MuSGD: vectors wd / m).
     vector_lr = 1.0 if adam else m  # vectors of width size and matrices with one width side
-    hidden_lr = 1.0 / m if adam else 1.0  # MuSGD: the fan-in/fan-out ratio, 1 for every matrix here
+    hidden_lr = 1.0 / m if kind == "adam" else 1.0  # MuSGD: the fan-in/fan-out ratio, 1 for every matrix here
+    # Muon's matrices: no 1/m, since optim.muon_scale's shape factor is already its width rule (the spectral
+    # condition, arXiv 2310.17813; Moonlight's 0.2 sqrt(max) matches AdamW's update RMS); docs/optimisers.md.
     # A block's parameters: lr x l^(α-1) under Adam, x l^(2α-1) under SGD (TP VI; CompleteP, Table 1).
     depth_lr = l ** (a - 1.0) if adam else l ** (2.0 * a - 1.0)
     # ε follows the role's gradient: Θ(1/m) behind the 1/m readout, x l^-α in a block (branch multiplier).
@@ -247,19 +249,23 @@ UMUP_RULES = {
     "residual_mult": Num(0, lo_open=True, fix=1.0, note="the residual branches' total share against the embedding's"),
     "residual_attn_ratio": Num(0, lo_open=True, fix=1.0, note="the attention branches' share against the MLP's"),
     "attn_mult": Num(0, lo_open=True, fix=1.0, note="attention scores x attn_mult / d_head"),
-    "optimizer": Choice(Names("initnorm.training.optim", "OPTIMIZERS"), fix="adamw"),
+    "optimizer": Choice(Names("initnorm.training.optimizers", "OPTIMIZERS"), fix="adamw"),
+    "optimizer_family": Choice(Names("initnorm.training.optimizers", "FAMILIES"), null=True, fix="adam",
+                               note="optim=custom's family (optim.family)"),
 }
 
 
 @PARAMS.register("umup", About("u-µP", "width+depth", UMUP_RULES, absolute=True))  # fan-in rules: no base size
 def umup(width: int, base_width: int, depth: int | None = None, residual_mult: float = 1.0,
-         residual_attn_ratio: float = 1.0, attn_mult: float = 1.0, optimizer: str = "adamw", **_) -> Table:
+         residual_attn_ratio: float = 1.0, attn_mult: float = 1.0, optimizer: str = "adamw", optimizer_family: str | None = None,
+         **_) -> Table:
     """u-µP (Blake et al. 2024; graphcore-research/unit-scaling 0.3): unit init, each matrix's output x
     fan_in^-1/2 (the readout x fan_in^-1), absolute Adam learning rates with no base width, and the
     unit-scaled ops of ``nn.umup``. ``base_width`` is read by nothing here. docs/parameterisations.md."""
-    if _optimizer_kind(optimizer, "umup") != "adam":
+    if _optimizer_kind(optimizer, "umup", optimizer_family) != "adam":
         raise bad_value("optim", optimizer, "param=umup has its Adam rules only (unit-scaling's SGD rules assume a "
-                                            "constrained readout, not built here)", "optim=adamw")
+                                            "constrained readout, not built here; an orthogonalised optimiser's shape factor "
+                                            "would count width twice on top of its fan-in rules)", "optim=adamw")
     unit = Rule(forward_fan_in=-0.5, lr_fan_in=-0.5)  # paper Table 2: hidden and input weights; optim.lr_scale_func_adam
     rules = {role: Rule() for role in Role}  # biases, norms, the readout's bias: lr x 1
     rules.update({role: unit for role in (*HIDDEN_ROLES, Role.INPUT)})

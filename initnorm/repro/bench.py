@@ -16,6 +16,8 @@ Parts (named flags run only the parts they name; without any, all of them run):
   and once each as a process of their own for the peak RSS and the wall time with imports.
 - ``--sweeps``: whole sweeps as whole commands (``bench_sweeps``): plain loops in one process
   against ``hydra/launcher=vectorized`` and ``local_parallel``, interleaved ``--sweep-repeats`` times.
+- ``--muon``: the Muon rows: per step, ``optim=muon`` against a plain loop with ``torch.optim.Muon`` + AdamW, and
+  the 12-job Muon sweep (``bench_sweeps.SWEEPS["muon"]``) vectorised against plain loops.
 - ``--flops``: the wide MLPs' matmul FLOPs against this machine's matmul throughput (``bench_flops``).
 - ``--groups``: milliseconds per member-step of a vectorised group against its size, eager and compiled.
 - ``--scale``: sweeps of N = 100, 1,000, 10,000 jobs of ``steps=1`` and ``steps=100`` under the vectorised launcher,
@@ -54,27 +56,33 @@ from initnorm.training.optim import make_optimizer
 WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # local_parallel's n_jobs=-1
 TARGETS = {"initnorm": 1.10, "initnorm + stats": 1.25, "rss_mb": 600, "group_rss_mb": 1000}
 VARIANTS = {"plain": None, "initnorm": ["callbacks=none"], "initnorm + stats": ["callbacks=default"]}
+# The Muon row (--muon): optim=muon in a plain loop (torch.optim.Muon + AdamW, bench_measure.plain_run) against train()
+MUON = ["optim=muon"]
+MUON_VARIANTS = {"plain": None, "initnorm": ["callbacks=none"]}
 DEFAULT_STEPS = 1500  # the per-step part's run: the default Decoder's 1,500 steps
 
 
 # ---------------------------------------------------------------- per step
 
 
-def per_step(steps: int, repeats: int, workdir: Path) -> dict[str, dict[str, Any]]:
-    """(1)-(3) in this process, interleaved, after one short untimed warm-up of each."""
+def per_step(steps: int, repeats: int, workdir: Path, variants: dict[str, list[str] | None] = VARIANTS,
+             extra: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """(1)-(3) in this process, interleaved, after one short untimed warm-up of each (``extra``: overrides of every
+    variant, the plain loop's included: ``MUON``)."""
     from initnorm.cli.train import train
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    cfgs = {name: compose_train([*(ov or []), f"steps={steps}"]) for name, ov in VARIANTS.items()}
+    extra = extra or []
+    cfgs = {name: compose_train([*(ov or []), *extra, f"steps={steps}"]) for name, ov in variants.items()}
 
     def once(name: str, cfg) -> dict[str, Any]:
-        if VARIANTS[name] is None:
+        if variants[name] is None:
             return plain_run(to_plain(cfg))
         return train(cfg, tempfile.mkdtemp(dir=workdir))
 
-    for name, ov in VARIANTS.items():
-        once(name, compose_train([*(ov or []), "steps=50", "trainer.val_check_interval=25"]))
-    runs: dict[str, list] = {name: [] for name in VARIANTS}
+    for name, ov in variants.items():
+        once(name, compose_train([*(ov or []), *extra, "steps=50", "trainer.val_check_interval=25"]))
+    runs: dict[str, list] = {name: [] for name in variants}
     for r in range(repeats):
         for name, cfg in cfgs.items():
             out, wall, cpu = timed(functools.partial(once, name, cfg))
@@ -242,6 +250,8 @@ def report(args, parts: dict[str, Any], loads: tuple[float, float]) -> str:
     ]
     if parts.get("steps"):
         lines += per_step_report(args, parts["steps"], parts["jobs"], parts["steps_load"])
+    if parts.get("muon_steps"):
+        lines += muon_report(args, parts["muon_steps"], parts["muon_load"])
     for res in parts.get("sweeps", {}).values():
         lines += bench_sweeps.report(res, WORKERS)
     if parts.get("flops"):
@@ -285,9 +295,26 @@ def per_step_report(args, steps_res, jobs, loads: tuple[float, float]) -> list[s
     return lines
 
 
+def muon_report(args, res: dict[str, dict[str, Any]], loads: tuple[float, float]) -> list[str]:
+    """The Muon row: train() with optim=muon against a plain loop stepping torch.optim.Muon + AdamW (the same groups)."""
+    base = res["plain"]
+    lines = ["", f"## Per step, Muon: the default Decoder with `optim=muon`, {args.steps or DEFAULT_STEPS} steps", "",
+             (f"Medians of {args.repeats} interleaved repeats in one process; the plain loop steps `torch.optim.Muon` (hidden matrices) "
+              f"and `torch.optim.AdamW` (the rest) over initnorm's groups. Load average before → after: {loads[0]:.2f} → {loads[1]:.2f}."),
+             "", "| variant | ms/step (wall) | ratio | ms/step (CPU) | ratio | final val loss |", "|---|---|---|---|---|---|"]
+    for name, r in res.items():
+        label = {"plain": "(1) plain loop, torch.optim.Muon + AdamW", "initnorm": "(2) initnorm, `optim=muon callbacks=none`"}[name]
+        losses = ", ".join(f"{v:.6f}" for v in sorted(r["final_val_loss"]))
+        lines.append(f"| {label} | {r['wall_ms']:.3f} | {r['wall_ms'] / base['wall_ms']:.3f} | {r['cpu_ms']:.3f} | "
+                     f"{r['cpu_ms'] / base['cpu_ms']:.3f} | {losses} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m initnorm.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--per-step", action="store_true", help="the per-step part: plain loop vs train(), in one process")
+    p.add_argument("--muon", action="store_true",
+                   help="the Muon rows: per step against a plain loop with torch.optim.Muon + AdamW, and the 12-job Muon sweep")
     p.add_argument("--sweeps", type=comma_list(), default=None, help=f"whole sweeps, comma-separated: {','.join(bench_sweeps.SWEEPS)}")
     p.add_argument("--flops", action="store_true",
                    help="the FLOP floor of experiment=mup_mlp_sweep's MLPs (beside its sweep when that runs too)")
@@ -354,14 +381,14 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     # Named parts run alone; without any, every part runs.
-    chosen = args.per_step or args.sweeps is not None or args.flops or args.groups is not None or args.scale
+    chosen = args.per_step or args.muon or args.sweeps is not None or args.flops or args.groups is not None or args.scale
     rows = [bench_sweeps.ROWS[r] for r in dict.fromkeys([*args.launchers, *["sequential"] * args.sequential,
                                                          *["submitit"] * args.submitit])]
     if args.vectorized_only:
         per_step_on, sweeps, flops = False, ["canonical"], False
         groups, rows = args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
     elif chosen:
-        per_step_on, sweeps, flops, groups = args.per_step, args.sweeps or [], args.flops, args.groups or []
+        per_step_on, sweeps, flops, groups = args.per_step, [*(args.sweeps or []), *["muon"] * args.muon], args.flops, args.groups or []
     else:
         per_step_on, sweeps, flops, groups = True, list(bench_sweeps.SWEEPS), True, [1, 2, 4, 8, 16, 32]
     if args.no_sweep:
@@ -379,6 +406,11 @@ def main(argv: list[str] | None = None) -> None:
             parts["steps_load"] = (before, load())
             print("one process per variant (RSS) ...", file=sys.stderr)
             parts["jobs"] = {name: one_job(name, steps, work) for name in VARIANTS}
+        if args.muon or not chosen:
+            print("per step, Muon, interleaved ...", file=sys.stderr)
+            before = load()
+            parts["muon_steps"] = per_step(args.steps or DEFAULT_STEPS, args.repeats, work, MUON_VARIANTS, MUON)
+            parts["muon_load"] = (before, load())
         for key in sweeps:
             print(f"sweep {key} ...", file=sys.stderr)
             parts["sweeps"][key] = bench_sweeps.measure(bench_sweeps.SWEEPS[key], args.steps, args.set, args.sweep_repeats, rows, work)

@@ -60,6 +60,10 @@ SWEEPS = {
                 note="The plain loops train µP with initnorm's own build (init and forward multipliers) and the optimiser groups of its "
                      "parameterisation table (per-role learning rates), not a second copy of µP; issue 14 calls this a 54-job sweep, "
                      "`make reproduce` runs these 36."),
+    "muon": Sweep("muon", "12 Muon jobs (`optim=muon`: torch.optim.Muon on hidden matrices + AdamW): width x lr x seed",
+                  ("optim=muon", "callbacks=none"), ("width=16,32", "lr=0.003,0.01,0.03", "seed=1,2"),
+                  note="The plain loops step torch.optim.Muon + AdamW over initnorm's groups; a vectorised group's Muon matrices step "
+                       "at once (training/muon_group.py)."),
     "mup_mlp": Sweep("mup_mlp", "chapter step 4: the wide MLP, widths 64/256/1024 x 9 lrs x SP/µP, seed 0 (the preset's grid)",
                      ("experiment=mup_mlp_sweep", "callbacks=none"),
                      plain="the plain loop is the Decoder's language-model loop; this MLP classifier is compared against `local_parallel` "

@@ -3,9 +3,13 @@ divergence, validation, checkpoints, resume and the record are written once for 
 
 ``Engine`` holds its members over one flat parameter tensor (``training/stack.py``): each member is
 the family's or the user's own module, ``engine.members[e]``, whose parameters view their rows of
-it. One step, one validation, one optimiser (``vec_optim.VecOptimizer``, with each member's
-per-role rates, decays and ε from its parameterisation's table), one divergence stop and one set
-of records serve every E, under Lightning's ``Trainer`` with the config's callbacks.
+it. One step, one validation, one optimiser, one divergence stop and one set of records serve every E,
+under Lightning's ``Trainer`` with the config's callbacks. The optimiser is torch's (``training/optimizers.py``):
+each member steps its own instance over its views, with its per-role rates, decays and ε from its
+parameterisation's table; where a probe at set-up shows that ``vec_optim.VecOptimizer`` steps as that
+optimiser does, bit for bit, the members step the flat tensor at once instead (``optimizer``: ``torch`` | ``flat``,
+in the record). Either way the rate lives in one place, the groups' ``lr`` (``param_groups``), which the
+schedule sets at each step as ``LambdaLR`` does and which the step reads.
 
 A family's LightningModule is a small subclass that gives only what is the family's own:
 
@@ -41,9 +45,10 @@ from initnorm.training.compiling import hooked
 from initnorm.training.distributed import check_same, mean_over_ranks, shard
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
+from initnorm.training.optimizers import build, entry, load_named_state, named_state
 from initnorm.training.stack import Stack
 from initnorm.training.validation import at_start, missing_at, scheduled, validate_now, validation_interval
-from initnorm.training.vec_optim import VecOptimizer
+from initnorm.training.vec_optim import VecOptimizer, probe
 
 
 @dataclass
@@ -79,12 +84,12 @@ class BuiltMember:
 
 
 class EngineOptimizer(torch.optim.Optimizer):
-    """The members' ``VecOptimizer`` behind torch's interface, so Lightning drives it and calls its hooks as any
-    optimiser's. ``param_groups``: every member's groups (``member``: whose), each ``lr`` the rate its step takes now."""
+    """The members' optimisers behind torch's interface, so Lightning drives them and calls its hooks as any
+    optimiser's. ``param_groups``: every member's groups (``member``: whose; ``initial_lr``: its peak rate), the very
+    groups the members' optimisers (or the flat step) read, each ``lr`` the rate its step takes now."""
 
-    def __init__(self, engine: Engine, groups: Sequence[Sequence[dict]]):
-        flat_groups = [{**g, "member": e, "initial_lr": g["lr"]} for e, member in enumerate(groups) for g in member]
-        super().__init__(flat_groups, {"lr": 0.0})
+    def __init__(self, engine: Engine, groups: Sequence[dict]):
+        super().__init__(list(groups), {"lr": 0.0})
         self.engine = engine
 
     @torch.no_grad()
@@ -119,11 +124,12 @@ class Engine(L.LightningModule):
         self.interval = self.intervals[self.horizons.index(self.steps)]
         self.retired = torch.zeros(self.E, dtype=torch.bool)  # members past their last step (training/horizons.py)
         groups = [optimiser_groups(m, r, t, c["lr"], c["optim"]) for m, r, t, c in zip(self.members, self.roles, self.tables, self.configs)]
-        where = [{id(p): self.stack.positions(e)[n] for n, p in m.named_parameters()} for e, m in enumerate(self.members)]
-        self.optimizer = EngineOptimizer(self, groups)
-        self.vec = VecOptimizer.from_groups(c0["optim"]["name"], self.stack.flat, groups, where,
-                                            [c["optim"].get("betas", (0.9, 0.999)) for c in self.configs],
-                                            [c["optim"].get("momentum", 0.0) for c in self.configs])
+        for e, member in enumerate(groups):
+            for g in member:
+                g["member"], g["initial_lr"] = e, g["lr"]
+        self.vec, self.member_optimizers = self._optimizers(groups)
+        self.optimizer = EngineOptimizer(self, [g for member in groups for g in member])
+        self._collect_groups()
         self.divergence = Divergence(self.E)
         self.history = [History() for _ in range(self.E)]
         self.writers: list[list] = [[] for _ in range(self.E)]  # each member's tracker writers (training/trackers.py), set by fit
@@ -178,6 +184,40 @@ class Engine(L.LightningModule):
 
     def configure_optimizers(self):
         return self.optimizer
+
+    def _optimizers(self, groups: list[list[dict]]) -> tuple[VecOptimizer | None, list | None]:
+        """The flat step where the members' optimiser has one and the probe shows it equals torch's, bit for bit, with
+        these groups' numbers; else each member's own torch optimiser over its views, with a stacked group's Muon
+        matrices stepped at once where ``muon_group`` fits (``self.matrices``)."""
+        self.matrices = None
+        e0 = entry(self.configs[0]["optim"])
+        flat = e0.flat
+        if flat and all(entry(c["optim"]).flat == flat for c in self.configs):
+            betas = [c["optim"].get("betas", (0.9, 0.999)) for c in self.configs]
+            momentum = [c["optim"].get("momentum", 0.0) for c in self.configs]
+            if probe(flat, groups, betas, momentum, lambda gs, e: build(gs, self.configs[e]["lr"], self.configs[e]["optim"])):
+                where = [{id(p): self.stack.positions(e)[n] for n, p in m.named_parameters()} for e, m in enumerate(self.members)]
+                return VecOptimizer.from_groups(flat, self.stack.flat, groups, where, betas, momentum), None
+        if e0.stacked_matrices and all(entry(c["optim"]) is e0 for c in self.configs):
+            from initnorm.training.muon_group import MuonMatrices
+
+            ortho = [[g for g in member if g.get("muon")] for member in groups]
+            if MuonMatrices.fits(self.configs, ortho):
+                self.matrices = MuonMatrices(self.stack, ortho, self.configs[0]["optim"])
+                groups = [[g for g in member if not g.get("muon")] for member in groups]
+        return None, [build(gs, c["lr"], c["optim"]) for gs, c in zip(groups, self.configs)]
+
+    @property
+    def optimizer_path(self) -> str:
+        """What steps the members: ``flat`` (``vec_optim``, equal to torch's by the probe), ``torch`` (each member's own),
+        or ``muon_stack`` (each member's own AdamW, the Muon matrices of every member at once: ``muon_group``)."""
+        return "flat" if self.vec is not None else "muon_stack" if self.matrices is not None else "torch"
+
+    def _collect_groups(self) -> None:
+        """The engine's groups are the members' optimisers' own (a torch ``load_state_dict`` makes new group dicts)."""
+        if self.member_optimizers is not None:
+            self.optimizer.param_groups = [g for o in self.member_optimizers for g in o.param_groups] + (
+                self.matrices.groups if self.matrices is not None else [])
 
     def training_step(self, batch, batch_idx):
         xs, ys = shard(batch)  # this rank's rows of the global batch (one run across processes: training/distributed.py)
@@ -239,8 +279,15 @@ class Engine(L.LightningModule):
         self.stack.zero_grad()
 
     def take_step(self) -> None:
-        """The optimiser's step over every member at once (members that diverged stay as they are)."""
-        self.vec.step(self.stack.grad, self._rates_at, self.active)
+        """The optimiser's step over every member (members that diverged or retired stay as they are)."""
+        if self.vec is not None:
+            self.vec.step(self.stack.grad, active=self.active)
+            return
+        for o, alive in zip(self.member_optimizers, self.active.tolist()):
+            if alive:
+                o.step()
+        if self.matrices is not None:
+            self.matrices.step(self.active)
 
     # ------------------------------------------------------------------ validation
 
@@ -312,25 +359,43 @@ class Engine(L.LightningModule):
     # ------------------------------------------------------------------ one member out and in (checkpoints)
 
     def member_state(self, e: int) -> dict[str, Any]:
-        """Member ``e`` as its checkpoint holds it: its module's state by name, its optimiser's moments by name and step
-        count, its history, its random stream."""
-        vec = self.vec
-        moments = {k: {n: v[e].detach().cpu().clone() for n, v in self.stack.views(t).items()}
-                   for k, t in (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq)) if t is not None}
-        return {"state_dict": self.stack.state_dict(e), "optimizer": {"name": vec.name, "step": float(vec.steps[e]), **moments},
+        """Member ``e`` as its checkpoint holds it: its module's state by name, its optimiser's state by parameter name
+        (``optimizer_state``: torch's ``state_dict()`` form, whichever path stepped it), its history, its random stream."""
+        return {"state_dict": self.stack.state_dict(e),
+                "optimizer": {"name": self.configs[e]["optim"]["name"], "state": self.optimizer_state(e)},
                 "history": self.history[e].state(),
                 "stream": self.stack.streams[e].clone() if self.stack.streams is not None else None}
+
+    def optimizer_state(self, e: int) -> dict[str, dict[str, torch.Tensor]]:
+        """Member ``e``'s optimiser state, parameter name -> torch's per-parameter state (``step``, ``exp_avg`` ...)."""
+        if self.vec is None:
+            return named_state(self.member_optimizers[e]) | (self.matrices.member_state(e) if self.matrices is not None else {})
+        vec, trainable = self.vec, dict(zip(self.stack.names, self.stack.trainable))
+        keys = (("momentum_buffer", vec.exp_avg),) if vec.name == "sgd" else (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq))
+        views = {k: self.stack.views(t) for k, t in keys}
+        step = torch.tensor(float(vec.steps[e]), dtype=torch.float32)  # torch's Adam keeps its step as a float32 tensor
+        return {n: {**({} if vec.name == "sgd" else {"step": step.clone()}), **{k: views[k][n][e].detach().cpu().clone() for k, _ in keys}}
+                for n in self.stack.names if trainable[n]}
 
     @torch.no_grad()
     def load_member_state(self, e: int, s: Mapping[str, Any]) -> None:
         """Member ``e`` from ``member_state``'s form (``resume.read_member`` and ``resume.check_state`` checked it)."""
         self.stack.load_state_dict(e, s["state_dict"])
-        vec, opt = self.vec, s["optimizer"]
-        vec.steps[e] = opt["step"]
-        for k, t in (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq)):
-            if t is not None:
+        named = s["optimizer"]["state"]
+        if self.vec is None:
+            load_named_state(self.member_optimizers[e], named)
+            if self.matrices is not None:
+                self.matrices.load_member(e, named)
+            self._collect_groups()
+        else:
+            vec = self.vec
+            keys = (("momentum_buffer", vec.exp_avg),) if vec.name == "sgd" else (("exp_avg", vec.exp_avg), ("exp_avg_sq", vec.exp_avg_sq))
+            for k, t in keys:
                 for n, v in self.stack.views(t).items():
-                    v[e].copy_(opt[k][n])
+                    if k in named.get(n, {}):
+                        v[e].copy_(named[n][k])
+            steps = [float(st["step"]) for st in named.values() if "step" in st]
+            vec.steps[e] = steps[0] if steps else 0.0
         self.history[e] = History.of(s["history"])
         self.divergence.restore(e, self.history[e].diverged_step)
         if s["stream"] is not None and self.stack.streams is not None:
@@ -345,3 +410,4 @@ class Engine(L.LightningModule):
     @property
     def final_losses(self) -> list[float]:
         return [h.val[-1][1] if h.val else math.nan for h in self.history]
+

@@ -421,8 +421,8 @@ def _record(engine: Engine, e: int, m: Member, log: logging.Logger, *, done: int
                           steps=h.diverged_step if h.diverged_step is not None else done, resumed=resumed, wall=wall,
                           ms_per_step=group_ms / engine.E,  # this member's share of the fit's step
                           compiled=compiled, params=engine.N, extra=extra, meta=m.meta)
-    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "ms_per_step": group_ms,
-                        "device": str(engine.stack.flat.device), "build_s": build_s}
+    metrics["group"] = {"size": engine.E, "member": e, "forward": forward, "optimizer": engine.optimizer_path,
+                        "ms_per_step": group_ms, "device": str(engine.stack.flat.device), "build_s": build_s}
     metrics["device"] = ran(trainer)  # what ran: accelerator, devices, world size, strategy, precision
     if world()[0] != 0 or other_rank():  # another rank of one run across processes: rank 0 writes the record
         return metrics

@@ -1,4 +1,4 @@
-"""Optimisers by name, parameter groups from the parameterisation table, and the schedule.
+"""Parameter groups from the parameterisation table, and the schedule.
 
 Groups carry their own learning rate (base lr x the table's multiplier for the role), weight
 decay and Adam ε; the schedule is a factor that multiplies each group's own rate (``LambdaLR``),
@@ -22,32 +22,12 @@ from typing import Any
 
 import torch
 
-from initnorm.errors import bad_value
+from initnorm.errors import ConfigError, bad_value
 from initnorm.nn.param import Table, fan_in, in_block
 from initnorm.nn.roles import Role
-from initnorm.registry import Registry
-
-OPTIMIZERS: Registry[Callable[..., torch.optim.Optimizer]] = Registry("optimiser", "optim")
-
-
-@OPTIMIZERS.register("adamw")
-def adamw(groups, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, **_):
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-
-
-@OPTIMIZERS.register("adam")
-def adam(groups, lr, betas=(0.9, 0.999), eps=1e-8, **_):
-    return torch.optim.Adam(groups, lr=lr, betas=tuple(betas), eps=eps)  # plain Adam: its groups' decay is 0 (optimiser_groups)
-
-
-@OPTIMIZERS.register("sgd")
-def sgd(groups, lr, momentum=0.0, weight_decay=0.0, **_):
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay)
-
+from initnorm.training.optimizers import OPTIMIZERS, build, entry
 
 WEIGHT_DECAY_MODES = ("coupled", "scaled", "independent")
-DECOUPLED = ("adamw",)  # optimisers whose decay is not a gradient term (independent decay needs one)
-DECAYS = ("adamw", "sgd")  # optimisers with weight decay (plain Adam has none: its groups' decay is 0)
 
 
 def weight_decay_mode(optim_cfg: Mapping[str, Any]) -> str:
@@ -65,61 +45,85 @@ def param_groups(
     mode: str,
     eps: float | None = None,
     blocks: Callable[[str], bool] = lambda name: False,
+    muon_scale: str | None = None,
 ) -> list[dict]:
     """One group per (lr, wd, ε multipliers, decayed?). Matrices decay, vectors do not (nanoGPT's
     rule: ``p.dim() >= 2``). ``blocks(name)`` says whether a parameter lies in a residual block
     (a depth table's block rules hold there). Each group keeps its multipliers (``lr_mult``,
     ``wd_mult``, ``eps_mult``: plain numbers a sweep member can carry) and its parameters'
-    ``names``; ``eps`` is set only when the optimiser has one."""
+    ``names``; ``eps`` is set only when the optimiser has one.
+
+    ``muon_scale`` (an orthogonalised optimiser's shape factor, ``muon_scale.MUON_SCALES``): the hidden matrices
+    (``optimizers.is_muon_matrix``) get groups of their own, marked ``muon``, one per shape, whose rate and decay
+    carry the factor as ``torch.optim.Muon`` takes it (``muon_scale.torch_group``), and no ε. Their table
+    multiplier must have no width part: the shape factor is Muon's width rule (docs/optimisers.md)."""
+    from initnorm.training.optimizers import is_muon_matrix
+
     groups: dict[tuple, dict] = {}
     for name, p in named:
         rule = table.rule(roles[name], blocks(name))
         lr_mult = rule.lr * fan_in(p) ** rule.lr_fan_in if rule.lr_fan_in else rule.lr
         decay = p.dim() >= 2
-        key = (lr_mult, rule.wd, rule.eps, decay)
+        ortho = muon_scale is not None and is_muon_matrix(roles[name], p)
+        if ortho and (rule.lr_fan_in or (lr_mult != 1.0 and not blocks(name))):
+            raise ConfigError(f"param={table.name} multiplies {name}'s learning rate by {lr_mult:.4g}, and Muon already scales "
+                              f"its update by optim.muon_scale={muon_scale} (factor(fan_out, fan_in)): asking for both counts width "
+                              "twice; a µP-family table gives Muon's matrices lr x 1 (param=mup, param=sp), so use one of those")
+        key = (lr_mult, rule.wd, rule.eps, decay, tuple(p.shape) if ortho else None)
         if key not in groups:
             wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd,
                                         "independent": weight_decay / (lr * lr_mult)}[mode]
             groups[key] = {"params": [], "names": [], "lr": lr * lr_mult, "weight_decay": wd, "lr_mult": lr_mult,
                            "wd_mult": rule.wd, "eps_mult": rule.eps}
-            if eps is not None:
+            if ortho:
+                from initnorm.training.muon_scale import torch_group
+
+                scaled = torch_group(muon_scale, p.shape, 1.0, 1.0)  # the factor as a rate and decay multiplier
+                groups[key] |= {"muon": True, "adjust_lr_fn": scaled["adjust_lr_fn"], "lr_mult": lr_mult * scaled["lr"],
+                                "lr": lr * lr_mult * scaled["lr"], "weight_decay": wd * scaled["weight_decay"]}
+            elif eps is not None:
                 groups[key]["eps"] = eps * rule.eps
         groups[key]["params"].append(p)
         groups[key]["names"].append(name)
     return list(groups.values())
 
 
-def check_decay_mode(optimizer: str, mode: str, weight_decay: float) -> None:
-    """Independent decay (wd / the group's peak rate) only where the decay is not a gradient term (AdamW)."""
-    if weight_decay and mode == "independent" and optimizer not in DECOUPLED:
+def check_decay_mode(optimizer: Mapping[str, Any] | str, mode: str, weight_decay: float) -> None:
+    """Independent decay (wd / the group's peak rate) only where the decay is not a gradient term (AdamW, Muon)."""
+    cfg = {"name": optimizer} if isinstance(optimizer, str) else optimizer
+    if weight_decay and mode == "independent" and not entry(cfg).decoupled:
+        decoupled = [n for n in OPTIMIZERS.names() if OPTIMIZERS.get(n).decoupled]
         raise bad_value("optim.weight_decay_mode", "independent",
-                        f"independent decay needs a decoupled optimiser ({', '.join(DECOUPLED)}); "
-                        f"optim={optimizer} decays through its gradient",
+                        f"independent decay needs a decoupled optimiser ({', '.join(decoupled)}); "
+                        f"optim={cfg['name']} decays through its gradient",
                         "optim.weight_decay_mode=scaled")
 
 
 def model_groups(model: torch.nn.Module, roles: Mapping[str, Role], table: Table, lr: float, *, weight_decay: float, mode: str,
-                 eps: float | None) -> list[dict]:
+                 eps: float | None, muon_scale: str | None = None) -> list[dict]:
     """``param_groups`` of a built model (its residual blocks from its ``BLOCKS``): what ``make_optimizer`` gives the
     configured optimiser and ``initnorm.parameterize``'s ``param_groups`` gives any torch optimiser, one call for both."""
-    return param_groups(model.named_parameters(), roles, table, lr, weight_decay, mode, eps, lambda n: in_block(model, n))
+    return param_groups(model.named_parameters(), roles, table, lr, weight_decay, mode, eps, lambda n: in_block(model, n),
+                        muon_scale)
 
 
 def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> list[dict]:
-    """The groups a job's optimiser steps: ``model_groups`` under the optimiser's own rules (plain Adam has no
-    decay at all; SGD has no ε), each with its rate, weight decay and (Adam) ε."""
+    """The groups a job's optimiser steps: ``model_groups`` under the optimiser's own rules (one without weight decay has
+    none; one without ε gets none), each with its rate, weight decay and ε; an orthogonalised optimiser's matrices apart."""
+    e = entry(optim_cfg)
+    takes = e.keywords()
+    eps = optim_cfg.get("eps") if "*" in takes or "eps" in takes else None
     groups = model_groups(model, roles, table, lr, weight_decay=optim_cfg.get("weight_decay", 0.0), mode=weight_decay_mode(optim_cfg),
-                          eps=optim_cfg.get("eps"))
-    if optim_cfg["name"] not in DECAYS:
+                          eps=eps, muon_scale=optim_cfg.get("muon_scale", "original") if e.matrices else None)
+    if "weight_decay" not in optim_cfg:
         for g in groups:
             g["weight_decay"] = 0.0
     return groups
 
 
 def make_optimizer(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """A torch optimiser over ``optimiser_groups`` (the plain loop of the benchmark, a loop of one's own)."""
-    opts = {k: v for k, v in dict(optim_cfg).items() if k not in ("name", "weight_decay_mode")}
-    return OPTIMIZERS.get(optim_cfg["name"])(optimiser_groups(model, roles, table, lr, optim_cfg), lr=lr, **opts)
+    """The configured optimiser over ``optimiser_groups`` (the plain loop of the benchmark, a loop of one's own)."""
+    return build(optimiser_groups(model, roles, table, lr, optim_cfg), lr, optim_cfg)
 
 
 # The schedules after the warmup, by name (``schedule=``): each a factor on every group's own peak rate.

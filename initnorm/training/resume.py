@@ -42,7 +42,10 @@ from initnorm.safe_files import NotAFile, open_no_follow, planted
 log = logging.getLogger(__name__)
 CKPT_DIR = "checkpoints"
 CKPT_FILE = "initnorm.ckpt"
-FORMAT = "initnorm member checkpoint 1"  # what training/checkpoints.py writes; anything else is refused in one line
+FORMAT = "initnorm member checkpoint 2"  # what training/checkpoints.py writes; anything else is refused in one line
+# Format 1 kept the flat optimiser's moments by parameter name and one step count; read, it is converted to format 2's
+# optimiser state (torch's per-parameter state by parameter name: ``Engine.optimizer_state``).
+FORMAT_1 = "initnorm member checkpoint 1"
 # What a member's checkpoint holds, and the type of each field (checked before anything is loaded from it).
 CKPT_FIELDS = {"format": str, "global_step": int, "config": dict, "rng": dict, "state_dict": dict, "optimizer": dict, "history": dict}
 
@@ -132,6 +135,8 @@ def read_member(path: Path, c: Mapping[str, Any]) -> dict[str, Any]:
     state = load_checkpoint(path)
     fix = f"delete it (or move it away) to train {path.parent.parent} from the start"
     wrong = [k for k, t in CKPT_FIELDS.items() if not isinstance(state.get(k), t) or isinstance(state.get(k), bool)]
+    if not wrong and state["format"] == FORMAT_1:
+        state = {**state, "format": FORMAT, "optimizer": from_format_1(state["optimizer"])}
     if wrong or state["format"] != FORMAT:
         what = f"its {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or of the wrong type" if wrong else \
             f"its format is {str(state['format'])[:40]!r}"
@@ -166,21 +171,41 @@ def load_checkpoint(ckpt: Path, refuse: str | None = None) -> dict[str, Any]:
     return state
 
 
+def from_format_1(opt: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 checkpoint's optimiser (``{name, step, exp_avg: {param: t}, exp_avg_sq: ...}``, AdamW, Adam or SGD) as
+    format 2's: torch's per-parameter state by name. What is not of that form is left for ``check_state`` to refuse."""
+    name, moments = opt.get("name"), opt.get("exp_avg")
+    if not isinstance(moments, dict) or type(opt.get("step")) not in (int, float):
+        return {"name": name, "state": None}
+    if name == "sgd":
+        return {"name": name, "state": {n: {"momentum_buffer": t} for n, t in moments.items()}}
+    squares = opt.get("exp_avg_sq") if isinstance(opt.get("exp_avg_sq"), dict) else {}
+    step = torch.tensor(float(opt["step"]), dtype=torch.float32)
+    return {"name": name, "state": {n: {"step": step.clone(), "exp_avg": t, "exp_avg_sq": squares.get(n)} for n, t in moments.items()}}
+
+
+# torch's per-parameter state that has the parameter's own shape (the others, Adafactor's factored moments say, need not)
+SHAPED = ("exp_avg", "exp_avg_sq", "momentum_buffer")
+
+
 def check_state(model, optim: str, state: dict[str, Any], path: Path) -> None:
     """Refuse, in one line, a checkpoint whose tensors do not fit ``model`` (the member's own module, trained by
-    ``optim``): another module's names or shapes, another optimiser's moments, a history or stream of the wrong form."""
+    ``optim``): another module's names or shapes, another optimiser's state, a history or stream of the wrong form."""
     own = model.state_dict()
     got = state["state_dict"]
     bad = [k for k in own if not isinstance(got.get(k), torch.Tensor) or got[k].shape != own[k].shape] + [k for k in got if k not in own]
     opt = state["optimizer"]
-    if not bad and (opt.get("name") != optim or type(opt.get("step")) not in (int, float)):
+    if not bad and (opt.get("name") != optim or not isinstance(opt.get("state"), dict)):
         bad = [f"optimizer {str(opt.get('name'))[:20]!r}"]
     params = dict(model.named_parameters())
-    for k in ("exp_avg", "exp_avg_sq") if optim != "sgd" else ("exp_avg",):
-        moments = opt.get(k)
-        if not bad and (not isinstance(moments, dict) or any(not isinstance(moments.get(n), torch.Tensor) or moments[n].shape != p.shape
-                                                           for n, p in params.items())):
-            bad = [f"optimizer {k}"]
+    if not bad:
+        for n, st in opt["state"].items():
+            shaped = n in params and isinstance(st, dict) and all(
+                not isinstance(v, torch.Tensor) or k not in SHAPED or v.shape == params[n].shape for k, v in st.items())
+            if not shaped or any(not isinstance(v, (torch.Tensor, int, float)) or (k in SHAPED and not isinstance(v, torch.Tensor))
+                                 for k, v in st.items()):
+                bad = [f"optimizer state of {str(n)[:40]}"]
+                break
     history = state["history"]
     fields = {"train_losses": list, "evals": dict, "val": list}
     if not bad and not (isinstance(history, dict) and all(isinstance(history.get(k), t) for k, t in fields.items())

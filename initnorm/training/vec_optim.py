@@ -1,12 +1,16 @@
-"""One optimiser step for E stacked jobs at once: AdamW, Adam and SGD on a flat [E, N] parameter.
+"""The flat fast path: one AdamW, Adam or SGD step for E stacked jobs at once on a flat [E, N] parameter.
+
+A job steps torch's own optimiser (``training/optimizers.py``); this step is used instead only where
+``probe`` shows, at set-up, on tiny tensors carrying the job's own groups' numbers, that it steps as torch's
+does, bit for bit (``Engine``: ``optimizer: flat`` in the record), as ``training/stack.py`` probes vmap.
 
 The engine (``training/engine.py``; a job alone is a group of one) keeps every member's parameters as one row of a
 flat ``[E, N]`` tensor, so a step is a dozen element-wise operations on the whole group instead
 of a dozen per parameter tensor per job. Every number that may differ between jobs is a column
 or a row here, not a Python scalar:
 
-- the learning rate per (member, element): the member's base lr x its table's multiplier for the
-  element's role (``rates``), times the member's warmup/cosine factor of this step (``factors``);
+- the learning rate per (member, element): its parameter group's ``lr`` as the group holds it at this step (base
+  lr x the table's multiplier x the member's schedule factor: the one place the rate lives, read at each step);
 - weight decay per (member, element): the member's decay on matrices, 0 on vectors (the rule of
   ``optim.param_groups``: ``p.dim() >= 2``); Adam has none;
 - betas, eps (Adam), momentum (SGD) per member.
@@ -20,12 +24,12 @@ is not ``active`` (it diverged) keeps its parameters and its state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-OPTIMISERS = ("adamw", "adam", "sgd")  # the optimisers a step is written for here (conf/optim/)
+STEPS = ("adamw", "adam", "sgd")  # the steps written here (an optimiser's entry names its own: ``Optimiser.flat``)
 
 
 class VecOptimizer:
@@ -48,8 +52,8 @@ class VecOptimizer:
     def __init__(self, name: str, flat: torch.Tensor, seg: torch.Tensor, member: torch.Tensor, rates: torch.Tensor,
                  wd: torch.Tensor, eps: torch.Tensor,
                  betas: torch.Tensor, momentum: torch.Tensor):
-        if name not in OPTIMISERS:
-            raise ValueError(f"optim.name={name!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
+        if name not in STEPS:
+            raise ValueError(f"{name!r} has no flat step here; allowed: {', '.join(STEPS)}")
         dev = flat.device
         self.E = int(betas.shape[0])
         self.name, self.flat = name, flat
@@ -75,6 +79,7 @@ class VecOptimizer:
         self._eps = self._spread(self.seg_eps.float())
         self._momentum = self._spread(momentum.to(device=dev, dtype=torch.float32)[m])
         self._bufs: dict[str, torch.Tensor] = {}
+        self.owners: list | None = None  # each segment's parameter group (None: frozen), where built from groups
         self._cache: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ per-segment numbers over the elements
@@ -126,10 +131,8 @@ class VecOptimizer:
         parameterisation), element by element: ``groups[e]`` member ``e``'s groups, ``where[e]``: id(parameter) ->
         (start, size) of its elements in ``flat.view(-1)``; ``betas[e]`` (Adam) and ``momentum[e]`` (SGD). A parameter
         that does not train (``requires_grad`` false) gets a segment of its own that no step moves."""
-        if name not in OPTIMISERS:
-            raise ValueError(f"optim.name={name!r} has no step here; allowed: {', '.join(OPTIMISERS)}")
         seg = torch.full((flat.numel(),), -1, dtype=torch.long)
-        member, rates, wd, eps = [], [], [], []  # per segment: one parameter group of one member
+        member, rates, wd, eps, owners = [], [], [], [], []  # per segment: one parameter group of one member
         for e, (member_groups, pos) in enumerate(zip(groups, where)):
             for g in member_groups:
                 for frozen in (False, True):  # a group's frozen parameters: a segment that no step moves
@@ -139,6 +142,7 @@ class VecOptimizer:
                     s = len(member)
                     member.append(e)
                     rates.append(0.0 if frozen else g.get("initial_lr", g["lr"]))  # the base rate (a scheduler keeps it there)
+                    owners.append(None if frozen else g)
                     wd.append(0.0 if frozen else g["weight_decay"])
                     eps.append(g.get("eps", 1.0))
                     for p in ps:
@@ -147,14 +151,24 @@ class VecOptimizer:
         if bool((seg < 0).any()):
             raise ValueError("the members' parameter groups do not hold every stacked parameter")
         f64 = lambda v: torch.tensor(v, dtype=torch.float64)
-        return cls(name, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps),
-                   f64([list(b) for b in betas]).view(-1, 2), torch.tensor(list(momentum), dtype=torch.float32))
+        vec = cls(name, flat, seg.view(flat.shape), torch.tensor(member), f64(rates), f64(wd), f64(eps),
+                  f64([list(b) for b in betas]).view(-1, 2), torch.tensor(list(momentum), dtype=torch.float32))
+        vec.owners = owners
+        return vec
+
+    def group_rates(self) -> torch.Tensor:
+        """Each segment's rate now, as its parameter group holds it (float64; a frozen segment's is 0)."""
+        return torch.tensor([0.0 if g is None else g["lr"] for g in self.owners], dtype=torch.float64, device=self.flat.device)
 
     @torch.no_grad()
-    def step(self, grad: torch.Tensor, factors: torch.Tensor, active: torch.Tensor | None = None) -> None:
-        """One step with ``grad`` (``flat``'s layout) at schedule ``factors`` ([E], float64); members not ``active`` stay as they are."""
+    def step(self, grad: torch.Tensor, factors: torch.Tensor | None = None, active: torch.Tensor | None = None) -> None:
+        """One step with ``grad`` (``flat``'s layout) at the groups' rates now (``from_groups``; or, built without groups,
+        the base rates x ``factors`` ([E], float64)); members not ``active`` stay as they are."""
         p = self.flat
-        lr = self.seg_rates * factors.to(self.seg_rates)[self.member]  # [S], float64: (lr x mult) x factor, as LambdaLR sets it
+        if factors is None:
+            lr = self.group_rates()  # [S], float64: (lr x mult) x factor, as LambdaLR sets it
+        else:
+            lr = self.seg_rates * factors.to(self.seg_rates)[self.member]
         if active is not None and not bool(active.all()):
             keep = self.member_mask(~active)
             old = (p.clone(), self.exp_avg.clone(), None if self.exp_avg_sq is None else self.exp_avg_sq.clone(), self.steps.clone())
@@ -207,3 +221,43 @@ class VecOptimizer:
         if isinstance(alpha, float):
             return torch.add(a, b, alpha=alpha, out=out) if out is not None else torch.add(a, b, alpha=alpha)
         return torch.addcmul(a, b, alpha, out=out) if out is not None else torch.addcmul(a, b, alpha)
+
+
+def probe(name: str, groups: Sequence[Sequence[Mapping[str, Any]]], betas: Sequence[Sequence[float]],
+          momentum: Sequence[float], make: Callable[[list[dict], int], torch.optim.Optimizer], steps: int = 3) -> bool:
+    """Whether the ``name`` step equals torch's optimiser bit for bit with these members' groups' numbers (``groups[e]``:
+    member ``e``'s; ``make(groups, e)`` builds member ``e``'s torch optimiser): a few steps on tiny random tensors,
+    one per group, at the groups' rates scaled by a few schedule factors, every parameter compared with ``torch.equal``."""
+    gen = torch.Generator().manual_seed(0)
+    ours, theirs, where, size = [], [], [], 0
+    for e, member in enumerate(groups):
+        own, mine, pos = [], [], {}
+        for g in member:
+            p = torch.nn.Parameter(torch.randn(6, generator=gen))
+            q = torch.nn.Parameter(p.detach().clone())
+            pos[id(p)] = (size, 6)
+            size += 6
+            own.append({**{k: v for k, v in g.items() if k != "params"}, "params": [p]})
+            mine.append({**{k: v for k, v in g.items() if k != "params"}, "params": [q]})
+        ours.append(own)
+        theirs.append(make(mine, e))
+        where.append(pos)
+    flat = torch.cat([g["params"][0].detach() for member in ours for g in member]) if size else torch.zeros(0)
+    vec = VecOptimizer.from_groups(name, flat, ours, where, betas, momentum)
+    for t in range(steps):
+        grad = torch.randn(size, generator=gen) * 10.0 ** (t - 1)
+        factor = (0.3, 1.0, 0.7)[t % 3]
+        for member, opt in zip(ours, theirs):
+            for g, tg in zip(member, opt.param_groups):
+                g["lr"] = tg["lr"] = g.get("initial_lr", g["lr"]) * factor
+        o = 0
+        for opt in theirs:
+            for tg in opt.param_groups:
+                tg["params"][0].grad = grad[o : o + 6].clone()
+                o += 6
+            opt.step()
+        vec.step(grad)
+        mine = torch.cat([tg["params"][0].detach() for opt in theirs for tg in opt.param_groups]) if size else flat
+        if not torch.equal(mine, flat):
+            return False
+    return True

@@ -29,7 +29,7 @@ from initnorm.errors import ConfigError
 from initnorm.instruments.coord.analysis import TOLERANCE, CoordReport, judge
 from initnorm.instruments.coord.record import clone, member_records, watched_points
 from initnorm.models.parameterize import parameterize
-from initnorm.training.optim import OPTIMIZERS
+from initnorm.training.optimizers import build_named
 
 __all__ = ["LR", "PARAMS", "SEED", "STEPS", "TOLERANCE", "WIDTHS", "WINDOWS", "coord_check"]
 
@@ -93,8 +93,8 @@ def coord_check(
         torch.manual_seed(job_seed)
         p = parameterize(model, width=width, depth=depth, param=param, optimizer=optimizer, **model_kw)
         net = p.model.to(device)
-        opt = OPTIMIZERS.get(optimizer)(p.param_groups(lr, weight_decay=weight_decay, eps=eps, mode=mode), lr=lr, betas=betas,
-                                        eps=eps, weight_decay=weight_decay, momentum=momentum)
+        opt = build_named(optimizer, p.param_groups(lr, weight_decay=weight_decay, eps=eps, mode=mode), lr, betas=betas,
+                          eps=eps, weight_decay=weight_decay, momentum=momentum)
         label = param if isinstance(param, str) else f"{param.__module__}:{param.__qualname__}"  # the verdict reads its kind
         meta = {"width": width, "depth": depth, "param": label, "seed": job_seed}
         records += [{**meta, "step": r.step, "layer": r.layer, "role": r.role, "statistic": r.stat, "value": r.value}
