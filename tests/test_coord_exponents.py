@@ -57,12 +57,12 @@ def test_the_interval_spans_seeds_whose_slopes_differ():
 
 
 def test_expected_exponents_come_from_the_registration():
-    assert expected_exponent(PARAMS.about("mup"), "width", "adamw", "output") == 0.0  # its kind: stable across width
-    assert expected_exponent(PARAMS.about("sp"), "width", "adamw", "output") == 1.0  # SP declares its own (TableAbout.coord)
+    assert expected_exponent(PARAMS.about("mup"), "width", "adam", "output") == 0.0  # its kind: stable across width
+    assert expected_exponent(PARAMS.about("sp"), "width", "adam", "output") == 1.0  # SP declares its own (TableAbout.coord)
     assert expected_exponent(PARAMS.about("sp"), "width", "sgd", "last") == 0.5
-    assert expected_exponent(PARAMS.about("sp"), "width", "adamw", "query") is None  # not declared: shown as such
-    assert expected_exponent(PARAMS.about("completep"), "depth", "adamw", "last") == 0.0
-    assert expected_exponent(PARAMS.about("mup"), "depth", "adamw", "last") is None
+    assert expected_exponent(PARAMS.about("sp"), "width", "adam", "query") is None  # not declared: shown as such
+    assert expected_exponent(PARAMS.about("completep"), "depth", "adam", "last") == 0.0
+    assert expected_exponent(PARAMS.about("mup"), "depth", "adam", "last") is None
     report = judge(rows("sp", GROWS) + rows("mup", FLAT))
     assert report.exponents["sp"]["logits/output"].expected == 1.0 and report.exponents["mup"]["stream/last"].expected == 0.0
 

@@ -54,12 +54,12 @@ class TableAbout(About):
     coord: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
 
 
-def expected_exponent(about: About, axis: str, optimizer: str, role: str) -> float | None:
+def expected_exponent(about: About, axis: str, family: str, role: str) -> float | None:
     """The exponent of a probe point's change on ``axis`` that a table declares: 0 along an axis its kind is stable
-    across, else its ``TableAbout.coord`` entry for ``optimizer``'s family and the point's ``role`` (None: none declared)."""
+    across, else its ``TableAbout.coord`` entry for the optimiser ``family`` (training/optimizers.py: adam, sgd,
+    orthogonal) and the point's ``role`` (None: none declared)."""
     if stable_across(about.kind, axis):
         return 0.0
-    family = "adam" if optimizer in ADAM_LIKE else "sgd" if optimizer in SGD_LIKE else optimizer
     return getattr(about, "coord", {}).get(axis, {}).get(family, {}).get(role)
 
 

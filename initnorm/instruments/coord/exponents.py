@@ -15,6 +15,7 @@ import io
 import math
 from dataclasses import dataclass
 
+from initnorm.errors import ConfigError
 from initnorm.nn.param import PARAMS, expected_exponent
 from initnorm.transfer.bootstrap import BOOT_SEED, LEVEL, N_BOOT, Estimate, estimate, is_exact, resamples
 
@@ -83,15 +84,26 @@ def exponents(rows: list[dict], axis: str, step: int, optimizer: str = "adamw",
     for param, points in (extra or {}).items():
         data.setdefault(param, {}).update(points)
     out: dict[str, dict[str, Exponent]] = {}
+    family = optimiser_family(optimizer)
     for param, points in data.items():
         about = PARAMS.about(param, strict=False)
         xs = {x for by_seed in points.values() for v in by_seed.values() for x in v}
         for point, by_seed in points.items():
             if any(set(v) != xs for v in by_seed.values()):
                 continue
-            expected = expected_exponent(about, axis, optimizer, point.split("/", 1)[1])
+            expected = expected_exponent(about, axis, family, point.split("/", 1)[1])
             out.setdefault(param, {})[point] = Exponent(fit(by_seed), expected, tuple(sorted(xs)), len(by_seed))
     return out
+
+
+def optimiser_family(name: str) -> str:
+    """The registered optimiser ``name``'s family (adam, sgd, orthogonal); an unregistered name stands for itself."""
+    from initnorm.training.optimizers import OPTIMIZERS
+
+    try:
+        return OPTIMIZERS.get(name).family
+    except ConfigError:
+        return name
 
 
 def rests_on(exps: dict[str, dict[str, Exponent]]) -> str:
