@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from initnorm.safe_files import NotAFile, read_bounded
+from initnorm.safe_files import NotAFile, TooLarge, read_bounded
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
@@ -88,7 +88,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
     try:
         rec = json.loads(read_bounded(path, MAX_RECORD_BYTES).decode("utf-8"))
     except NotAFile as exc:  # a link, FIFO, device or folder: the rerun refuses it (training.resume)
-        then = fix if str(exc).startswith("larger") else (
+        then = fix if isinstance(exc, TooLarge) else (
             "delete it or move it away (until then a rerun of the sweep refuses that job's folder)")
         log.warning("ignored %s: %s, not a job's record; %s", path, exc, then)
         return None

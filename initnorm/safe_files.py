@@ -34,6 +34,10 @@ class NotAFile(Exception):
     """A path that is not read or written: a link, a FIFO, a device, a folder, or a file larger than the bound."""
 
 
+class TooLarge(NotAFile):
+    """A regular file larger than the bound it is read up to (a rerun of its job replaces it; a planted entry it refuses)."""
+
+
 def file_kind(mode: int) -> str:
     """``a FIFO``, ``a folder``, ``a symbolic link`` ...: what a non-regular file is, for a line."""
     kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
@@ -95,7 +99,7 @@ def read_bounded(path: Path | str, limit: int) -> bytes:
     finally:
         os.close(fd)
     if size > limit:
-        raise NotAFile(f"larger than {size_text(limit)}")
+        raise TooLarge(f"larger than {size_text(limit)}")
     return b"".join(chunks)
 
 

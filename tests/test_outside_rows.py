@@ -138,3 +138,27 @@ def test_a_command_that_runs_a_sweep_inside_itself_resumes_itself(tmp_path):
     again = run(transfer.main, ["initnorm-transfer", *shlex.split(resume[0].removeprefix("resume with: "))[3:]], tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "| 16 |" in (tmp_path / "search_transfer" / "transfer_report.md").read_text()
+
+
+class NotASearchSweeper:
+    """A class whose name ends as the search's does, and is not one."""
+
+
+def test_the_search_sweeper_is_told_by_its_type_not_its_name():
+    """Issue 48 (behaviour decided by strings): the preflight read `_target_.endswith(".SearchSweeper")`."""
+    from initnorm.cli import preflight, search
+
+    assert preflight._is_a("hydra_plugins.initnorm_launchers.SearchSweeper", search.SearchSweeper)
+    assert not preflight._is_a(f"{__name__}.NotASearchSweeper", search.SearchSweeper)
+    assert not preflight._is_a("hydra_plugins.initnorm_launchers.CheckedSweeper", search.SearchSweeper)
+    assert not preflight._is_a("no_such_module.SearchSweeper", search.SearchSweeper)
+
+
+def test_a_record_larger_than_its_bound_is_told_by_its_type(tmp_path, caplog, monkeypatch):
+    """results.read_record read the error's text (`startswith("larger")`) to choose its advice; now the type (TooLarge)."""
+    from initnorm import results
+
+    monkeypatch.setattr(results, "MAX_RECORD_BYTES", 10)
+    (tmp_path / "metrics.json").write_text('{"status": "finished", "seed": 1}')
+    assert results.read_record(tmp_path / "metrics.json") is None
+    assert "larger than 10 bytes" in caplog.text and "a rerun of that job trains it again" in caplog.text
