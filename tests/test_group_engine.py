@@ -29,12 +29,13 @@ STOP = 6  # between two periodic checkpoints (4, 8): a resume from 6 is from the
 BASE = ["-m", "seed=1,2,3,4", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.max_group=2"]
 # engine, signal, who receives it: a worker passing it to the sweep's process (which passes it on to the other worker),
 # the whole process group at once (every worker and the sweep's process), and the sweep's process training the group itself
-CASES = {"joblib-SIGTERM-parent": ("joblib", signal.SIGTERM, "parent"), "joblib-SIGINT-group": ("joblib", signal.SIGINT, "group"),
+CASES = {"processes-SIGTERM-parent": ("processes", signal.SIGTERM, "parent"),
+         "processes-SIGINT-group": ("processes", signal.SIGINT, "group"),
          "sequential-SIGTERM-parent": ("sequential", signal.SIGTERM, "parent")}
 # By default the two cases that cover every engine, signal and target (a sweep started and stopped each); the third, a
 # stop passed on from the sweep's process to its workers, is covered at every phase by tests/test_signals.py's
 # local_parallel and vectorized launchers. INITNORM_TEST_FULL_MATRIX=1 runs all three.
-RUN = list(CASES) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else ["joblib-SIGINT-group", "sequential-SIGTERM-parent"]
+RUN = list(CASES) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else ["processes-SIGINT-group", "sequential-SIGTERM-parent"]
 
 
 def members(seeds, folder_of, *extra: str) -> list[Member]:
@@ -74,10 +75,10 @@ def stopped(tmp_path_factory):
             engine, signum, target = CASES[case]
             tmp = tmp_path_factory.mktemp(case)
             sweep = tmp / "sweep"
-            parallel = ["hydra.launcher.n_jobs=2"] if engine == "joblib" else []  # both groups at once, whatever the cores
+            parallel = ["hydra.launcher.n_jobs=2"] if engine == "processes" else []  # both groups at once, whatever the cores
             kill = ["+callbacks.kill._target_=tests.stop_at.StopWhenAll", f"+callbacks.kill.step={STOP}",
                     f"+callbacks.kill.signum={int(signum)}", f"+callbacks.kill.marker={tmp / 'fired'}", f"+callbacks.kill.target={target}",
-                    f"+callbacks.kill.count={2 if engine == 'joblib' else 1}"]
+                    f"+callbacks.kill.count={2 if engine == 'processes' else 1}"]
             args = [*BASE, f"hydra.launcher.engine={engine}", *parallel, f"hydra.sweep.dir={sweep}", *kill]
             # The sequential engine trains in the sweep's own process: the command runs here, and the signal comes to this
             # process, recorded by the command's handler while it runs (tests/inproc.py puts the test's back). Workers

@@ -219,13 +219,43 @@ class Pool:
     def close(self) -> None:
         """End every worker and reap it: nothing outlives the command."""
         self.closed = True
-        if self._starting is not None:
-            self._starting.join()
+        if self._starting is not None and self._starting.is_alive():
+            # Still starting: the first worker waits on the fork server's imports. Killed, the start fails at once.
+            for pid in forkservers():
+                _kill(pid)
+            self._starting.join(10)
         if self.pebble is not None:
             self.pebble.stop()  # no replacement started from here on
             for pid in self.workers():  # every unit answered: nothing to save (pebble's terminate waits 3 s: they record it)
                 _kill(pid)
             self.pebble.join()
+
+
+def forkservers() -> list[int]:
+    """This process's fork servers (multiprocessing's, started by whichever thread started the first worker)."""
+    servers = []
+    for kids in _read_all(f"/proc/{os.getpid()}/task/*/children"):
+        for pid in (int(p) for p in kids.split()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"multiprocessing.forkserver" in f.read():
+                        servers.append(pid)
+            except OSError:
+                pass
+    return servers
+
+
+def _read_all(pattern: str) -> list[str]:
+    import glob
+
+    out = []
+    for path in glob.glob(pattern):
+        try:
+            with open(path) as f:
+                out.append(f.read())
+        except OSError:
+            pass
+    return out
 
 
 _STOPPED_AT: dict[int, float] = {}

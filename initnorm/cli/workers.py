@@ -137,17 +137,21 @@ def end() -> None:
     interpreter's exit, with torch and Lightning imported, took 0.9 s. It is left for ``multiprocessing`` to reap (the
     next pool's start, or this process's exit): reaped here, its next start would fail on a pid already waited for.
     """
-    server = _pool.server if _pool is not None and _pool.method == "forkserver" else None
+    if _pool is None:  # no pool: no server (and a plain install has no pebble to import)
+        return
+    from initnorm.cli.pool import forkservers
+
     stop()
-    if server is not None:
+    servers = forkservers()
+    for server in servers:
         try:
             os.kill(server, signal.SIGKILL)
         except ProcessLookupError:
+            pass
+    for _ in range(100):  # gone within a few ms: a check right after the command sees nothing of it
+        if not any(alive(s) for s in servers):
             return
-        for _ in range(100):  # gone within a few ms: a check right after the command sees nothing of it
-            if not alive(server):
-                return
-            time.sleep(0.01)
+        time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
