@@ -3,7 +3,8 @@
 #   make test    install into .venv (with test tools), then lint (ruff, the rules in pyproject.toml) and run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
-#   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases (make test runs 9 of the 18)
+#   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases, whole sweeps each in a process
+#                      of its own (the tests marked `matrix`, which make test leaves out; 2-4 min on 2 cores)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -39,19 +40,21 @@ reproduce: install
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 # TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
 # (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
+# -m 'not matrix': the launcher x target x phase matrices (tests/test_signals.py's stop-signal matrix, pytest marker
+# `matrix` in pyproject.toml) run in `make test-signals` instead; everything else runs here, in at most 7 min on 2 cores.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix"
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
 
-# The stop-signal matrix in full: every launcher x target (the sweep's process, its group) x phase, 18 sweeps
-# (`make test` runs 9 of them, each launcher, target and phase at least once).
+# The tests marked `matrix` (none of them runs in `make test`), each matrix in full (INITNORM_TEST_FULL_MATRIX=1): the
+# stop-signal matrix, every launcher x target (the sweep's process, its group) x phase, 18 sweeps (tests/test_signals.py).
 test-signals: install
-	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) tests/test_signals.py -k any_phase
+	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m matrix tests/test_signals.py
 
 # outputs/ holds the runs and the compiler cache of compile=true|auto (outputs/.torch_compile_cache, docs/performance.md);
 # .pytest_cache/ the test suite's compiler cache
