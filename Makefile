@@ -4,14 +4,16 @@
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 #   make test-signals  the stop-signal matrix in full: 3 launchers x 2 targets x 3 phases, whole sweeps each in a process
-#                      of its own (the tests marked `matrix`, which make test leaves out; 2-4 min on 2 cores)
+#                      of its own (the tests marked `matrix`, which make test leaves out)
+#   make test-fake-slurm  the SLURM launcher's sweeps on a stand-in cluster (tests/fake_slurm.py; no root, no daemons):
+#                      the tests marked `slurm`, which make test leaves out
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test test-slurm test-signals sweep bench reproduce clean
+.PHONY: install train test test-slurm test-signals test-fake-slurm sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,16 +42,22 @@ reproduce: install
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 # TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
 # (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
-# -m 'not matrix': the launcher x target x phase matrices (tests/test_signals.py's stop-signal matrix, pytest marker
-# `matrix` in pyproject.toml) run in `make test-signals` instead; everything else runs here, in at most 7 min on 2 cores.
+# -m 'not matrix and not slurm' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py) runs in
+# `make test-signals`, the SLURM launcher's sweeps on its stand-in (tests/test_launchers.py, tests/test_ensemble.py) in
+# `make test-fake-slurm`; everything else runs here, in at most 7 min on 2 cores.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix"
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix and not slurm"
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
+
+# The SLURM launcher's sweeps on a stand-in for sbatch/squeue/sacct/scancel (tests/fake_slurm.py): submitted scripts,
+# a cancelled job checkpointed and resumed, USR2's requeue, a horizon sweep's array tasks, vectorised groups as an array.
+test-fake-slurm: install
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m slurm tests/test_launchers.py tests/test_ensemble.py
 
 # The tests marked `matrix` (none of them runs in `make test`), each matrix in full (INITNORM_TEST_FULL_MATRIX=1): the
 # stop-signal matrix, every launcher x target (the sweep's process, its group) x phase, 18 sweeps (tests/test_signals.py).
