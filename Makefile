@@ -3,7 +3,10 @@
 #   make test    install into .venv (with test tools), then lint (ruff, the rules in pyproject.toml) and run the test suite
 #   make reproduce   install, then every experiment of both documents -> results/README.md
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
-#   make test-signals  the stop-signal matrix in full: 3 launchers x 3 targets x 3 phases (make test runs 9 of the 27)
+#   make test-signals  the stop-signal matrix in full: 3 launchers x 3 targets x 3 phases, whole sweeps each in a process
+#                      of its own (the tests marked `matrix`, which make test leaves out)
+#   make test-fake-slurm  the SLURM launcher's sweeps on a stand-in cluster (tests/fake_slurm.py; no root, no daemons):
+#                      the tests marked `slurm`, which make test leaves out
 #   make gpu-check   on a GPU machine (a CUDA build of torch): the GPU's numbers in <= 10 min -> bench/RESULTS.md (docs/devices.md)
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +14,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test test-slurm test-signals gpu-check sweep bench reproduce clean
+.PHONY: install train test test-slurm test-signals test-fake-slurm gpu-check sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,19 +43,28 @@ reproduce: install
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 # TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
 # (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
+# -m 'not matrix and not slurm' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py) runs in
+# `make test-signals`, the SLURM launcher's sweeps on its stand-in (tests/test_launchers.py, tests/test_ensemble.py) in
+# `make test-fake-slurm`; everything else runs here, in at most 7 min on 2 cores.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix and not slurm"
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install
 	PY=$(PY) scripts/slurm/test.sh
 
-# The stop-signal matrix in full: every launcher x target (the sweep's process, its group by SIGINT and by SIGTERM) x phase, 27 sweeps
-# (`make test` runs 9 of them, each launcher, target and phase at least once).
+# The SLURM launcher's sweeps on a stand-in for sbatch/squeue/sacct/scancel (tests/fake_slurm.py): submitted scripts,
+# a cancelled job checkpointed and resumed, USR2's requeue, a horizon sweep's array tasks, vectorised groups as an array.
+test-fake-slurm: install
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m slurm tests/test_launchers.py tests/test_ensemble.py
+
+# The tests marked `matrix` (none of them runs in `make test`), each matrix in full (INITNORM_TEST_FULL_MATRIX=1): the
+# stop-signal matrix, every launcher x target (the sweep's process, its group by SIGINT and by SIGTERM) x phase, 27 sweeps
+# (tests/test_signals.py).
 test-signals: install
-	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) tests/test_signals.py -k any_phase
+	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m matrix tests/test_signals.py
 
 # The default job (fp32, bf16-mixed), the wide µP sweep vectorised against one job, DDP on 2 GPUs where present and the
 # canonical sweep against plain loops, on one GPU in <= 10 min; one line and exit 2 where no CUDA device is visible.

@@ -265,6 +265,7 @@ def test_vectorized_launcher_writes_what_other_launchers_write(tmp_path):
     assert again.returncode == 0 and again.stdout.count("already finished") == 8, again.stdout[-2000:]
 
 
+@pytest.mark.slurm
 def test_vectorized_groups_run_as_a_slurm_array_through_submitit(tmp_path):
     from tests.test_launchers import slurm_env
 

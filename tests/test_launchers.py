@@ -164,6 +164,7 @@ def array_sweep(tmp_path_factory):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.slurm
 def test_slurm_launcher_submits_what_its_config_says(array_sweep):
     script, sweep = array_sweep["script"], array_sweep["sweep"]
     for line in ["--partition=tiny_gpu", "--time=20", "--mem=3GB", "--gpus-per-node=1", "--cpus-per-task=2",
@@ -179,6 +180,7 @@ def test_slurm_launcher_submits_what_its_config_says(array_sweep):
     assert "| pre |" in array_sweep["table"]
 
 
+@pytest.mark.slurm
 def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(array_sweep):
     # scancel: SLURM marks the job CANCELLED and sends SIGTERM. The job checkpoints at the next step
     # and records `cancelled`; the command writes the summary of what finished, names the job and
@@ -196,6 +198,7 @@ def test_slurm_job_cancelled_is_checkpointed_summarised_and_resumed(array_sweep)
     assert "| pre |" in table(sweep) and "| post |" in table(sweep)  # both jobs summarised, once the held one finished
 
 
+@pytest.mark.slurm
 def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
     # A one-job sweep is a plain job (no --array). SLURM's USR2 (before a time limit or a preemption):
     # checkpoint at the next step, submitit requeues (`scontrol requeue`), the requeued run resumes.
@@ -221,6 +224,7 @@ def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():
                                    "")] == ["cancelled", "timeout", "out_of_memory", "preempted", "unknown"]
 
 
+@pytest.mark.slurm
 def test_slurm_array_tasks_of_a_horizon_sweep_branch_from_the_provider(tmp_path):
     # Each job its own SLURM task, all at once: the shorter horizons wait for the longest run's state at their branch
     # step (training/forks.py) and equal their separate runs bit for bit (tests/test_forks.py has those)

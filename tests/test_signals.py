@@ -113,6 +113,7 @@ MATRIX = [(launcher, target, phase) for i, launcher in enumerate(LAUNCHERS) for 
           for target in (list(SENT) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else [list(SENT)[(i + j) % 3]])]
 
 
+@pytest.mark.matrix
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("launcher,target,phase", MATRIX)
 def test_a_stop_signal_at_any_phase_ends_the_command_in_one_line_with_the_resume_line(tmp_path, launcher, target, phase):
