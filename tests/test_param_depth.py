@@ -13,6 +13,7 @@ from initnorm.config import to_plain, validate
 from initnorm.errors import ConfigError
 from initnorm.models.build import build_model
 from initnorm.training.optim import make_optimizer
+from initnorm.training.optimizers import takes
 from tests.conftest import TINY, compose
 
 VOCAB = 28
@@ -66,6 +67,8 @@ def built(*overrides):
 
 def groups_by_name(b, **optim):
     cfg = {"name": "adamw", "betas": [0.9, 0.999], "eps": EPS, "weight_decay": WD, "weight_decay_mode": "scaled", **optim}
+    # the optimiser's own keys only (an optim.* key it does not take is refused: training/optimizers.py)
+    cfg = {k: v for k, v in cfg.items() if v is not None and (k in ("name", "weight_decay_mode") or takes(cfg["name"], k))}
     opt = make_optimizer(b.model, b.roles, b.table, LR, cfg)
     return {n: g for g in opt.param_groups for n in g["names"]}
 
