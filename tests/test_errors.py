@@ -28,7 +28,7 @@ CASES = {
     "unknown model family": (["model.family=decodr"], ["model='decodr'", "decoder", "`model=decoder`"]),
     "unknown dataset": (["data=alic"], ["data='alic'", "shakespeare", "`data=alice`"]),
     "unknown corpus": (["data.name=alicee"], ["data.name='alicee'", "alice, shakespeare", "`data.name=alice`"]),
-    "unknown optimiser": (["optim=adamm"], ["optim='adamm'", "adam, adamw, sgd", "`optim=adam`"]),
+    "unknown optimiser": (["optim=adamm"], ["optim='adamm'", "adam, adamax, adamw", "muon", "sgd", "`optim=adam`"]),
     "unknown experiment": (["experiment=nope"], ["experiment='nope'", "norm_warmup", "`experiment="]),
     "width not divisible by heads": (["width=15"], ["width=15", "multiple of model.n_heads=2", "`width=14`"]),
     "width below µP base": (["param=mup", "width=8"], ["width=8", "param.base_width=16", "`param.base_width=8`"]),
