@@ -255,6 +255,18 @@ def test_the_done_line_says_early_stopped_pruned_or_diverged(tmp_path, capsys):
     assert out[2].startswith("diverged at step 12 (60 steps")
 
 
+def test_only_rank_0_of_a_run_across_processes_prints_the_end_line(tmp_path, capsys, monkeypatch):
+    """Under trainer.devices=2 +trainer.strategy=ddp Lightning starts rank 1 as a second run of the command (LOCAL_RANK=1):
+    its end line printed the run's loss a second time (tests/test_ddp.py runs the two processes)."""
+    record = {"summary_metrics": ["final_val_loss"], "final_val_loss": 1.8158, "steps": 1500, "ms_per_step": 6.5}
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    console.job_finished("seed=1", record, tmp_path, None)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    console.job_finished("seed=1", record, tmp_path, None)
+    assert capsys.readouterr().out.startswith("final validation loss 1.8158 (1500 steps")
+
+
 def test_sweep_progress_reads_an_ended_record_once(tmp_path, monkeypatch):
     """Every member's end line counts the sweep's ended jobs: a record once found finished or failed is not read again
     (each line read every record: a sweep of 1,000 jobs spent ~100 s on it)."""

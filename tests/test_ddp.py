@@ -10,9 +10,10 @@ from torch import nn
 
 from initnorm.cli.job import checked
 from initnorm.cli.train import train
-from initnorm.training import distributed, vec_optim
+from initnorm.training import distributed
 from initnorm.training.distributed import check_same, unwrapped
 from initnorm.training.fit import Member, assemble
+from initnorm.training.optimizers import OPTIMIZERS
 from initnorm.training.resume import checkpoint_path, load_checkpoint
 from tests.conftest import compose_cfg, run_cli
 
@@ -65,16 +66,18 @@ def state(folder):
 
 @pytest.mark.parametrize("optim", ["adamw", "muon"])
 def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim):
-    if optim not in vec_optim.OPTIMISERS:
+    if optim not in OPTIMIZERS.names():
         pytest.skip(f"optim={optim} is not registered on this branch")
     run = [*RUN, f"optim={optim}"]
     two = run_cli(*run, *STOP, "trainer.devices=2", "+trainer.strategy=ddp", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path,
                   timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     record = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert record["status"] == "stopped" and record["device"]["world_size"] == 2 and record["device"]["strategy"] == "DDPStrategy"
-    # Rank 0 alone wrote: one start line, one process's event files.
+    assert record["status"] == "finished" and "at step 2 of 4" in record["early_stopped"]  # a callback's stop (training/fit.py)
+    assert record["device"]["world_size"] == 2 and record["device"]["strategy"] == "DDPStrategy"
+    # Rank 0 alone wrote: one start line, one end line on the terminal, one process's event files.
     assert (tmp_path / "two" / "train.log").read_text().count("sp of decoder") == 1
+    assert two.stdout.count("final validation loss") == 1, two.stdout
     assert len({p.name.rsplit(".", 2)[-2] for p in (tmp_path / "two").glob("events.out.tfevents.*")}) == 1
     # One process, the same global batch, stopped at the same step.
     train(compose_cfg(*run, *STOP), tmp_path / "one")

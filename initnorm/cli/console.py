@@ -22,6 +22,7 @@ from typing import Any
 from initnorm import envvars
 from initnorm.results import MAX_RECORD_BYTES, METRICS_FILE, PROGRESS_FILE, duration, fmt
 from initnorm.safe_files import NotAFile, read_bounded
+from initnorm.training.distributed import other_rank
 from initnorm.training.record import status_line
 from initnorm.transfer import HEADING_RE as TRANSFER_HEADING
 
@@ -271,7 +272,10 @@ def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
     The loss is the one the sweep's table scores (``summary.metrics``), named; pruned, diverged or early-stopped as
-    ``train.log``'s end line says (``training/record.status_line``)."""
+    ``train.log``'s end line says (``training/record.status_line``). Another rank of one run across processes (DDP's
+    child) prints nothing: rank 0 prints the run's line."""
+    if other_rank():
+        return
     status = status_line(metrics)
     done = "already finished: " if metrics.get("skipped") else ""
     fork = metrics.get("fork")  # a horizon fork's branch (training/forks.py): its first steps were the longest run's
