@@ -82,6 +82,30 @@ def test_every_number_is_a_number_and_divergence_true_or_false(tmp_path):
     assert start.hparams["diverged"].bool_value is False and start.hparams["lr"].number_value == 0.003
 
 
+def test_a_batch_sweeps_job_writes_its_swept_numbers_as_numbers_in_the_trial_ids_order(tmp_path):
+    """Issue 49: in `-m lr=... batch_size=...` lr had a min/max filter and batch_size was text, and the columns' order
+    (TensorBoard's, by name) was not the trial ID's. The job's HPARAMS entry (cli/jobinfo.hparams_of) as written."""
+    from tensorboard.plugins.hparams import api_pb2
+
+    from initnorm.cli.jobinfo import hparams_of
+    from initnorm.config import to_plain
+    from initnorm.schema import check
+    from tests.conftest import compose_cfg
+
+    overrides = {"lr": "0.01", "batch_size": "8", "seed": "2"}
+    hp = hparams_of(check(to_plain(compose_cfg("lr=0.01", "batch_size=8", "seed=2"))), overrides)
+    w = SummaryWriter(str(tmp_path))
+    tb.write_hparams(w, hp, {"hp/final_val_loss": 2.5}, ["lr", "batch_size", "seed"],
+                     tb.run_label(overrides, ["lr", "batch_size", "seed"], 2), step=10)
+    w.close()
+    acc = read_events(tmp_path)
+    infos = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment.hparam_infos
+    assert [(i.name, i.type) for i in infos] == [(k, api_pb2.DATA_TYPE_FLOAT64) for k in ("batch_size", "lr", "seed")]
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert [start.hparams[k].number_value for k in ("batch_size", "lr", "seed")] == [8, 0.01, 2]
+    assert start.group_name == "8 0.01 2"  # beside the columns batch_size, lr, seed
+
+
 def test_loss_and_learning_rate_tags_sort_before_the_instruments():
     # TensorBoard orders card groups by the tag's first path component, capitals before lower case.
     groups = sorted({t.split("/")[0] for t in (tb.TRAIN_LOSS, tb.VAL_LOSS, tb.LEARNING_RATE, "act_rms/block_01/attn_out", "grad_norm/x",
