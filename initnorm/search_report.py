@@ -38,7 +38,7 @@ def importances(study) -> dict[str, float]:
 
 def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None, metric: str, log: list[str]) -> bytes | None:
     """The objective against each numeric searched value (a log axis for those searched on a log scale), best trial
-    marked; pruned trials along the top."""
+    marked; pruned trials (the pruner stopped them, or a seed diverged) along the top."""
     names = sorted({k for t in trials for k, v in t["params"].items() if isinstance(v, (int, float))})
     if not names:
         return None
@@ -50,7 +50,7 @@ def figure(trials: list[dict[str, Any]], best: dict[str, Any] | None, metric: st
                    [t["loss"] for t in done if name in t["params"]], s=14, label="trial")
         pruned = [t["params"][name] for t in trials if t["state"] == "PRUNED" and name in t["params"]]
         if pruned:
-            ax.scatter(pruned, [top] * len(pruned), marker="x", s=18, label="diverged")
+            ax.scatter(pruned, [top] * len(pruned), marker="x", s=18, label="pruned")  # stopped by the pruner or a diverged seed
         if best is not None and name in best["params"]:
             ax.scatter([best["params"][name]], [best["loss"]], marker="*", s=90, label="best")
         if name in log:

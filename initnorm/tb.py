@@ -6,13 +6,15 @@ and metrics exist, in which order, and whether each ``differs`` between runs), t
 sorts hyperparameters that differ first and ticks the first five columns, whatever they are, so
 ``write_hparams`` lists only the keys that vary (the swept keys of a sweep, the overridden keys of
 a single run), marked as differing: a key every run shares is never ticked beside them (all of them
-are in each run's .hydra/config.yaml and metrics.json). It names the trial by their values in
-order, then the seed (``post 200 3``): the table's trial-ID column is 10 em wide and cut longer
-names (``norm=post war…``), and the columns beside it name each key. TensorBoard has no integer
-type and prints every number to five significant digits (a warmup of 200 as ``200.00``, the seed 3
-as ``3.0000``): an integer (the seed, warmup, width, steps) is written as text, which shows it as
-written and filters it by its values (a column of them sorts as text); a float stays a number, a
-bool a bool. Whether the run diverged is a true/false column beside them, not a 0/1 metric. The
+are in each run's .hydra/config.yaml and metrics.json). It names the trial by their values alone
+(``post 200 3``): the table's trial-ID column is 10 em wide and cut longer names (``norm=post
+war…``), and the columns beside it name each key. The tab shows the differing columns by name
+(its ``_sort_and_reduce_to_hparams_limit``), not in the order written, so the columns are written
+in that order and the trial ID lists its values in it (``post 3 200`` beside norm, seed, warmup).
+Every number is a number (``DATA_TYPE_FLOAT64``: a min/max filter, sorted by value), a swept
+override given as text too (``batch_size=32``); TensorBoard prints it to five significant digits
+(a warmup of 200 as ``200.00``). A bool stays a bool, anything else is text. Whether the run
+diverged is a true/false column beside them, not a 0/1 metric. The
 final metrics are written at the last step; a metric without a value (``diverged_step`` of a run
 that did not diverge) is left out rather than written as NaN.
 
@@ -25,6 +27,7 @@ and validation loss on one chart.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -51,23 +54,31 @@ def run_label(overrides: Mapping[str, Any], varying: Iterable[str] | None, seed:
     return " ".join([f"{k}={v}" for k, v in _label_parts(overrides, varying)] + [f"seed={seed}"])
 
 
-def trial_id(label: str) -> str:
+def trial_id(label: str, columns: Iterable[str] = ()) -> str:
     """HPARAMS' trial ID from a run label: its values alone (``norm=post warmup=200 seed=3`` -> ``post 200 3``),
-    short enough for the table's 10-em column."""
-    return " ".join(part.partition("=")[2] or part for part in label.split(" "))
+    short enough for the table's 10-em column; in the order of ``columns`` where given (a key not among them keeps
+    its place after them)."""
+    parts = label.split(" ")
+    place = {k: i for i, k in enumerate(columns)}
+    parts.sort(key=lambda part: place.get(part.partition("=")[0], len(place)))  # stable: the rest keep their order
+    return " ".join(part.partition("=")[2] or part for part in parts)
 
 
 DIVERGED = "hp/diverged"  # a 0/1 metric for the other trackers; in HPARAMS the bool column ``diverged``
 
 
-def _value(v: Any, key: str = ""):
-    """An hparam value as TensorBoard stores it: bool, number or string (an integer as text: shown as written, not 200.00)."""
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _value(v: Any):
+    """An hparam value as TensorBoard stores it: a bool, a number (an int, a float, or an override's text that reads
+    as one: ``batch_size=32``) as a float, anything else as text."""
     if isinstance(v, bool):
         return v
-    if key == "seed" or isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and NUMBER.fullmatch(v.strip()):
+        return float(v)
     return str(v)
 
 
@@ -82,14 +93,15 @@ def hparams_summaries(hparams: Mapping[str, Any], metrics: Iterable[str], varyin
     order = [k for k in [*varying, *after] if k in hparams]  # only what varies: the tab ticks its first five columns, constant or not
     infos = []
     for k in order:
-        v = _value(hparams[k], k)
+        v = _value(hparams[k])
         kind = (api_pb2.DATA_TYPE_BOOL if isinstance(v, bool) else api_pb2.DATA_TYPE_FLOAT64 if isinstance(v, float)
                 else api_pb2.DATA_TYPE_STRING)
         infos.append(api_pb2.HParamInfo(name=k, type=kind, differs=k in varying))
+    infos.sort(key=lambda i: (not i.differs, i.name))  # as the tab shows them: those that differ first, each part by name
     experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics])
-    start = plugin_data_pb2.SessionStartInfo(group_name=trial_id(label), start_time_secs=start_time or time.time())
+    start = plugin_data_pb2.SessionStartInfo(group_name=trial_id(label, [i.name for i in infos]), start_time_secs=start_time or time.time())
     for k in hparams:  # every value stays in the run's record; the experiment above says which the table shows
-        v = _value(hparams[k], k)
+        v = _value(hparams[k])
         if isinstance(v, bool):
             start.hparams[k].bool_value = v
         elif isinstance(v, float):

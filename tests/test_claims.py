@@ -326,3 +326,17 @@ def last_digit(text: str) -> float:
     mantissa, _, exponent = text.lower().partition("e")
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
     return 10.0 ** (int(exponent or 0) - decimals)
+
+
+def test_every_quote_of_the_default_runs_loss_says_what_each_cpu_kind_prints():
+    """Issue 49: the README quoted 1.8157 as the AMD value while an AMD EPYC of family 25 prints 1.8158354770542606. Each
+    place that quotes the default run's loss gives the value of each CPU kind measured, named by family."""
+    kinds = {"Intel Xeon": "1.8158463503006235", "AMD EPYC family 25": "1.8158354770542606",
+             "AMD EPYC family 26": "1.8157447216912856"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_hour, one_run = readme[:readme.index("**3. The canonical sweep**")], readme[readme.index("## One run"):]
+    for text in (first_hour, one_run[:one_run.index("so expect 1.816")]):
+        for kind, loss in kinds.items():
+            assert re.search(rf"{re.escape(loss)} on (an|the) {kind}\b", " ".join(text.split())), (kind, loss)
+    table = (ROOT / "docs" / "numerics.md").read_text(encoding="utf-8")
+    assert "| AMD EPYC (family 25), 1 thread | 1.815835 |" in table and "| AMD EPYC (family 26)" in table

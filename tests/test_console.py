@@ -243,6 +243,30 @@ def test_the_done_line_prints_the_metric_the_table_scores_named(tmp_path, capsys
     assert out[1].startswith("final validation loss 1.8157 (1500 steps")
 
 
+def test_the_done_line_says_early_stopped_pruned_or_diverged(tmp_path, capsys):
+    """A fit a callback stopped early writes ``early_stopped`` (training/fit.py); the done line says so, as train.log's."""
+    base = {"summary_metrics": ["final_val_loss"], "final_val_loss": 1.9021, "steps": 60, "ms_per_step": 6.5, "status": "finished"}
+    console.job_finished("lr=0.01 seed=0", base | {"early_stopped": "a callback stopped the fit at step 60 of 200"}, tmp_path, None)
+    console.job_finished("lr=0.02 seed=0", base | {"status": "pruned", "pruned": "worse than the median at step 40"}, tmp_path, None)
+    console.job_finished("lr=0.03 seed=0", base | {"diverged": True, "diverged_step": 12}, tmp_path, None)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("early-stopped (a callback stopped the fit at step 60 of 200): final validation loss 1.9021 (60 steps")
+    assert out[1].startswith("pruned: worse than the median at step 40 (60 steps")
+    assert out[2].startswith("diverged at step 12 (60 steps")
+
+
+def test_only_rank_0_of_a_run_across_processes_prints_the_end_line(tmp_path, capsys, monkeypatch):
+    """Under trainer.devices=2 +trainer.strategy=ddp Lightning starts rank 1 as a second run of the command (LOCAL_RANK=1):
+    its end line printed the run's loss a second time (tests/test_ddp.py runs the two processes)."""
+    record = {"summary_metrics": ["final_val_loss"], "final_val_loss": 1.8158, "steps": 1500, "ms_per_step": 6.5}
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    console.job_finished("seed=1", record, tmp_path, None)
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    console.job_finished("seed=1", record, tmp_path, None)
+    assert capsys.readouterr().out.startswith("final validation loss 1.8158 (1500 steps")
+
+
 def test_sweep_progress_reads_an_ended_record_once(tmp_path, monkeypatch):
     """Every member's end line counts the sweep's ended jobs: a record once found finished or failed is not read again
     (each line read every record: a sweep of 1,000 jobs spent ~100 s on it)."""

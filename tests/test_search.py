@@ -167,6 +167,22 @@ def test_a_diverged_seed_prunes_the_trial_and_a_crash_fails_it():
     assert math.isclose(trials[0].value, 2.5)
 
 
+def test_the_search_figure_and_table_call_a_pruned_trial_pruned(monkeypatch):
+    """A PRUNED trial is one the pruner stopped or one with a diverged seed (search_pruning.py, search_study.py): the
+    figure's legend and search.md say pruned, not diverged."""
+    from initnorm import plots, search_report
+
+    drawn = []
+    monkeypatch.setattr(plots, "png", lambda fig: drawn.append(fig) or b"png")
+    trials = [{"number": 0, "state": "COMPLETE", "params": {"lr": 0.01}, "loss": 2.0},
+              {"number": 1, "state": "PRUNED", "params": {"lr": 0.5}, "loss": None}]
+    assert search_report.figure(trials, trials[0], "final_val_loss", ["lr"]) == b"png"
+    labels = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert labels == ["trial", "pruned", "best"]
+    table = search_report.markdown({"best": trials[0], "trials": trials, "overrides": [], "objective": "x"}, {})
+    assert "| 1 | pruned |" in table and "diverged" not in table
+
+
 def test_a_search_without_optuna_is_one_line_naming_the_extra(monkeypatch):
     from initnorm.cli import preflight, search
     from initnorm.errors import ConfigError

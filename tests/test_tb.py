@@ -27,6 +27,8 @@ def test_run_label_leads_with_what_varies():
     assert tb.run_label({"lr": "0.02", "hydra.run.dir": "x"}, None, 1) == "lr=0.02 seed=1"
     assert tb.run_label({}, None, 1) == "seed=1"
     assert tb.trial_id("norm=post warmup=200 seed=3") == "post 200 3"
+    assert tb.trial_id("norm=post warmup=200 seed=3", ["norm", "seed", "warmup"]) == "post 3 200"  # the columns' order
+    assert tb.trial_id("lr=0.1 batch_size=32 seed=3", ["batch_size", "lr"]) == "32 0.1 3"  # the seed, no column, after them
     # A custom init is named by its function, not only "custom".
     assert tb.run_label({"init": "custom", "init.fn": "mypkg.inits.fancy"}, ["init"], 1) == "init=custom:mypkg.inits.fancy seed=1"
 
@@ -40,39 +42,68 @@ def test_hparams_mark_varying_keys_first_and_write_metrics_at_the_last_step(tmp_
     acc = read_events(tmp_path)
     experiment = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment
     infos = [(i.name, i.differs) for i in experiment.hparam_infos]
-    # Only what varies: TensorBoard ticks the first five columns, so a constant key listed here would be ticked beside them.
-    assert infos == [("norm", True), ("warmup", True), ("seed", True)]
+    # Only what varies: TensorBoard ticks the first five columns, so a constant key listed here would be ticked beside them;
+    # in the order the tab shows them (by name), which the trial ID follows.
+    assert infos == [("norm", True), ("seed", True), ("warmup", True)]
     assert [m.name.tag for m in experiment.metric_infos] == list(metrics)
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.group_name == "post 200 3"  # the trial ID: the values, within the table's 10-em column
+    assert start.group_name == "post 3 200"  # the trial ID: the values in the columns' order, within the table's 10-em column
     assert start.hparams["norm"].string_value == "post" and start.hparams["lr"].number_value == 0.01
-    assert start.hparams["flag"].bool_value is True and start.hparams["batch_size"].string_value == "32"  # the constants stay in the record
-    assert start.hparams["seed"].string_value == "3"  # shown as 3, not 3.0000
+    assert start.hparams["flag"].bool_value is True and start.hparams["batch_size"].number_value == 32  # the constants stay in the record
+    assert start.hparams["seed"].number_value == 3
     scalars = acc.Tags()["scalars"]
     assert "hp/final_val_loss" in scalars and "hp/diverged_step" not in scalars and "hp/other" not in scalars
     (point,) = acc.Scalars("hp/final_val_loss")
     assert point.step == 120 and point.value == 2.5
 
 
-def test_integers_read_as_integers_and_divergence_as_true_or_false(tmp_path):
-    """Issue 36: HPARAMS showed warmup as 0.0000 and 200.00 (TensorBoard prints a number to five significant digits)
-    and hp/diverged as 0.0000. Integers are written as text, bools as bools, divergence a true/false column."""
+def test_every_number_is_a_number_and_divergence_true_or_false(tmp_path):
+    """Issue 49: every swept number is a number column (a min/max filter, sorted by value), a whole number and an override
+    given as text (``batch_size=32``) too; issue 36 had integers written as text so they would not show as 200.00, which
+    left batch_size, seed and warmup filtered as text. Bools stay bools, divergence a true/false column (not 0.0000)."""
     from tensorboard.plugins.hparams import api_pb2
 
     w = SummaryWriter(str(tmp_path))
-    hp = {"warmup": 200, "width": 64, "lr": 0.003, "compile": False, "seed": 1}
-    tb.write_hparams(w, hp, {"hp/final_val_loss": 2.5, "hp/diverged": 0.0, "hp/diverged_step": None}, ["warmup", "lr"], "x", step=10)
+    hp = {"warmup": 200, "width": 64, "lr": 0.003, "compile": False, "seed": 1, "batch_size": "32", "norm": "post"}
+    tb.write_hparams(w, hp, {"hp/final_val_loss": 2.5, "hp/diverged": 0.0, "hp/diverged_step": None},
+                     ["warmup", "lr", "batch_size", "seed"], "x", step=10)
     w.close()
     acc = read_events(tmp_path)
     experiment = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment
-    kinds = {i.name: (i.type, i.differs) for i in experiment.hparam_infos}  # diverged after what varies, not marked varying
-    assert kinds == {"warmup": (api_pb2.DATA_TYPE_STRING, True), "lr": (api_pb2.DATA_TYPE_FLOAT64, True),
-                     "diverged": (api_pb2.DATA_TYPE_BOOL, False)}
+    kinds = [(i.name, i.type, i.differs) for i in experiment.hparam_infos]  # diverged after what varies, not marked varying
+    number = api_pb2.DATA_TYPE_FLOAT64
+    assert kinds == [("batch_size", number, True), ("lr", number, True), ("seed", number, True), ("warmup", number, True),
+                     ("diverged", api_pb2.DATA_TYPE_BOOL, False)]
     assert [m.name.tag for m in experiment.metric_infos] == ["hp/final_val_loss", "hp/diverged_step"]
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.hparams["warmup"].string_value == "200" and start.hparams["width"].string_value == "64"
+    assert start.hparams["warmup"].number_value == 200 and start.hparams["width"].number_value == 64
+    assert start.hparams["batch_size"].number_value == 32 and start.hparams["norm"].string_value == "post"
     assert start.hparams["compile"].HasField("bool_value") and start.hparams["diverged"].HasField("bool_value")
     assert start.hparams["diverged"].bool_value is False and start.hparams["lr"].number_value == 0.003
+
+
+def test_a_batch_sweeps_job_writes_its_swept_numbers_as_numbers_in_the_trial_ids_order(tmp_path):
+    """Issue 49: in `-m lr=... batch_size=...` lr had a min/max filter and batch_size was text, and the columns' order
+    (TensorBoard's, by name) was not the trial ID's. The job's HPARAMS entry (cli/jobinfo.hparams_of) as written."""
+    from tensorboard.plugins.hparams import api_pb2
+
+    from initnorm.cli.jobinfo import hparams_of
+    from initnorm.config import to_plain
+    from initnorm.schema import check
+    from tests.conftest import compose_cfg
+
+    overrides = {"lr": "0.01", "batch_size": "8", "seed": "2"}
+    hp = hparams_of(check(to_plain(compose_cfg("lr=0.01", "batch_size=8", "seed=2"))), overrides)
+    w = SummaryWriter(str(tmp_path))
+    tb.write_hparams(w, hp, {"hp/final_val_loss": 2.5}, ["lr", "batch_size", "seed"],
+                     tb.run_label(overrides, ["lr", "batch_size", "seed"], 2), step=10)
+    w.close()
+    acc = read_events(tmp_path)
+    infos = hparams_data(acc, metadata.EXPERIMENT_TAG).experiment.hparam_infos
+    assert [(i.name, i.type) for i in infos] == [(k, api_pb2.DATA_TYPE_FLOAT64) for k in ("batch_size", "lr", "seed")]
+    start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
+    assert [start.hparams[k].number_value for k in ("batch_size", "lr", "seed")] == [8, 0.01, 2]
+    assert start.group_name == "8 0.01 2"  # beside the columns batch_size, lr, seed
 
 
 def test_loss_and_learning_rate_tags_sort_before_the_instruments():
@@ -154,5 +185,5 @@ def test_a_sweep_summary_writes_one_tensorboard_run_per_setting_with_its_seeds_m
     assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_lowest")] == [5.0, 0.4333]
     assert [round(p.value, 4) for p in acc.Scalars(f"{tb.VAL_LOSS}_highest")] == [5.0, 3.1]
     start = hparams_data(acc, metadata.SESSION_START_INFO_TAG).session_start_info
-    assert start.hparams["lr"].string_value == "0.1" and start.hparams["seeds"].string_value == "9"  # an integer as text (tb.py)
+    assert start.hparams["lr"].number_value == 0.1 and start.hparams["seeds"].number_value == 9  # numbers as numbers (tb.py)
     assert tb.write_setting_runs(tmp_path / "few", [r for r in read_metrics(tmp_path) if r["seed"] <= 3]) is None

@@ -35,7 +35,7 @@ def test_hparams_metric_is_the_real_final_loss(tmp_path, tiny):
     assert abs(acc.Scalars("hp/final_val_loss")[-1].value - m["final_val_loss"]) < 1e-6
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
-    assert hparams["norm"].string_value == "pre" and hparams["seed"].string_value == "1"  # a seed is a name: 1, not 1.0000
+    assert hparams["norm"].string_value == "pre" and hparams["seed"].number_value == 1  # a number: a min/max filter
 
 
 def test_multirun_writes_summary_rows(tmp_path):

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from initnorm import envvars
-from initnorm.results import MAX_RECORD_BYTES, METRICS_FILE, PROGRESS_FILE, duration, fmt, scored
+from initnorm.results import MAX_RECORD_BYTES, METRICS_FILE, PROGRESS_FILE, duration, fmt
 from initnorm.safe_files import NotAFile, read_bounded
+from initnorm.training.distributed import other_rank
+from initnorm.training.record import status_line
 from initnorm.transfer import HEADING_RE as TRANSFER_HEADING
 
 TOTAL_ENV = envvars.SWEEP_TOTAL  # jobs in this sweep (set by the parent before launching)
@@ -269,14 +271,12 @@ def job_started(label: str, job_num: int) -> None:
 def job_finished(label: str, metrics: dict[str, Any], folder: Path | str, sweep_dir: Path | str | None) -> None:
     """In a sweep: ``done  norm=post warmup=200 seed=3: final validation loss 2.8570 (100 steps, 24.90 ms/step)
     [5/12 done, about 1m20s left]``; a single run: ``final validation loss 1.8157 (1500 steps, 6.55 ms/step) -> <folder>``.
-    The loss is the one the sweep's table scores (``summary.metrics``), named."""
-    # .get: a finished record written by an older version may lack keys
-    if metrics.get("status") in ("stopped", "pruned"):  # pruned: by a search's pruner (cli/search_pruning.py)
-        status = f"{metrics['status']}: {metrics.get(metrics['status'])}"
-    elif metrics.get("diverged"):
-        status = f"diverged at step {metrics.get('diverged_step')}"
-    else:
-        status = scored(metrics)
+    The loss is the one the sweep's table scores (``summary.metrics``), named; pruned, diverged or early-stopped as
+    ``train.log``'s end line says (``training/record.status_line``). Another rank of one run across processes (DDP's
+    child) prints nothing: rank 0 prints the run's line."""
+    if other_rank():
+        return
+    status = status_line(metrics)
     done = "already finished: " if metrics.get("skipped") else ""
     fork = metrics.get("fork")  # a horizon fork's branch (training/forks.py): its first steps were the longest run's
     fork = f", from step {fork.get('step')} of a longer run" if isinstance(fork, dict) else ""

@@ -79,8 +79,9 @@ def status_line(metrics: Mapping[str, Any]) -> str:
     """``final validation loss 1.8157`` (the loss the sweep's table scores, named: ``results.scored``), ``diverged at
     step 412``, ``pruned: ...`` (a search's pruner: cli/search_pruning.py) or ``early-stopped at step 60 of 200 ...:
     final validation loss 1.9021``."""
-    if (status := metrics.get("status")) in ("stopped", "pruned"):
-        return f"{status}: {metrics.get(status)}"
-    if metrics["diverged"]:
-        return f"diverged at step {metrics['diverged_step']}"
+    # .get: a finished record written by an older version may lack keys
+    if (status := metrics.get("status")) and status in metrics:  # a callback's own word and why (fit.py): pruned
+        return f"{status}: {metrics[status]}"
+    if metrics.get("diverged"):
+        return f"diverged at step {metrics.get('diverged_step')}"
     return f"early-stopped ({metrics['early_stopped']}): {scored(metrics)}" if metrics.get("early_stopped") else scored(metrics)

@@ -191,28 +191,16 @@ def member_eps_records(model: nn.Module, adam: dict[str, tuple], step: int, E: i
             for member in torch.stack(fractions, 1).tolist()]
 
 
-class Diagnostics(L.Callback):
-    """Effective lr, Adam's eps fraction, and top singular values of W and ΔW relative to
-    sqrt(fan_out/fan_in), per layer and member, every ``every_n_steps`` optimiser steps
-    (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test.
+class EveryNSteps(L.Callback):
+    """What the diagnostics and the spectral instruments share: their schedule, checked (``callbacks.<name>.every_n_steps``
+    and ``power_steps``, positive integers), the members' writers from the fit's start, the step measured now (None on
+    the others: one integer test a step), the weights before the step, and the writers flushed at the fit's end."""
 
-    effective_lr: ``eff_lr/<layer>/<role>``, the rate each parameter's group steps it with now (the table's
-    multiplier and the schedule's factor included).
-    eps: ``eps_frac/<layer>/params``, the fraction of coordinates where sqrt(v_hat) < ε (Adam-like optimisers).
-    spectral: ``sigma_w`` and ``sigma_dw/<layer>/<role>``, the top singular value of each matrix and of its step's
-    update, over sqrt(fan_out / fan_in); power_steps: the power iteration's steps per measurement, warm-started."""
-
-    def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True,
-                 power_steps: int = POWER_STEPS):
-        if not isinstance(every_n_steps, int) or every_n_steps <= 0:
-            raise bad_value("callbacks.diagnostics.every_n_steps", every_n_steps, "a positive integer",
-                            "callbacks.diagnostics.every_n_steps=50")
-        if not isinstance(power_steps, int) or power_steps <= 0:
-            raise bad_value("callbacks.diagnostics.power_steps", power_steps, "a positive integer",
-                            f"callbacks.diagnostics.power_steps={POWER_STEPS}")
+    def __init__(self, name: str, every_n_steps: int, power_steps: int):
+        for key, value, default in (("every_n_steps", every_n_steps, 50), ("power_steps", power_steps, POWER_STEPS)):
+            if not isinstance(value, int) or value <= 0:
+                raise bad_value(f"callbacks.{name}.{key}", value, "a positive integer", f"callbacks.{name}.{key}={default}")
         self.every = every_n_steps
-        self.want_lr, self.want_eps, self.want_spectral = effective_lr, eps, spectral
-        self.spectral = SpectralTracker(power_steps)
         self._view = None
         self._sinks: list[list] = []
         self._step: int | None = None
@@ -225,6 +213,27 @@ class Diagnostics(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         step = trainer.global_step
         self._step = None if step % self.every or not any(self._sinks) else step
+
+    def on_fit_end(self, trainer, pl_module):
+        flush(self._sinks)
+
+
+class Diagnostics(EveryNSteps):
+    """Effective lr, Adam's eps fraction, and top singular values of W and ΔW relative to
+    sqrt(fan_out/fan_in), per layer and member, every ``every_n_steps`` optimiser steps
+    (``callbacks.diagnostics.every_n_steps``); every other step costs one integer test.
+
+    effective_lr: ``eff_lr/<layer>/<role>``, the rate each parameter's group steps it with now (the table's
+    multiplier and the schedule's factor included).
+    eps: ``eps_frac/<layer>/params``, the fraction of coordinates where sqrt(v_hat) < ε (Adam-like optimisers).
+    spectral: ``sigma_w`` and ``sigma_dw/<layer>/<role>``, the top singular value of each matrix and of its step's
+    update, over sqrt(fan_out / fan_in); power_steps: the power iteration's steps per measurement, warm-started."""
+
+    def __init__(self, every_n_steps: int = 50, effective_lr: bool = True, eps: bool = True, spectral: bool = True,
+                 power_steps: int = POWER_STEPS):
+        super().__init__("diagnostics", every_n_steps, power_steps)
+        self.want_lr, self.want_eps, self.want_spectral = effective_lr, eps, spectral
+        self.spectral = SpectralTracker(power_steps)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self._step is None:
@@ -250,6 +259,3 @@ class Diagnostics(L.Callback):
                 member += recs
         write_members(records, self._sinks, view.active())
         self._step, self._before = None, None
-
-    def on_fit_end(self, trainer, pl_module):
-        flush(self._sinks)

@@ -17,13 +17,8 @@ a job alone and a stacked group's members get the same records, each in its own 
 
 from __future__ import annotations
 
-import lightning as L
-import torch
-
-from initnorm.callbacks.members import members_of
-from initnorm.callbacks.probes import Record, flush, parameter_layer, parameter_role, write_members
-from initnorm.errors import bad_value
-from initnorm.instruments.diagnostics.callback import POWER_STEPS, SpectralTracker
+from initnorm.callbacks.probes import Record, parameter_layer, parameter_role, write_members
+from initnorm.instruments.diagnostics.callback import POWER_STEPS, EveryNSteps, SpectralTracker
 from initnorm.instruments.spectral.muon import muon_matrices, ns_residual
 
 STATS = {"sigma_w": "Spectral/weight", "sigma_dw": "Spectral/update"}  # the tracker's names -> this instrument's tags
@@ -43,7 +38,7 @@ def residual_records(optimizers, members, step: int) -> list[list[Record]]:
     return records
 
 
-class Spectral(L.Callback):
+class Spectral(EveryNSteps):
     """``Spectral/weight``, ``Spectral/update`` and, for Muon's matrices, ``Spectral/ns_residual``, per weight matrix
     and member, every ``every_n_steps`` optimiser steps (``callbacks.spectral.every_n_steps``, the statistics' 50);
     every other step costs one integer test.
@@ -54,28 +49,10 @@ class Spectral(L.Callback):
 
     def __init__(self, every_n_steps: int = 50, weight: bool = True, update: bool = True, ns_residual: bool = True,
                  power_steps: int = POWER_STEPS):
-        if not isinstance(every_n_steps, int) or every_n_steps <= 0:
-            raise bad_value("callbacks.spectral.every_n_steps", every_n_steps, "a positive integer",
-                            "callbacks.spectral.every_n_steps=50")
-        if not isinstance(power_steps, int) or power_steps <= 0:
-            raise bad_value("callbacks.spectral.power_steps", power_steps, "a positive integer",
-                            f"callbacks.spectral.power_steps={POWER_STEPS}")
-        self.every = every_n_steps
+        super().__init__("spectral", every_n_steps, power_steps)
         self.want_weight, self.want_update, self.want_residual = weight, update, ns_residual
         self.tracker = SpectralTracker(power_steps)
-        self._view = None
-        self._sinks: list[list] = []
-        self._step: int | None = None
-        self._before: dict[str, torch.Tensor] | None = None
         self._records: list[list[Record]] = []
-
-    def on_fit_start(self, trainer, pl_module):
-        self._view = members_of(pl_module, trainer)
-        self._sinks = self._view.writers()
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        step = trainer.global_step
-        self._step = None if step % self.every or not any(self._sinks) else step
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if self._step is None:
@@ -97,6 +74,3 @@ class Spectral(L.Callback):
                 member += [r._replace(stat=STATS[r.stat]) for r in recs if self.want_weight or r.stat != "sigma_w"]
         write_members(records, self._sinks, view.active())
         self._step, self._before, self._records = None, None, []
-
-    def on_fit_end(self, trainer, pl_module):
-        flush(self._sinks)
