@@ -29,7 +29,6 @@ from initnorm.results import (
     swept_keys,
     write_atomic,
 )
-from initnorm.training import forks
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +90,10 @@ def fork_note(folder: Path, records: list[dict]) -> str:
     """What a sweep's horizon forks saved (``training/forks.py``), told from its records, not from its plan: the branches
     that started from the longer run's state (their ``fork``), the steps that spared, and the ones that trained from step 0
     though the plan shared steps with them (a state planted or damaged in the store: their train.log says why)."""
+    if not (folder / ".forks").exists():  # no forks (training/forks.STORE): reading a folder never imports Lightning
+        return ""
+    from initnorm.training import forks
+
     planned = sum(int(f.get("shared") or 0) for f in forks.read_plan(folder)["families"].values())
     if not planned:
         return ""

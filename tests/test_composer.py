@@ -114,7 +114,10 @@ def test_a_jobs_config_and_refusal_are_hydras_own(loader, tmp_path, monkeypatch,
         assert composer.subdir(job, task) == str(theirs.hydra.sweep.subdir), (argv, job)
     # The refused sweeps are refused; the others' jobs are made in place (only OTHER's adds and deletes need a copy).
     assert (refused > 0) == (" ".join(argv) in REFUSED), (refused, compared)
-    assert compared == 0 or (fast > 0 and in_place > 0) or "~checkpoint" in argv, (compared, fast, in_place)
+    # A value that interpolates another key (`trainer.val_check_interval=${steps}`, the transfer recipes' horizon
+    # forks) is resolved per job as Hydra resolves it: those jobs take the composed path, equal to Hydra's above.
+    interpolated = any("${" in a for a in argv)
+    assert compared == 0 or (fast > 0 and in_place > 0) or "~checkpoint" in argv or interpolated, (compared, fast, in_place)
 
 
 def test_the_sweeps_compared_hold_every_preset_and_a_documented_one():
