@@ -84,15 +84,19 @@ def test_each_members_coordinate_check_equals_its_job_alone(tmp_path):
 
 
 def test_a_resumed_group_refuses_the_coordinate_check(tmp_path):
-    from initnorm.errors import ConfigError
+    from initnorm.results import read_record as results_read
 
     base = [*COORD, "checkpoint.every_n_steps=5"]
     members = lambda: [Member(to_plain(compose_cfg(*base, f"seed={s}")), tmp_path / str(s)) for s in (1, 2)]
     fit(members())
     for s in (1, 2):
         (tmp_path / str(s) / "metrics.json").unlink()  # as if killed after the checkpoint of step 5
-    with pytest.raises(ConfigError, match="measures from step 0, but this job resumes at step 5"):
-        fit(members())
+    # each member's own refusal in its own folder (training/failure.py), none trained on
+    results = fit(members())
+    assert [r["status"] for r in results] == ["failed", "failed"]
+    for s, r in zip((1, 2), results):
+        assert "measures from step 0, but this job resumes at step 5" in r["error"] and f"/{s}" in r["error"]
+        assert results_read(tmp_path / str(s) / "metrics.json")["status"] == "failed"
 
 
 def test_batched_power_iteration_is_each_matrix_alone_and_survives_a_zero_matrix():
