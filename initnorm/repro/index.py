@@ -100,6 +100,18 @@ ELSEWHERE = [
         "iterations (0) and held as a fraction of the run (-1); neither rule held.",
         page="README.md",
     ),
+    Elsewhere(
+        "muon_transfer",
+        "Muon's learning-rate transfer across width by `optim.muon_scale` (issue 46, item 3), a pilot: the Decoder at "
+        "widths 16-128 under µP, Muon `original`, `match_rms_adamw` and `spectral`, lr x width (100 steps, seed 1)",
+        "`python -m initnorm.train -m experiment=muon_transfer param=mup optim=muon optim.muon_scale=original,spectral "
+        "lr=... hydra/launcher=vectorized`: three commands",
+        "25 min in all (140-896 s each), shared machine (load 4.2-6.6)",
+        "With one seed (no intervals), `original`'s optimum holds (exponent +0.04, transfers), `spectral`'s nearly "
+        "(+0.11, borderline: 0.022 nats at width 128), `match_rms_adamw`'s falls (-0.25, -0.73 octave from 16 to 128, "
+        "does not transfer), half the -0.5 its sqrt(width) factor predicts for the hidden matrices.",
+        page="README.md",
+    ),
 ]
 
 
