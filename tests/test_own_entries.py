@@ -122,6 +122,7 @@ def test_init_schemes_and_norms_take_dotted_paths_too():
 def test_the_transfer_report_prints_the_display_name():
     from initnorm.transfer import setting_label
 
+    importlib.import_module("tests.own_param")  # a label over records looks an entry up without importing it
     assert setting_label((("param.name", OWN_PARAM),)) == "µP, hidden lr x m^-p"
     assert setting_label((("param", "depth_mup"), ("norm", "post"))) == "depth-µP, norm=post"
 
