@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import math
+import resource
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -11,7 +17,7 @@ from initnorm.cli.compose import compose_train
 from initnorm.config import to_plain
 from initnorm.models.build import build_model
 from initnorm.repro import bench_flops, bench_sweeps
-from initnorm.repro.bench_measure import plain_run
+from initnorm.repro.bench_measure import load, plain_run, run_command
 from initnorm.training.tasks import TASKS
 from tests.inproc import run_module
 
@@ -54,11 +60,54 @@ def test_plain_loop_trains_mup_as_train_does(tmp_path):
     assert math.isfinite(plain["final_val_loss"]) and plain["final_val_loss"] == job["final_val_loss"]
 
 
-def smoke_run(tmp_path, *parts: str) -> str:
-    """A bench run of one step per job appended to a RESULTS.md that already holds a section; its text. The bench's own
-    process runs in this one (tests/inproc.py); each row's command is still a process of its own, as the bench times it.
-    Each sweep is two jobs that stack into one group, which the vectorised launcher trains in the sweep's own process
-    whatever its engine: ``engine=sequential`` keeps it from starting a fork server and workers it would end unused."""
+def run_here(cmd: list[str], cwd: Path) -> dict:
+    """``bench_measure.run_command`` for ``python -m module args``, run in this process (tests/inproc.py): the same record
+    (what it printed, the last line last), with this process's CPU and peak memory. Each such process would import torch and
+    Lightning again, ~10 s of CPU on a 2-core AMD EPYC; ``test_run_command_measures_a_process_of_its_own`` runs the real one."""
+    assert cmd[:2] == [sys.executable, "-m"], cmd
+    wall, cpu, before = time.perf_counter(), time.process_time(), load()
+    ran = run_module(cmd[2], cmd[3:], cwd)
+    if ran.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({ran.returncode}):\n{(ran.stdout + ran.stderr)[-3000:]}")
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, "output": ran.stderr + ran.stdout,
+            "root_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "children_mb": [], "load": (before, load())}
+
+
+class PopenHere:
+    """``subprocess.Popen`` for ``bench_flops.together``'s matmul timings, each run in this process when it is started, one after
+    the other: each waits for itself alone (``--matmul-peers 1``), as two processes at once would wait for each other."""
+
+    def __init__(self, cmd: list[str], **_):
+        assert cmd[:3] == [sys.executable, "-m", "initnorm.bench"], cmd
+        args = cmd[3:]
+        args[args.index("--matmul-peers") + 1] = "1"
+        ran = run_module("initnorm.bench", args)
+        self.returncode, self.stdout = ran.returncode, ran.stdout
+
+    def communicate(self):
+        return self.stdout, None
+
+
+def test_run_command_measures_a_process_of_its_own(tmp_path):
+    """What the bench times every row with (the smoke run below runs its rows in this process): the CPU of the process and
+    of its children, its printing with stderr merged in, a peak memory per process, and a failed command refused in one
+    line with its output. A process that imports no torch: milliseconds."""
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(3 * 10**6))']); print('done')"
+    r = run_command([sys.executable, "-c", f"import sys; print('to stderr', file=sys.stderr); {child}"], tmp_path)
+    assert r["output"].splitlines() == ["to stderr", "done"] and r["cpu_s"] > 0 and r["wall_s"] >= r["cpu_s"] / 4
+    assert r["root_mb"] > 0 and len(r["load"]) == 2
+    with pytest.raises(RuntimeError, match=r"failed \(3\):\nlast words"):
+        run_command([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], tmp_path)
+
+
+def smoke_run(tmp_path, monkeypatch, *parts: str) -> str:
+    """A bench run of one step per job appended to a RESULTS.md that already holds a section; its text. The bench and each
+    of its rows' commands run in this process (``run_here``, ``PopenHere``): a smoke run checks what the report holds,
+    not the timings. Each sweep is two jobs that stack into one group, which the vectorised launcher trains in the sweep's
+    own process whatever its engine: ``engine=sequential`` keeps it from starting a fork server and workers it would end
+    unused."""
+    monkeypatch.setattr(bench_sweeps, "run_command", run_here)
+    monkeypatch.setattr(bench_flops, "subprocess", SimpleNamespace(Popen=PopenHere, PIPE=None))
     out = tmp_path / "RESULTS.md"
     out.write_text("# an earlier measured section\n")
     ran = run_module("initnorm.bench", [*parts, "--launchers", "plain,vectorized", "--steps", "1", "--set", "width=64", "--set",
@@ -72,10 +121,10 @@ def smoke_run(tmp_path, *parts: str) -> str:
     return text
 
 
-def test_a_smoke_run_appends_each_sweeps_rows_and_the_flop_floor(tmp_path):
+def test_a_smoke_run_appends_each_sweeps_rows_and_the_flop_floor(tmp_path, monkeypatch):
     # One bench process for both sweeps (each start of one costs seconds): a Decoder sweep with its plain-loop row, and the
     # MLP sweep, which has none and says why, with the FLOP floor beside it.
-    text = smoke_run(tmp_path, "--sweeps", "7e,mup_mlp", "--flops", "--flops-seconds", "0.02")
+    text = smoke_run(tmp_path, monkeypatch, "--sweeps", "7e,mup_mlp", "--flops", "--flops-seconds", "0.02")
     assert "## Sweep `7e`" in text and "| plain loops, one process |" in text
     assert "## Sweep `mup_mlp`" in text and "## The FLOP floor" in text
     assert "No plain-loop row" in text  # the MLP sweep says why it has none
