@@ -10,14 +10,16 @@ placeholder's folder is made in the shard when no earlier command of it made one
 about a minute on two cores: a training command's every job is composed
 and checked in this process (the preflight every ``initnorm-train`` runs first; a sweep's seeds
 once, with its first seed: a seed changes no rule the preflight checks), and its first job trains
-for two steps in its own folder; the other commands run in this process at the sizes ``SMALL``
-gives them.
+for two steps in its own folder (copied where a command before it trained the same job: pages repeat a
+sweep under another launcher); the other commands run in this process at the sizes ``SMALL`` gives them.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -110,8 +112,12 @@ def runnable() -> list[tuple[str, str]]:
     return [(page, cmd) for page, cmd in every_command() if not why_not(cmd)]
 
 
+TRAINED: dict[tuple[str, ...], Path] = {}  # a first job's overrides -> its finished run, in this test process
+
+
 def train_first_job(args: list[str], folder, where: str = "") -> None:
-    """Compose and check every job of ``args`` (as the command does before it trains); train the first for two steps."""
+    """Compose and check every job of ``args`` (as the command does before it trains); train the first for two steps,
+    unless a command before it in this process trained the same job (``TRAINED``)."""
     from initnorm.cli.compose import compose_train
     from initnorm.cli.preflight import check_command_line
     from initnorm.cli.train import train
@@ -122,8 +128,12 @@ def train_first_job(args: list[str], folder, where: str = "") -> None:
     jobs = check_command_line((["-m"] if multirun else []) + merged(overrides, {key: str(folder)}))
     assert jobs, where
     tiny = TINY | ({"warmup": "1"} if any(o.startswith("warmup=") for o in jobs[0].overrides) else {})
-    first = [o for o in merged(jobs[0].overrides, tiny) if not o.lstrip("+~").startswith("hydra")]
-    assert train(compose_train(first), folder / "first")["status"] == "finished", where
+    first = tuple(o for o in merged(jobs[0].overrides, tiny) if not o.lstrip("+~").startswith("hydra"))
+    if first in TRAINED:  # the same job on another page or launcher (the launcher is hydra/...): its run is copied
+        shutil.copytree(TRAINED[first], folder / "first")
+        return
+    assert train(compose_train(list(first)), folder / "first")["status"] == "finished", where
+    TRAINED[first] = folder / "first"
 
 
 def test_the_commands_are_shared_by_the_shards():
