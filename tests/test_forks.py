@@ -6,6 +6,7 @@ records."""
 import json
 import logging
 import re
+import shutil
 import signal
 import threading
 import time
@@ -49,6 +50,16 @@ def separate(tmp_path_factory):
     return tmp / "sweep"
 
 
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    """The three horizons as one forked sweep (the default: forks=true), once for the module: the tests that read it, and
+    the test that plants a state in a copy of it, share its training."""
+    tmp = tmp_path_factory.mktemp("forked")
+    ran = command(*SWEEP, f"hydra.sweep.dir={tmp / 'sweep'}", cwd=tmp)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return tmp / "sweep", ran
+
+
 def test_branch_steps_follow_each_schedule():
     wsd = lambda h, big, warmup=0: forks.shared_until((h, h), (big, big), warmup, "wsd:0.25")
     assert wsd(40, 160) == 31 and wsd(80, 160) == 61  # the decay of 40 starts at 30 (factor 1 there)
@@ -65,10 +76,8 @@ def test_branch_steps_follow_each_schedule():
     assert forks.branch_step({**base, "steps": 16, "schedule": "wsd:0.75"}, (64, 8)) is None  # decays over 3/4 of its run
 
 
-def test_a_sweep_over_steps_under_wsd_trains_the_stable_phase_once_each_branch_its_separate_run(tmp_path, separate):
-    sweep = tmp_path / "sweep"
-    ran = command(*SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    assert ran.returncode == 0, ran.stderr[-3000:]
+def test_a_sweep_over_steps_under_wsd_trains_the_stable_phase_once_each_branch_its_separate_run(forked, separate):
+    sweep, ran = forked
     # the provider (64 steps) ran first, and wrote its state at each branch step, with its events so far
     assert ran.stdout.index("done  steps=64") < ran.stdout.index("done  steps=16"), ran.stdout
     assert "horizon forks: 1 family of 3 horizons" in ran.stdout and ": 74 of 112 steps to train" in ran.stdout, ran.stdout
@@ -136,9 +145,9 @@ def test_local_parallel_branches_wait_for_the_provider_and_equal_their_separate_
     assert "waiting for the state at step" in (sweep / "steps=16" / "seed=1" / "train.log").read_text()
 
 
-def test_a_state_of_another_run_in_the_store_is_refused_and_the_branch_trains_from_step_0(tmp_path, separate):
+def test_a_state_of_another_run_in_the_store_is_refused_and_the_branch_trains_from_step_0(tmp_path, forked, separate):
     sweep = tmp_path / "sweep"
-    assert command(*SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path).returncode == 0
+    shutil.copytree(forked[0], sweep, symlinks=True)  # the forked sweep, finished (its plan names folders relative to it)
     config = json.loads((sweep / "steps=32" / "seed=1" / "metrics.json").read_text())["config"]
     # the branches' records and checkpoints gone, and the state at 13 replaced by another run's (lr differs)
     store = next((sweep / forks.STORE).glob("*/"))
