@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 
 from initnorm.training import signals
-from tests.conftest import ROOT, TINY, run_cli
+from tests.conftest import ROOT, TINY
 from tests.inproc import command as in_process
 from tests.test_startup import end_marked, survivors
 
@@ -34,13 +34,15 @@ class SignalAt(L.Callback):
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tmp_path, signum, status):
-    """The stopped sweep is a process of its own (a real signal, its exit status); the printed command then runs in this
-    process (tests/inproc.py): what it resumes and writes is the library's work."""
+    """A real signal, to the sweep's own process at a known step, and the printed command: both run in this process
+    (tests/inproc.py; the handler, the checkpoint, the exit status and the resume line are the library's work, each a
+    process start of ~10 s of CPU less). The signal from outside, to a sweep's process or its group, on every launcher
+    and phase, each sweep a process of its own: the matrix below (`make test-signals`)."""
     sweep = tmp_path / "sweep"
     kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=4", f"+callbacks.kill.signum={int(signum)}",
             f"+callbacks.kill.marker={tmp_path / 'fired'}"]
     args = ["-m", "seed=1,2", *TINY, "steps=8", "checkpoint.every_n_steps=0", f"hydra.sweep.dir={sweep}", *kill]
-    first = run_cli(*args, cwd=tmp_path)
+    first = in_process(*args, cwd=tmp_path)
     assert first.returncode == status, first.stderr[-2000:]
     assert f"stopped by {signum.name}" in first.stderr and "saved a checkpoint at step 4" in first.stderr
     job1, job2 = sweep / "default" / "seed=1", sweep / "default" / "seed=2"
