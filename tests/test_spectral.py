@@ -131,3 +131,16 @@ def test_an_initnorm_run_writes_weight_and_update_tags_when_asked_and_no_residua
     for ours, theirs in (("Spectral/weight/block_01/attn.q.weight", "sigma_w/block_01/attn.q.weight"),
                          ("Spectral/update/head/weight", "sigma_dw/head/weight")):  # the diagnostics' numbers, measured again
         assert [e.value for e in tags[ours]] == [e.value for e in tags[theirs]]
+
+
+def test_an_initnorm_run_under_muon_writes_the_residual_for_its_hidden_matrices_only(tmp_path):
+    # optim=muon steps torch's Muon inside a container that is itself an Optimizer (training/optimizers.Several)
+    from initnorm.cli.train import train
+    from tests.conftest import compose_cfg
+
+    train(compose_cfg("steps=3", "log_every=5", "~callbacks.progress", "trainer.enable_progress_bar=false",
+                      "~callbacks.stats", "~callbacks.diagnostics", "callbacks.spectral.every_n_steps=2",
+                      "optim=muon", "param=mup"), tmp_path)
+    residual = {t for t in scalars(tmp_path) if t.startswith("Spectral/ns_residual/")}
+    assert {"Spectral/ns_residual/block_01/attn.q.weight", "Spectral/ns_residual/block_02/mlp.proj.weight"} <= residual, sorted(residual)
+    assert not any(t.endswith(("head/weight", "tok_emb/weight")) for t in residual)  # AdamW's part: no residual

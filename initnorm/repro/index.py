@@ -102,14 +102,18 @@ ELSEWHERE = [
     ),
     Elsewhere(
         "muon_transfer",
-        "Muon's learning-rate transfer across width by `optim.muon_scale` (issue 46, item 3), a pilot: the Decoder at "
-        "widths 16-128 under µP, Muon `original`, `match_rms_adamw` and `spectral`, lr x width (100 steps, seed 1)",
-        "`python -m initnorm.train -m experiment=muon_transfer param=mup optim=muon optim.muon_scale=original,spectral "
-        "lr=... hydra/launcher=vectorized`: three commands",
-        "25 min in all (140-896 s each), shared machine (load 4.2-6.6)",
-        "With one seed (no intervals), `original`'s optimum holds (exponent +0.04, transfers), `spectral`'s nearly "
-        "(+0.11, borderline: 0.022 nats at width 128), `match_rms_adamw`'s falls (-0.25, -0.73 octave from 16 to 128, "
-        "does not transfer), half the -0.5 its sqrt(width) factor predicts for the hidden matrices.",
+        "Muon's learning-rate transfer by `optim.muon_scale` (issue 46, item 3): lr x width for AdamW SP, AdamW µP "
+        "and Muon `original`, `match_rms_adamw`, `spectral` under µP on the Decoder (widths 16-64 for Muon, 16-128 "
+        "for AdamW; 200 steps, seeds 1-3) and on the chapter's MLP; a depth axis (2-8 blocks) under depth-µP and "
+        "CompleteP; coordinate checks and Spectral/ tags per configuration",
+        "`python -m initnorm.train -m experiment=muon_transfer steps=200 seed=1,2,3 param=mup optim=muon "
+        "optim.muon_scale=original,match_rms_adamw,spectral lr=...`, `experiment=mup_mlp_sweep ...` and "
+        "`python -m initnorm.coord_check ...`: fourteen commands",
+        "about 65 min of sweeps (16:09-17:12, side by side), shared machine (load 7.8-28)",
+        "On the Decoder `original` transfers (exponent +0.03 [+0.01, +0.08]) and `spectral` too (+0.08 [+0.02, "
+        "+0.14]); `match_rms_adamw` does not (-0.27 [-0.28, -0.26], half the -0.5 its sqrt(width) factor predicts), "
+        "and its optimum sits about 1.5 octaves above AdamW's at width 16; with Muon, CompleteP holds the rate "
+        "across depth (-0.19 octave from 2 to 8 blocks) and depth-µP is borderline.",
         page="README.md",
     ),
 ]

@@ -47,8 +47,13 @@ def unwrapped(optimizers: Iterable) -> Iterator:
     """Every optimiser, Lightning's wrapper taken off and a container's members listed."""
     for opt in optimizers:
         opt = getattr(opt, "optimizer", opt)
+        members = getattr(getattr(opt, "engine", None), "member_optimizers", None)  # training/engine.EngineOptimizer's
+        if isinstance(members, (list, tuple)):
+            yield from unwrapped(members)
+            continue
         inner = getattr(opt, "optimizers", None)
-        if isinstance(inner, (list, tuple)) and not isinstance(opt, torch.optim.Optimizer):
+        # a container is often an Optimizer itself (training/optimizers.Several, torchtitan's): its members are what step
+        if isinstance(inner, (list, tuple)) and inner and all(hasattr(o, "param_groups") for o in inner):
             yield from unwrapped(inner)
         else:
             yield opt
