@@ -185,22 +185,22 @@ def test_a_stopped_worker_is_named_ended_after_the_timeout_and_its_trial_asked_a
 
 def test_the_watch_names_a_still_worker_then_ends_it(tmp_path):
     """The heartbeat's arithmetic on a clock of the test's own: a number that moves keeps a worker alive; one that stands
-    still is named at half the timeout and ended at the timeout; a SLURM task not yet started (no beat) is never hung."""
+    still is named at half the timeout and ended at the timeout; a worker with no beat yet (starting, or a SLURM task in
+    the queue) is never hung."""
     from initnorm.cli import search_hang
 
     watch = search_hang.Watch(tmp_path, timeout_s=20)
     beat = search_hang.beat_file(tmp_path, "0.1")
     beat.parent.mkdir()
     beat.write_text("7.000\n")  # left by a run before: removed at the start
-    watch.started("0.1", now=0)
-    assert not beat.exists() and watch.verdict("0.1", now=9) is None
+    watch.started("0.1")
+    assert not beat.exists() and watch.verdict("0.1", now=1000) is None  # no beat yet: starting, or in SLURM's queue
     beat.write_text("1.000\n")
     assert watch.verdict("0.1", now=10) is None  # its first beat: a change
     beat.write_text("2.500\n")
     assert watch.verdict("0.1", now=19) is None  # moved: still from 19
     assert watch.verdict("0.1", now=28) is None and watch.verdict("0.1", now=29) == "name"
     assert watch.verdict("0.1", now=35) is None and watch.verdict("0.1", now=39) == "end"
-    assert watch.verdict("1.1", now=1000) is None  # never started here, no beat: a task waiting in SLURM's queue
     done = search_hang.start_beating(tmp_path, "2.1")
     try:
         deadline = time.monotonic() + 10

@@ -61,18 +61,15 @@ class Watch:
         self.seen: dict[str, tuple[str | None, float]] = {}  # token -> (last value read, when it last changed)
         self.named: set[str] = set()
 
-    def started(self, token: str, local: bool = True, now: float | None = None) -> None:
-        """Worker ``token`` was started: a ``local`` process counted from now, before its first beat; a SLURM task from
-        its first beat (it may wait in the queue). A beat left by a run before (the same token) is removed."""
+    def started(self, token: str) -> None:
+        """Worker ``token`` is starting: counted from its first beat (a SLURM task may wait in the queue; a local one
+        unpickles Hydra's state first, seconds on a busy machine). A beat left by a run before (the same token) is
+        removed."""
         beat_file(self.folder, token).unlink(missing_ok=True)
-        if local:
-            self.seen[token] = (None, time.monotonic() if now is None else now)
-        else:
-            self.seen.pop(token, None)
+        self.seen.pop(token, None)
 
     def still_for(self, token: str, now: float | None = None) -> float:
-        """Seconds since worker ``token``'s number last moved; 0 until its first beat where it was not ``started`` (a
-        SLURM task waiting in the queue is not hung)."""
+        """Seconds since worker ``token``'s number last moved; 0 until its first beat."""
         now = time.monotonic() if now is None else now
         try:
             value: str | None = read_bounded(beat_file(self.folder, token), 64).decode("ascii", "replace")

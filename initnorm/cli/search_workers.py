@@ -52,7 +52,7 @@ def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str,
     def launch(k: int):
         starts[k] += 1
         token = f"{k}.{starts[k]}"
-        watch.started(token, local=not slurm)  # a SLURM task may wait in the queue: counted from its first beat
+        watch.started(token)  # counted from its first beat
         return token, start(Worker(index=k, token=token, parent=None if slurm else _pid(), **base))
 
     running = {k: launch(k) for k in starts}
