@@ -1,18 +1,22 @@
-"""One run across processes (``trainer.devices=2 +trainer.strategy=ddp``, Lightning's DDP on CPU with gloo): each step equals
-one process on the global batch, rank 0 alone writes, and the checkpoint resumes in one process; the names that keep the
-roles survive the wrappers, and every rank's per-role rates are checked equal (``training/distributed.py``)."""
+"""One run across processes (``trainer.devices=2 +trainer.strategy=ddp``, and ``ddp_spawn``: Lightning's DDP on CPU with
+gloo): each step equals one process on the global batch, rank 0 alone writes, and the checkpoint resumes in one process;
+the names that keep the roles survive the wrappers, and every rank's per-role rates are checked equal
+(``training/distributed.py``)."""
 
 import json
+import os
 import re
 
+import lightning as L
 import pytest
 from torch import nn
 
 from initnorm.cli.job import checked
 from initnorm.cli.train import train
+from initnorm.errors import ConfigError
 from initnorm.training import distributed
-from initnorm.training.distributed import check_same, unwrapped
-from initnorm.training.fit import Member, assemble
+from initnorm.training.distributed import Placement, check_same, unwrapped
+from initnorm.training.fit import Member, assemble, fit
 from initnorm.training.optimizers import OPTIMIZERS
 from initnorm.training.resume import checkpoint_path, load_checkpoint
 from tests.conftest import compose_cfg, run_cli
@@ -23,6 +27,7 @@ RUN = ["steps=4", "trainer.val_check_interval=2", "log_every=1", "callbacks=none
 STOP = ["+callbacks.stop._target_=tests.stop_after.StopAfter", "+callbacks.stop.step=2"]
 # Measured (2 steps of this run, AdamW): the largest difference of any weight, 2 processes against 1 on the same batch,
 # 1.6e-7 (Adam's moments 1.9e-9), float32 sums in another order; one process on half the batch is 3.7e-2 away.
+# ddp_spawn: 1.6e-7 too (the same DDP in each rank).
 BOUND = 1e-6
 
 
@@ -94,3 +99,37 @@ def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim)
     alone = train(compose_cfg(*run), tmp_path / "one")
     assert resumed["resumed_from_step"] == 2 and resumed["device"]["world_size"] == 1
     assert resumed["final_val_loss"] == pytest.approx(alone["final_val_loss"], rel=1e-5)
+
+
+def test_ddp_spawn_takes_the_step_of_one_process_and_hands_back_rank_0s_record(tmp_path):
+    """In this process: the spawned ranks train, this process only waits for rank 0's record (a command relaunched as under
+    ``ddp`` could not be pytest)."""
+    spawned = train(compose_cfg(*RUN, *STOP, "trainer.devices=2", "+trainer.strategy=ddp_spawn"), tmp_path / "two")
+    assert spawned["device"]["world_size"] == 2 and "at step 2 of 4" in spawned["early_stopped"]
+    record = json.loads((tmp_path / "two" / "metrics.json").read_text())  # rank 0's, and what came back through the launcher
+    keys = ("final_val_loss", "device", "steps", "ms_per_step")
+    assert {k: spawned[k] for k in keys} == {k: record[k] for k in keys}
+    assert (tmp_path / "two" / "train.log").read_text().count("sp of decoder") == 1
+    events = {p.name.rsplit(".", 2)[-2] for p in (tmp_path / "two").glob("events.out.tfevents.*")}
+    assert len(events) == 1 and events != {str(os.getpid())}, events  # one rank logged, and not this process
+    train(compose_cfg(*RUN, *STOP), tmp_path / "one")
+    (s2, w2, h2), (s1, w1, h1) = state(tmp_path / "two"), state(tmp_path / "one")
+    assert s2 == s1 == 2 and w2.keys() == w1.keys()
+    gap = max((w2[k] - w1[k]).abs().max().item() for k in w1)
+    assert 0 <= gap < BOUND, gap
+    assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
+    (tmp_path / "two" / "metrics.json").unlink()  # as if killed after its checkpoint: it resumes in one process
+    resumed = train(compose_cfg(*RUN), tmp_path / "two")
+    assert resumed["resumed_from_step"] == 2 and resumed["device"]["world_size"] == 1
+
+
+def test_ddp_spawn_refuses_what_does_not_pickle_before_any_process_starts(tmp_path, tiny):
+    c = checked(compose_cfg(*tiny, "batch_size=8", "trainer.devices=2", "+trainer.strategy=ddp_spawn"))
+
+    class Local(L.Callback):  # a class defined in a function does not pickle
+        pass
+
+    with pytest.raises(ConfigError, match=r"^trainer.strategy='ddp_spawn' is invalid for this fit: a callback or option does not "
+                                          r"pickle .*; fix it with `\+trainer.strategy=ddp`"):
+        fit([Member(c, tmp_path)], Placement("cpu", 2, "ddp_spawn", 2), callbacks=[Local()])
+    assert not (tmp_path / "metrics.json").exists()

@@ -59,6 +59,9 @@ def test_one_run_on_several_devices_is_the_strategy_named():
     assert (g.accelerator, g.devices, g.processes, g.device) == ("cuda", [0, 1], 2, "cuda:0")
     # A strategy on one device is what was asked: DDP in one process.
     assert choose(trainer("cpu", 1, strategy="ddp"), job_num=0, multirun=False, n_gpus=0).processes == 1
+    # ddp_spawn: the command spawns its ranks, each on its own GPU (training/distributed.spawned)
+    spawn = choose(trainer("gpu", 2, strategy="ddp_spawn"), job_num=0, multirun=False, n_gpus=2)
+    assert (spawn.strategy, spawn.processes, spawn.devices, spawn.spawned) == ("ddp_spawn", 2, [0, 1], False)
 
 
 @pytest.mark.parametrize("devices_", [2, "4", [0, 1]])
@@ -72,7 +75,7 @@ def test_a_sweep_refuses_several_devices_per_job(devices_):
     (trainer("cuda"), 0, True, r"trainer\.accelerator='cuda' is invalid: this machine has cpu and mps: no CUDA.*accelerator=cpu"),
     (trainer("mps"), 2, False, r"trainer\.accelerator='mps' is invalid: this machine has cpu and cuda \(2 GPUs\): no Apple MPS"),
     (trainer("cpu", 2), 0, False, r"trainer\.devices=2 is invalid: 2 devices .* named.*`\+trainer\.strategy=ddp trainer\.devices=2`"),
-    (trainer("cpu", 2, strategy="ddp_spawn"), 0, False, r"trainer\.strategy='ddp_spawn' is invalid: one of auto, ddp"),
+    (trainer("cpu", 2, strategy="ddp_fork"), 0, False, r"trainer\.strategy='ddp_fork' is invalid: one of auto, ddp, ddp_spawn"),
     (trainer("cpu", 2, strategy="fsdp"), 0, False, r"trainer\.strategy='fsdp' is invalid.*docs/devices\.md"),
     (trainer("gpu", 4, strategy="ddp"), 2, False, r"trainer\.devices=4 is invalid: this machine has cpu and cuda \(2 GPUs\)"),
     (trainer("cpu", "two"), 0, False, r"trainer\.devices='two' is invalid"),
@@ -183,5 +186,5 @@ def test_the_gpu_check_says_in_one_line_that_no_cuda_device_is_here(capsys, fake
     assert err.count("\n") == 1 and "no CUDA device is visible" in err and "--cpu" in err
     # Its parts: the DDP run only where two GPUs are visible; the one job alone at the sweep's widest width.
     names = lambda n: [name for name, _, _ in gpu_check.parts(False, 300, n)]
-    assert "2 processes, DDP" not in names(1) and "2 processes, DDP" in names(2)
+    assert "2 processes, DDP" not in names(1) and {"2 processes, DDP", "2 processes, DDP spawned"} <= set(names(2))
     assert "width=1024" in {n: o for n, o, _ in gpu_check.parts(False, 300, 1)}["one job of it alone (width 1,024, µP)"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -124,6 +125,8 @@ def test_the_median_pruner_stops_a_trial_at_a_validation_point_and_its_job_says_
 @pytest.mark.parametrize("overrides, line", [
     (["hydra.sweeper.workers=0"], r"hydra.sweeper.workers=0 is invalid: a positive integer, or null .* `hydra.sweeper.workers=2`"),
     (["hydra.sweeper.pruner=median"], r"hydra.sweeper.pruner=median stops a trial inside its worker; fix it with `hydra.sweeper.wo"),
+    (["hydra.sweeper.workers=2", "hydra.sweeper.hang_timeout_s=0"],
+     r"hydra.sweeper.hang_timeout_s=0 is invalid: seconds > 0 .* or null for never; fix it with `hydra.sweeper.hang_timeout_s=900`"),
     (["hydra.sweeper.workers=2", "hydra.sweeper.retries=-1"], r"hydra.sweeper.retries=-1 is invalid: an integer from 0; fix it with `h"),
     (["hydra.sweeper.workers=2", "hydra.sweeper.pruner=hyperband"], r"hydra.sweeper.pruner='hyperband' is invalid: one of none, median"),
     (["hydra.sweeper.workers=2", "hydra/launcher=vectorized"],
@@ -144,3 +147,65 @@ def test_a_journal_that_is_not_a_study_is_one_line(tmp_path):
     (tmp_path / "search.journal").write_text("not a journal\n" * 10)
     with pytest.raises(ConfigError, match=r"search.journal is not a study initnorm wrote \(JSONDecodeError\); delete it"):
         SearchSweeper().study(tmp_path)
+
+
+def stop_first_worker(folder: Path, stopped: list, stop: threading.Event) -> None:
+    """SIGSTOP the worker of the first trial asked, while it runs: it neither ends nor tells its trial."""
+    from optuna.trial import TrialState
+
+    while not stop.is_set():
+        study = study_of(folder) if (folder / "search.journal").is_file() else None
+        running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if "worker" in t.user_attrs] if study else []
+        if running:
+            os.kill(running[0].user_attrs["worker"]["pid"], signal.SIGSTOP)
+            stopped.append((running[0].number, running[0].params["lr"], running[0].user_attrs["worker"]["pid"]))
+            return
+        time.sleep(0.05)
+
+
+def test_a_stopped_worker_is_named_ended_after_the_timeout_and_its_trial_asked_again(tmp_path):
+    folder = tmp_path / "h"
+    stopped: list[tuple] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=stop_first_worker, args=(folder, stopped, stop), daemon=True)
+    watcher.start()
+    try:
+        summary, ran = search(folder, "hydra.sweeper.workers=2", "hydra.sweeper.n_trials=3", "hydra.sweeper.hang_timeout_s=8")
+    finally:
+        stop.set()
+        watcher.join()
+    [(number, lr, pid)] = stopped
+    states = [(t["state"], t["params"]["lr"]) for t in summary["trials"]]
+    assert ("FAIL", lr) in states and ("COMPLETE", lr) in states, states  # asked again with its values
+    assert [s for s, _ in states].count("COMPLETE") == 3, states
+    assert re.search(rf"warning: search worker [01] \(pid {pid}, trial {number}\) has spent no CPU for", ran.stderr), ran.stderr[-3000:]
+    assert f"(stopped by SIGSTOP or SIGTSTP: `kill -CONT {pid}` resumes it)" in ran.stderr, ran.stderr[-3000:]
+    assert "ended as hung (hydra.sweeper.hang_timeout_s=8)" in ran.stderr and "asked again with its values" in ran.stderr
+
+
+def test_the_watch_names_a_still_worker_then_ends_it(tmp_path):
+    """The heartbeat's arithmetic on a clock of the test's own: a number that moves keeps a worker alive; one that stands
+    still is named at half the timeout and ended at the timeout; a worker with no beat yet (starting, or a SLURM task in
+    the queue) is never hung."""
+    from initnorm.cli import search_hang
+
+    watch = search_hang.Watch(tmp_path, timeout_s=20)
+    beat = search_hang.beat_file(tmp_path, "0.1")
+    beat.parent.mkdir()
+    beat.write_text("7.000\n")  # left by a run before: removed at the start
+    watch.started("0.1")
+    assert not beat.exists() and watch.verdict("0.1", now=1000) is None  # no beat yet: starting, or in SLURM's queue
+    beat.write_text("1.000\n")
+    assert watch.verdict("0.1", now=10) is None  # its first beat: a change
+    beat.write_text("2.500\n")
+    assert watch.verdict("0.1", now=19) is None  # moved: still from 19
+    assert watch.verdict("0.1", now=28) is None and watch.verdict("0.1", now=29) == "name"
+    assert watch.verdict("0.1", now=35) is None and watch.verdict("0.1", now=39) == "end"
+    done = search_hang.start_beating(tmp_path, "2.1")
+    try:
+        deadline = time.monotonic() + 10
+        while not search_hang.beat_file(tmp_path, "2.1").is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert float(search_hang.beat_file(tmp_path, "2.1").read_text()) >= 0
+    finally:
+        done.set()

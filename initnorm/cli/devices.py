@@ -16,9 +16,9 @@ from initnorm.errors import bad_value
 from initnorm.training.distributed import Placement, local_rank
 
 GPU = ("gpu", "cuda")
-# The strategies whose every process holds the whole model: the engine's members over one flat tensor train so. The ones
-# that start the fit in new processes (ddp_spawn, ddp_fork) hand back only the weights, not the run's history and record.
-STRATEGIES = ("auto", "ddp")
+# The strategies whose every process holds the whole model: the engine's members over one flat tensor train so. ddp_spawn
+# runs the whole fit in each spawned rank (training/distributed.spawned); ddp_fork and the notebook ones are not taken.
+STRATEGIES = ("auto", "ddp", "ddp_spawn")
 
 
 def gpu_count() -> int:

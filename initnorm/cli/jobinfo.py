@@ -8,6 +8,7 @@ Hydra job is set up for a member).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,11 @@ def hparams_writer(c: dict[str, Any], job: JobInfo | None = None):
     swept = swept_keys()
     varying = [k for k in (swept if swept is not None else sweep.what_sets_apart(overrides)) if not k.startswith("hydra.")]
     hparams, label = hparams_of(c, overrides), run_label(overrides, swept, c["seed"])
-    return lambda writer, metrics, step: tb.write_hparams(writer, hparams, metrics, varying, label, step)
+    return functools.partial(_write_hparams, hparams, varying, label)  # a function of the module: it pickles (ddp_spawn)
+
+
+def _write_hparams(hparams: dict[str, Any], varying: list[str], label: str, writer, metrics: dict[str, Any], step: int) -> None:
+    tb.write_hparams(writer, hparams, metrics, varying, label, step)
 
 
 def run_label(overrides: dict[str, str], swept: list[str] | None, seed) -> str:

@@ -147,6 +147,10 @@ def check_counts(sweeper: DictConfig, launcher: str = "") -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"hydra.sweeper.{key}={value!r} is invalid: {'a positive integer' if least else 'an integer from 0'}; "
                               f"fix it with `hydra.sweeper.{key}={fix}`")
+    hang = sweeper.get("hang_timeout_s")
+    if hang is not None and (isinstance(hang, bool) or not isinstance(hang, (int, float)) or hang <= 0):
+        raise ConfigError(f"hydra.sweeper.hang_timeout_s={hang!r} is invalid: seconds > 0 a worker may spend no CPU before it "
+                          "is ended as hung, or null for never; fix it with `hydra.sweeper.hang_timeout_s=900`")
     workers = sweeper.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"hydra.sweeper.workers={workers!r} is invalid: a positive integer, or null for batches of n_jobs "
@@ -199,12 +203,13 @@ def check_space_values(space: dict[str, str], config: DictConfig) -> None:
 class SearchSweeper(Sweeper):
     def __init__(self, seed: int = 0, n_trials: int = 24, n_jobs: int = 4, seeds: list[int] | None = None,
                  params: dict[str, str] | None = None, direction: str = "minimize", workers: int | None = None,
-                 pruner: str = "none", startup_trials: int = 4, retries: int = 2) -> None:
+                 pruner: str = "none", startup_trials: int = 4, retries: int = 2, hang_timeout_s: float | None = 900) -> None:
         self.seed, self.n_trials, self.n_jobs = int(seed), int(n_trials), int(n_jobs)
         self.seeds = [int(s) for s in (seeds or [1])]
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.direction = direction
         self.workers, self.pruner, self.startup_trials, self.retries = workers, str(pruner), int(startup_trials), int(retries)
+        self.hang_timeout_s = None if hang_timeout_s is None else float(hang_timeout_s)  # a worker's (cli/search_hang.py)
         self.launcher = self.config = self.hydra_context = self.task_function = None
         for key, value in (("n_trials", self.n_trials), ("n_jobs", self.n_jobs)):
             if value < 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initnorm.cli import search_study
+from initnorm.cli import search_hang, search_study
 
 
 @dataclass
@@ -60,6 +60,7 @@ class Worker:
         # A stop signal (the sweep's process stopping its workers, Ctrl-C, SLURM's scancel) is recorded: the job in
         # training checkpoints at its next step and stops, and no trial is asked after it.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.install())
+        search_hang.start_beating(self.folder, self.token)  # how the sweep's process tells a hung or stopped worker
         Singleton.set_state(self.singletons)
         setup_globals()
         study = search_study.open_study(Path(self.folder), self.direction, search_pruning.make(self.pruner, self.startup_trials))

@@ -8,7 +8,9 @@ RUNNING in the journal: this process records it failed and asks it again with it
 ``RetryFailedTrialCallback``, at most ``hydra.sweeper.retries`` times), and starts a worker in its place; its
 jobs resume from their checkpoints. A worker that dies before it asked any trial is not started again (the same
 start would fail the same way): one line names it and its log. Optuna's journal storage has no heartbeat, so
-this process, which sees its workers end, is what finds a dead one; a worker that hangs is not found.
+this process, which sees its workers end, is what finds a dead one; a worker that hangs or is stopped (SIGSTOP) is
+found by a heartbeat of its own (``cli/search_hang.py``): named when it stands still, ended after
+``hydra.sweeper.hang_timeout_s``, and then its trial is asked again as a dead one's is.
 
 A rerun of the command holds the sweep folder's lock (``cli/lock.py``): any trial still RUNNING in the journal
 was left by a run that ended, and is asked again the same way before the workers start.
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from initnorm.cli import search_study
+from initnorm.cli import search_hang, search_study
 from initnorm.cli.search_worker import Worker, local_main
 from initnorm.errors import ConfigError
 
@@ -45,10 +47,12 @@ def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str,
             "task_function": sweeper.task_function, "config": sweeper.config, "singletons": Singleton.get_state()}
     start = SlurmStart(sweeper.launcher) if slurm else LocalStart()
     starts = {k: 0 for k in range(int(sweeper.workers))}
+    watch = search_hang.Watch(folder, sweeper.hang_timeout_s)
 
     def launch(k: int):
         starts[k] += 1
         token = f"{k}.{starts[k]}"
+        watch.started(token)  # counted from its first beat
         return token, start(Worker(index=k, token=token, parent=None if slurm else _pid(), **base))
 
     running = {k: launch(k) for k in starts}
@@ -57,6 +61,7 @@ def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str,
             for k, (token, handle) in list(running.items()):
                 code = handle.exit_code()
                 if code is None:
+                    _look(watch, study, token, k, handle)
                     continue
                 del running[k]
                 if code != 0 and _restart(study, token, k, handle, sweeper.retries):
@@ -68,6 +73,26 @@ def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str,
         for _, handle in running.values():
             handle.stop()
     return []
+
+
+def _look(watch, study, token: str, k: int, handle) -> None:
+    """Worker ``k`` (start ``token``), still running: named once it stands still, ended once it has for the timeout (its
+    end is then seen as a death: its trial asked again)."""
+    verdict = watch.verdict(token)
+    if verdict is None or handle.ended:
+        return
+    from optuna.trial import TrialState
+
+    held = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if (t.user_attrs.get("worker") or {}).get("token") == token]
+    what = f"search worker {k} ({handle.where()}{f', trial {held[0]}' if held else ''})"
+    still = f"has spent no CPU for {watch.still_for(token):.0f} s{handle.state()}"
+    if verdict == "name":
+        print(f"warning: {what} {still}; it is ended, and its trial asked again, once it has for "
+              f"hydra.sweeper.hang_timeout_s={watch.timeout_s:g}", file=sys.stderr, flush=True)
+    else:
+        print(f"{what} {still}: ended as hung (hydra.sweeper.hang_timeout_s={watch.timeout_s:g})", file=sys.stderr, flush=True)
+        handle.end()
 
 
 def _pid() -> int:
@@ -107,7 +132,7 @@ def _unowned(study, retries: int) -> bool:
 
 class LocalProcess:
     def __init__(self, process):
-        self.process = process
+        self.process, self.ended = process, False
 
     def exit_code(self) -> int | None:
         return self.process.exitcode
@@ -119,10 +144,36 @@ class LocalProcess:
     def log(self) -> str:
         return "this command's output"
 
+    def where(self) -> str:
+        return f"pid {self.process.pid}"
+
+    def state(self) -> str:
+        """`` (stopped: ...)`` where the process is stopped (SIGSTOP, SIGTSTP), with what resumes it."""
+        from initnorm.cli.pool import stopped
+
+        pid = self.process.pid
+        return f" (stopped by SIGSTOP or SIGTSTP: `kill -CONT {pid}` resumes it)" if pid is not None and stopped([pid]) else ""
+
+    def end(self) -> None:
+        """A hung worker ended at once (SIGKILL: a stopped one would not honour SIGTERM)."""
+        self.ended = True
+        self.process.kill()
+        self.process.join(30)
+
     def stop(self) -> None:
         if self.process.is_alive():
             self.process.terminate()  # SIGTERM: its job stops; a rerun resumes it from its last checkpoint
+            self._wake()
         self.process.join(30)
+
+    def _wake(self) -> None:
+        import os
+        import signal
+
+        try:
+            os.kill(self.process.pid, signal.SIGCONT)  # a stopped worker honours the SIGTERM once woken
+        except (ProcessLookupError, TypeError):
+            pass
 
 
 class LocalStart:
@@ -157,7 +208,7 @@ class LocalStart:
 
 class SlurmJob:
     def __init__(self, job):
-        self.job = job
+        self.job, self.ended = job, False
 
     def exit_code(self) -> int | None:
         if not self.job.done():
@@ -173,6 +224,17 @@ class SlurmJob:
 
     def log(self) -> str:
         return str(self.job.paths.stderr)
+
+    def where(self) -> str:
+        return f"SLURM job {self.job.job_id}"
+
+    def state(self) -> str:
+        return ""
+
+    def end(self) -> None:
+        """A hung worker's task cancelled (``scancel``): SLURM ends it, the job then reads as done."""
+        self.ended = True
+        self.job.cancel(check=False)
 
     def stop(self) -> None:
         if not self.job.done():

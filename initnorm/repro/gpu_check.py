@@ -5,7 +5,7 @@ bench/RESULTS.md (docs/devices.md):
 2. the canonical sweep (``initnorm.bench --sweeps canonical``) under the vectorised launcher on the GPU, against plain
    loops in one process (``repro/bench_measure.plain_run``: on the CPU, which it alone knows);
 3. the chapter's wide µP sweep (``experiment=mup_sweep_wide``, 72 jobs) vectorised, against one job of it alone;
-4. one run across 2 processes (``trainer.devices=2 +trainer.strategy=ddp``) where two GPUs are visible.
+4. one run across 2 processes (``trainer.devices=2 +trainer.strategy=ddp``, then ``ddp_spawn``) where two GPUs are visible.
 
 Without a CUDA device it says so in one line and exits 2. ``--cpu`` runs every part once on the CPU with tiny settings
 (a few steps, a slice of each grid) to check that the commands work, and times nothing worth reading.
@@ -80,6 +80,7 @@ def parts(cpu: bool, steps: int, n_gpus: int) -> list[tuple[str, list[str], bool
     ]
     if cpu or n_gpus >= 2:
         out.append(("2 processes, DDP", [acc, *job_steps, "trainer.devices=2", "+trainer.strategy=ddp"], False))
+        out.append(("2 processes, DDP spawned", [acc, *job_steps, "trainer.devices=2", "+trainer.strategy=ddp_spawn"], False))
     return out
 
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("returncode") not in (0, 124):
             print(r.get("output", "")[-2000:], file=sys.stderr)
     if not args.cpu and n_gpus < 2:
-        lines.append("| 2 processes, DDP | not run: one GPU visible | | | | | | |")
+        lines += [f"| 2 processes, {how} | not run: one GPU visible | | | | | | |" for how in ("DDP", "DDP spawned")]
     # The canonical sweep through the benchmark's own rows (plain loops against the vectorised launcher).
     bench_out = workdir / "bench.md"
     bench_args = ["--sweeps", "canonical", "--launchers", "plain,vectorized", "--steps", str(steps),

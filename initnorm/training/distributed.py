@@ -15,13 +15,23 @@ process); ``fit`` hands it to Lightning's ``Trainer`` as it is. Under ``trainer.
   history is the same, and rank 0's is the record.
 - The per-role learning rates, decays and multipliers are checked equal on every rank at the start (``check_same``),
   by a name table that survives the wrappers' prefixes (``unwrapped``).
+
+Under ``trainer.strategy=ddp_spawn`` the command does not train: Lightning's spawn launcher (the one its ``ddp_spawn``
+strategy uses) starts N processes, and each runs the whole fit under DDP with the processes already there (``spawned``):
+each rank builds its members from their configs (the model and the data are not pickled: the corpus was found, and
+downloaded if need be, by the command's checks before), trains, and rank 0 writes the folders and returns the records
+through the launcher's return queue. So the fit's history, record and checkpoints are rank 0's, as under ``ddp``, not
+only the weights that Lightning hands back.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +66,11 @@ class Placement:
     strategy: str = "auto"
     processes: int = 1
     device: str = "cpu"
+    spawned: bool = False  # a rank that Lightning's spawn launcher started: it trains under DDP with the ranks already there
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"accelerator": self.accelerator, "devices": self.devices, "strategy": self.strategy}
+        strategy = "ddp" if self.spawned else self.strategy
+        kw: dict[str, Any] = {"accelerator": self.accelerator, "devices": self.devices, "strategy": strategy}
         if self.processes > 1:
             kw["use_distributed_sampler"] = False  # every rank evaluates every batch; the training rows are sharded here
         return kw
@@ -174,3 +186,70 @@ def check_same(engine, gather=None) -> None:
 
 def _padded(a: Sequence, b: Sequence) -> list:
     return list(a) + [None] * max(0, len(b) - len(a))
+
+
+def spawns(place: Placement) -> bool:
+    """Whether ``place`` asks the command to start its ranks by spawning (``ddp_spawn``) and this is not one of them."""
+    return place.strategy == "ddp_spawn" and not place.spawned
+
+
+def spawned(run: Callable[..., list[dict[str, Any]]], members: Sequence, place: Placement, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """``run(members, place, **options)`` (``fit``) in ``place.processes`` processes started by Lightning's spawn launcher,
+    each a rank of one run under DDP; rank 0's records, or its exception (a stop as ``signals.Interrupted``).
+
+    Everything the ranks get is pickled: a member, callback or option that does not pickle is one line before any process
+    starts. A stop signal to the command is passed on to the ranks as SIGTERM (a Ctrl-C reaches them from the terminal as
+    well): each saves its checkpoint at the next step, as the command itself would."""
+    import lightning as L
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
+
+    from initnorm.training import signals
+
+    # the placement as its fields: Lightning's launcher copies the arguments through apply_to_collection, which refuses a
+    # frozen dataclass
+    args = (run, list(members), asdict(replace(place, spawned=True)), options, signals.handling())
+    for what, value in (("a member (its config, folder, loggers, HPARAMS writer)", args[1]), ("a callback or option", options)):
+        try:
+            pickle.dumps(value)
+        except Exception as exc:  # pickle raises TypeError, AttributeError or PicklingError, by what it meets
+            raise ConfigError(f"trainer.strategy='ddp_spawn' is invalid for this fit: {what} does not pickle ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}), and the spawned ranks get everything by pickling; "
+                              "fix it with `+trainer.strategy=ddp` (its ranks build everything themselves)") from None
+    # The Trainer of the launcher only: the ranks make their own. Lightning's own strategy picks the launcher, its port and
+    # its processes' threads.
+    launcher = L.Trainer(accelerator=place.accelerator, devices=place.devices, strategy="ddp_spawn", logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).strategy.launcher
+    errors = mp.get_context("spawn").SimpleQueue()
+    try:
+        with signals.passed_on(lambda signum: launcher.kill(signal.SIGTERM)):  # SIGTERM: a second SIGINT is a hard stop
+            return launcher.launch(_rank, *args, errors)
+    except ProcessException as exc:
+        raised = errors.get() if not errors.empty() else None
+        if isinstance(raised, signals.Interrupted) and signals.requested() is not None:
+            raise signals.stopped_at(raised.folder, raised.step) if raised.folder else raised from None
+        if isinstance(raised, Exception):
+            raise raised from None
+        raise RuntimeError(f"one run across {place.processes} spawned processes failed: {str(exc).strip().splitlines()[-1]}") from exc
+
+
+def _rank(run, members, fields: dict[str, Any], options: dict[str, Any], handling: bool, errors) -> list[dict[str, Any]]:
+    """One rank started by ``spawned``: the fit under DDP on this rank's device; rank 0's exception also goes to ``errors``
+    (the launcher's own answer is only the text of its traceback)."""
+    from initnorm.training import signals
+
+    place = Placement(**fields)
+    if handling:
+        signals.install()  # a stop is recorded and honoured at the next step, as in the command
+    if place.accelerator == "cuda":
+        place = replace(place, device=f"cuda:{place.devices[local_rank()]}")
+    try:
+        return run(members, place, **options)
+    except BaseException as exc:
+        if local_rank() == 0:
+            exc.add_note(f"in rank 0 of {place.processes} spawned processes:\n{''.join(traceback.format_exc())[-6000:]}")
+            try:
+                errors.put(exc)
+            except Exception:  # an exception that does not pickle: its text
+                errors.put(RuntimeError(f"{type(exc).__name__}: {exc}"))
+        raise

@@ -35,7 +35,7 @@ from initnorm.training import forks, signals, trackers
 from initnorm.training.batches import StackedData
 from initnorm.training.checkpoints import CheckpointOnSignal, ForkPoints, MemberCheckpoints, set_rng_states
 from initnorm.training.compiling import should_compile
-from initnorm.training.distributed import Placement, other_rank, placement_of, scratch_folders, world
+from initnorm.training.distributed import Placement, other_rank, placement_of, scratch_folders, spawned, spawns, world
 from initnorm.training.engine import BuiltMember, Engine
 from initnorm.training.failure import job_failed
 from initnorm.training.horizons import Retire
@@ -194,6 +194,12 @@ def fit(members: Sequence[Member], device: str | torch.device = "cpu", *, callba
     # Chapter 003 flushes denormals: vanishing activations (N(0, 0.01) through 30 layers) are otherwise very slow on a CPU.
     torch.set_flush_denormal(bool(c0["flush_denormal"]))
     device = placement_of(device)  # where the fit runs: Lightning's accelerator, devices and strategy, the members' device
+    if spawns(device):  # ddp_spawn: the whole fit in each rank Lightning's spawn launcher starts; rank 0's records back
+        results = spawned(fit, members, device, {"callbacks": callbacks, "progress_bar": progress_bar, "abandoned": abandoned,
+                                                 "label": label, "status": status})
+        for i, r in enumerate(results if on_done is not None else ()):
+            on_done(i, r)
+        return results
     results: list[dict[str, Any] | None] = [None] * len(members)
     failures: dict[int, BaseException] = {}
     ready: dict[int, list[tuple[int, Prepared]]] = {}  # by the step they resume from: the launcher groups by it
