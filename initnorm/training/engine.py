@@ -123,6 +123,7 @@ class Engine(L.LightningModule):
         self.steps = max(self.horizons)
         self.interval = self.intervals[self.horizons.index(self.steps)]
         self.retired = torch.zeros(self.E, dtype=torch.bool)  # members past their last step (training/horizons.py)
+        self._active: torch.Tensor | None = None  # ``active``, kept until a member retires, diverges or is loaded
         groups = [optimiser_groups(m, r, t, c["lr"], c["optim"]) for m, r, t, c in zip(self.members, self.roles, self.tables, self.configs)]
         for e, member in enumerate(groups):
             for g in member:
@@ -160,8 +161,11 @@ class Engine(L.LightningModule):
 
     @property
     def active(self) -> torch.Tensor:
-        """Members still training: neither diverged nor retired."""
-        return self.divergence.active & ~self.retired
+        """Members still training: neither diverged nor retired (read a dozen times a step; made again only after a
+        change: ``retire``, a divergence, a member loaded)."""
+        if self._active is None:
+            self._active = self.divergence.active & ~self.retired
+        return self._active
 
     @property
     def over(self) -> bool:
@@ -172,6 +176,7 @@ class Engine(L.LightningModule):
         """Member ``e`` has taken its last step: frozen from now on (no update, no decay, no moment, no step count), no
         more losses, validations or instruments' records (its writers dropped, its trackers are finished)."""
         self.retired[e] = True
+        self._active = None
         self.writers[e] = []
 
     def _live(self, alive: torch.Tensor) -> torch.Tensor | None:
@@ -239,6 +244,7 @@ class Engine(L.LightningModule):
             if alive[e]:
                 self.history[e].train_losses.append(v if math.isfinite(v) else math.nan)
         for e in self.divergence.check(torch.where(self.active, values, 0.0), step):  # frozen at this step; the others go on
+            self._active = None
             self.history[e].diverged_step = step
             self.logs[e].info("diverged at step %d (loss %s)%s", step, values[e].item(), "; the other members go on" if self.E > 1 else "")
         if self.over:
@@ -270,9 +276,10 @@ class Engine(L.LightningModule):
                                          self.tables[e].name)
                 if wrong:
                     raise ConfigError(wrong)
-        factors = self._rates_at = self.factors(step)
+        self._rates_at = self.factors(step)
+        factors = self._rates_at.tolist()  # Python floats: the same doubles as float(factors[e]), without a tensor index per group
         for g in groups:
-            g["lr"] = g["initial_lr"] * float(factors[g["member"]])
+            g["lr"] = g["initial_lr"] * factors[g["member"]]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Lightning's (before a validation, say): the gradients are zeroed in place, never dropped (``Stack.zero_grad``)."""
@@ -398,6 +405,7 @@ class Engine(L.LightningModule):
             vec.steps[e] = steps[0] if steps else 0.0
         self.history[e] = History.of(s["history"])
         self.divergence.restore(e, self.history[e].diverged_step)
+        self._active = None
         if s["stream"] is not None and self.stack.streams is not None:
             self.stack.streams[e] = s["stream"].clone()
 

@@ -106,6 +106,11 @@ class Stack:
         for e, m in enumerate(models):
             self._bind(e, m)
         self.buffers = self._stacked_buffers(device)
+        # functional_call re-ties tied tensors (a readout that is the embedding) by walking the template at every call;
+        # a template with none has nothing to re-tie, so the walk is left out (its cost: bench/RESULTS.md, "Where a stacked
+        # group's CPU goes")
+        every = [*self.template.named_parameters(remove_duplicate=False), *self.template.named_buffers(remove_duplicate=False)]
+        self._tied = len({id(v) for _, v in every}) != len(every)  # one tensor under two names, as functional_call finds ties
         self.strategy = "loop"
         self.draws = False  # whether the models draw random numbers in training (dropout): the probe says
         self.streams: list[torch.Tensor] | None = None  # each member's random stream, where its model draws from one
@@ -191,7 +196,7 @@ class Stack:
     # ------------------------------------------------------------------ forwards
 
     def _call(self, params: dict, bufs: dict) -> Callable:
-        return lambda x: functional_call(self.template, {**params, **bufs}, (x,))
+        return lambda x: functional_call(self.template, {**params, **bufs}, (x,), tie_weights=self._tied)
 
     def _vmapped(self, fn: Callable, xs, ys, points: Points | None = None, reduce: Callable | None = None,
                  live: torch.Tensor | None = None):

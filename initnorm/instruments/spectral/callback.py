@@ -27,9 +27,12 @@ STATS = {"sigma_w": "Spectral/weight", "sigma_dw": "Spectral/update"}  # the tra
 def residual_records(optimizers, members, step: int) -> list[list[Record]]:
     """``Spectral/ns_residual`` per member for every matrix a Muon optimiser among ``optimizers`` steps, found by
     identity among ``members``' parameters (member e: ``members[e]``, a module), before the step is taken."""
-    where = {id(p): (e, name) for e, m in enumerate(members) for name, p in m.named_parameters()}
     records: list[list[Record]] = [[] for _ in members]
-    for matrix in muon_matrices(optimizers):
+    matrices = muon_matrices(optimizers)
+    if not matrices:  # no Muon (AdamW, the default): nothing to find, so the members' parameters are not walked
+        return records
+    where = {id(p): (e, name) for e, m in enumerate(members) for name, p in m.named_parameters()}
+    for matrix in matrices:
         if id(matrix.param) not in where or (o := matrix.orthogonalised()) is None:
             continue
         e, name = where[id(matrix.param)]
