@@ -8,6 +8,7 @@ group (``cli/workers.py``).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,18 @@ def checked(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+def preflight_checked() -> dict[str, Any] | None:
+    """This Hydra job's config as the preflight checked it (``sweeper.plan()``: ``schema.check``, the transfer rules'
+    ``lr`` among it, run once a job), a copy of its own; None where the preflight did not check it (a search's trial, a
+    worker process of this machine, a SLURM task, a test calling ``train``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from initnorm.cli.sweeper import plan
+
+    known = plan().get(tuple(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else None
+    return None if known is None else copy.deepcopy(known.config)
+
+
 def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None, sweep_dir: str | Path | None = None) -> Member:
     """This job (inside Hydra's run of it, or ``job``: its overrides, number and choices) as a member to fit: its config,
     folder, label, record fields, HPARAMS and its place in a horizon fork of its sweep (``sweep_dir``, default Hydra's
@@ -58,7 +71,7 @@ def device_of(c: dict[str, Any]) -> Placement:
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there; its end line said); its
     error is raised, for its task function (``cli/train.hydra_main``) to record."""
-    c = checked(cfg)
+    c = preflight_checked() or checked(cfg)
     if should_compile(c["compile"], c["steps"]):
         use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep
     bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
