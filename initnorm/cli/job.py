@@ -1,4 +1,4 @@
-"""One job inside Hydra's run of it: its config checked, its record's fields from Hydra, then ``cli/run.fit_unit`` of
+"""One job inside Hydra's run of it: its config checked, its record's fields from Hydra, then ``cli/unit.fit_unit`` of
 it alone (``training/fit.py``'s ``fit([member])``), the one path every launcher's jobs take.
 
 ``cli/train.py`` imports this module at the first job, so that ``--help`` and a bad value (one line,
@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import console, forks, run
+from initnorm.cli import console, forks, unit
 from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
@@ -63,9 +63,9 @@ def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None
 
 
 def device_of(c: dict[str, Any]) -> Placement:
-    """Where the job trains, as ``cli/run.placement`` decides it for every launcher: job k of a sweep on GPU k mod N where
+    """Where the job trains, as ``cli/unit.placement`` decides it for every launcher: job k of a sweep on GPU k mod N where
     GPUs are asked for; ``trainer.devices=N`` with a strategy: one run in N processes (``batch_size`` the global batch)."""
-    return run.placement(c["trainer"], job_overrides()[1], console.in_sweep(), c["batch_size"])
+    return unit.placement(c["trainer"], job_overrides()[1], console.in_sweep(), c["batch_size"])
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
@@ -80,4 +80,4 @@ def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
         from hydra.core.hydra_config import HydraConfig
 
         sweep_dir = HydraConfig.get().sweep.dir
-    return run.fit_unit([as_member(c, out_dir)], device_of(c), sweep_dir, alone=True, progress_bar=bar)[0]
+    return unit.fit_unit([as_member(c, out_dir)], device_of(c), sweep_dir, alone=True, progress_bar=bar)[0]

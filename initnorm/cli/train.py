@@ -43,13 +43,13 @@ disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launch
 
 
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
-    """Record a failed job (status, error line, traceback) in its metrics.json (``cli/run.failed``: a full disk is one
+    """Record a failed job (status, error line, traceback) in its metrics.json (``cli/unit.failed``: a full disk is one
     line that stops the sweep); the sweep goes on."""
-    from initnorm.cli import run
+    from initnorm.cli import unit
 
     overrides, num, choices = job_overrides()
     job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
-    run.failed([(os.getcwd(), job)], exc)
+    unit.failed([(os.getcwd(), job)], exc)
     return math.nan
 
 

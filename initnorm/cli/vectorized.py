@@ -13,7 +13,7 @@
    k mod N), or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
    ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``). Every member gets the folder Hydra's ``run_job`` would
    give it (``.hydra/``, ``train.log``) from ``member_setup.py``, in milliseconds (through ``run_job`` itself where a
-   Hydra callback asks for each job's start or end), then ``run.fit_unit`` trains the group, as it trains a job
+   Hydra callback asks for each job's start or end), then ``unit.fit_unit`` trains the group, as it trains a job
    alone, and writes each member's metrics.json, events and HPARAMS.
 """
 
