@@ -128,7 +128,8 @@ def _run_group(unit: list[PlannedJob], unit_index: int, ctx: Context) -> list[Jo
     from initnorm.training.fit import Abandoned
 
     config = ctx.config
-    sweep_dir = str(config.hydra.sweep.dir)
+    # absolute: the group's fit and its end lines run in the first member's folder under hydra.job.chdir
+    sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
     members, rets, lost = [], [], []
     # Hydra's run_job only where a Hydra callback of the user's asks for each job's start or end (it takes the job's config)
     composer = unit[0].composer or Composer(ctx.hydra_context.config_loader, config)
