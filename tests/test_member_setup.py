@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hydra.experimental.callback import Callback
 
-from initnorm.cli import vectorized
+from initnorm.cli import run
 from tests.inproc import command
 
 SWEEP = ["steps=2", "trainer.val_check_interval=1", "callbacks=none", "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=0",
@@ -44,13 +44,13 @@ def folder_files(sweep: Path, cwd: Path) -> dict[str, str]:
 def test_a_members_folder_is_what_hydras_run_job_leaves_without_it(tmp_path, monkeypatch, case):
     args = [*CASES[case], *SWEEP]
     with monkeypatch.context() as m:
-        m.setattr(vectorized, "_job_callbacks", lambda hydra_context: True)  # every member through run_job
+        m.setattr(run, "_job_callbacks", lambda hydra_context: True)  # every member through run_job
         (tmp_path / "hydra").mkdir()
         theirs = command(*args, cwd=tmp_path / "hydra")
     assert theirs.returncode == 0, theirs.stdout[-2000:] + theirs.stderr[-3000:]
 
     calls = []
-    monkeypatch.setattr(vectorized, "run_job", lambda *a, **k: calls.append(k) or pytest.fail("a member went through run_job"))
+    monkeypatch.setattr(run, "run_job", lambda *a, **k: calls.append(k) or pytest.fail("a member went through run_job"))
     (tmp_path / "cheap").mkdir()
     ours = command(*args, cwd=tmp_path / "cheap")
     assert ours.returncode == 0 and not calls, ours.stdout[-2000:] + ours.stderr[-3000:]

@@ -35,7 +35,8 @@ def test_jobs_that_fit_alone_but_not_together_are_refused_with_fewer_at_once(six
     memory.check(jobs, VECTORIZED | {"max_group": 1}, lambda c: params)  # 2 workers, a job each: 13 GiB fit
     memory.check(jobs, VECTORIZED | {"max_params": 2_000_000}, lambda c: params)  # max_params keeps each job alone
     with pytest.raises(ConfigError, match=r"3 jobs train at once \(3 workers\).* fix it with fewer at once, `hydra.launcher.n_jobs=2`"):
-        memory.check(jobs[:3], {"_target_": "x.ParallelLauncher", "n_jobs": 4}, lambda c: params)
+        memory.check(jobs[:3], {"_target_": "hydra_plugins.initnorm_vectorized.vectorized_launcher.ParallelLauncher",
+                                    "n_jobs": 4}, lambda c: params)
 
 
 def test_the_preflight_refuses_width_32768_before_anything_is_made(sixteen_gib, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -179,3 +180,40 @@ def test_a_transfer_sweep_stopped_by_a_signal_ends_the_transfer_with_its_status(
     finally:
         signals.clear()
     assert info.value.code == 143
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_to_the_group_while_a_fork_branch_waits_for_its_provider_stops_and_fails_no_job(tmp_path):
+    """FK8: ``kill -TERM -PGID`` of a horizon-fork sweep (local_parallel, two workers) while a branch waits for its
+    provider's state: one "stopped by" line, the resume line last, no traceback, no job recorded or said failed, the
+    provider's checkpoint kept, nothing of the command left."""
+    sweep, mark = tmp_path / "sweep", secrets.token_hex(8)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INITNORM_TEST_MARK": mark}
+    # the branch of 4000 steps under wsd:0.25 starts from the provider's state at step 3001: it waits from its start
+    command = [sys.executable, "-m", "initnorm.train", "-m", *TINY, "schedule=wsd:0.25", "steps=4000,100000", "seed=1",
+               "checkpoint.every_n_steps=0", "compile=false", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2",
+               f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    branch_log = sweep / "steps=4000" / "seed=1" / "train.log"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if branch_log.is_file() and "waiting for the state at step" in branch_log.read_text():
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the sweep ended before its branch waited"
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+        left = survivors(f"INITNORM_TEST_MARK={mark}", 10)
+    finally:
+        proc.kill()
+        end_marked(f"INITNORM_TEST_MARK={mark}")
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:] + err[-3000:]
+    assert "Traceback" not in out + err and err.count("stopped by ") == 1, err[-3000:]
+    assert "stopped by SIGTERM" in err and err.strip().splitlines()[-1].startswith("resume with: python -m initnorm.train -m")
+    assert "error: job" not in err and "[HYDRA]" not in err, err[-3000:]
+    assert not [p for p in sweep.rglob("metrics.json") if json.loads(p.read_text()).get("status") == "failed"]
+    assert (sweep / "steps=100000" / "seed=1" / "checkpoints" / "initnorm.ckpt").is_file(), err[-2000:]
+    assert not left, f"processes of the stopped command still running 10 s after it ended: {left}"

@@ -101,15 +101,6 @@ def choose(trainer: dict[str, Any], job_num: int, multirun: bool, n_gpus: int, m
     return Placement("cuda", picked, strategy, len(picked), f"cuda:{picked[local_rank() % len(picked)]}")
 
 
-def for_job(trainer: dict[str, Any], job_num: int) -> Placement:
-    """``choose`` for this process: the visible devices, and whether Hydra runs it as a multirun job."""
-    from hydra.core.hydra_config import HydraConfig
-
-    mode = HydraConfig.get().mode if HydraConfig.initialized() else None
-    multirun = mode is not None and mode.name == "MULTIRUN"
-    return choose(trainer, job_num, multirun, gpu_count(), has_mps())
-
-
 def available_memory() -> int | None:
     """Bytes of memory this machine can give a process now (Linux's MemAvailable); None where unknown."""
     try:

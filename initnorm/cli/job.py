@@ -1,5 +1,5 @@
-"""One job inside Hydra's run of it: its config checked, its record's fields from Hydra, then ``fit([member])``
-(``training/fit.py``), the one path every launcher's jobs take.
+"""One job inside Hydra's run of it: its config checked, its record's fields from Hydra, then ``cli/unit.fit_unit`` of
+it alone (``training/fit.py``'s ``fit([member])``), the one path every launcher's jobs take.
 
 ``cli/train.py`` imports this module at the first job, so that ``--help`` and a bad value (one line,
 before anything trains) never import Lightning; a vectorised sweep's workers import it before their first
@@ -8,19 +8,20 @@ group (``cli/workers.py``).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import console, devices, forks
+from initnorm.cli import console, forks, unit
 from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.training.compiling import should_compile, use_cache
-from initnorm.training.distributed import Placement, check_batch
-from initnorm.training.fit import Member, fit
+from initnorm.training.distributed import Placement
+from initnorm.training.fit import Member
 
 # Lightning sets its loggers to INFO when it is first imported, which may be just now, after the command quieted
 # them (cli/train.main): the accelerator banners and tips would then come back with the first job.
@@ -33,6 +34,18 @@ def checked(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     c = schema.check(to_plain(cfg) if isinstance(cfg, DictConfig) else cfg, base=launch_folder())
     schema.check_text(c)
     return c
+
+
+def preflight_checked() -> dict[str, Any] | None:
+    """This Hydra job's config as the preflight checked it (``sweeper.plan()``: ``schema.check``, the transfer rules'
+    ``lr`` among it, run once a job), a copy of its own; None where the preflight did not check it (a search's trial, a
+    worker process of this machine, a SLURM task, a test calling ``train``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from initnorm.cli.sweeper import plan
+
+    known = plan().get(tuple(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else None
+    return None if known is None else copy.deepcopy(known.config)
 
 
 def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None, sweep_dir: str | Path | None = None) -> Member:
@@ -50,23 +63,21 @@ def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None
 
 
 def device_of(c: dict[str, Any]) -> Placement:
-    """Where the job trains, as ``cli/devices.choose`` decides it for every launcher: job k of a sweep on GPU k mod N where
+    """Where the job trains, as ``cli/unit.placement`` decides it for every launcher: job k of a sweep on GPU k mod N where
     GPUs are asked for; ``trainer.devices=N`` with a strategy: one run in N processes (``batch_size`` the global batch)."""
-    place = devices.for_job(c["trainer"], job_overrides()[1])
-    check_batch(int(c["batch_size"]), place.processes)
-    return place
+    return unit.placement(c["trainer"], job_overrides()[1], console.in_sweep(), c["batch_size"])
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
-    """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there)."""
-    c = checked(cfg)
+    """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there; its end line said); its
+    error is raised, for its task function (``cli/train.hydra_main``) to record."""
+    c = preflight_checked() or checked(cfg)
     if should_compile(c["compile"], c["steps"]):
         use_cache(launch_folder())  # one cache for every job of the sweep and the next sweep
     bar = bool(c["trainer"]["enable_progress_bar"]) and not console.in_sweep()  # a sweep prints one line per job instead
-    status = None
+    sweep_dir = None
     if console.in_sweep():  # its progress lines end with the sweep's done/total, as a group's do
         from hydra.core.hydra_config import HydraConfig
 
         sweep_dir = HydraConfig.get().sweep.dir
-        status = lambda left: console.sweep_progress(sweep_dir, at_least=left)
-    return fit([as_member(c, out_dir)], device_of(c), progress_bar=bar, status=status)[0]
+    return unit.fit_unit([as_member(c, out_dir)], device_of(c), sweep_dir, alone=True, progress_bar=bar)[0]

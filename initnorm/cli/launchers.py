@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import Any
 
 EXTRA = "pip install 'initnorm[launchers]'"
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher"
@@ -28,6 +29,17 @@ PLUGINS = {
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": None,
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.ParallelLauncher": None,
     "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": SUBMITIT,
+}
+# What a launcher or sweeper is, by the class its ``_target_`` names: the class, or the nearest of its bases, found here
+# (``kind``). Hydra's own launchers come first among its bases for a class of one's own that extends one of them.
+KINDS = {
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
+    "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": "vectorized",
+    "hydra_plugins.initnorm_vectorized.vectorized_launcher.ParallelLauncher": "local_parallel",
+    "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": "slurm",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": "slurm",
+    "initnorm.cli.search.SearchSweeper": "search",
+    "hydra_plugins.initnorm_launchers.SearchSweeper": "search",
 }
 # hydra/launcher=<name> -> (module it needs, what it is, the other way to run the sweep)
 NEEDS = {
@@ -56,6 +68,27 @@ def engine_name(engine: str | None, quiet: bool = False) -> str | None:
                   f"hydra.launcher.engine={ENGINE_ALIASES[engine]} (the same worker processes)", file=sys.stderr)
         return ENGINE_ALIASES[engine]
     return engine
+
+
+def kind(node: Any) -> str | None:
+    """What the launcher or sweeper of config ``node`` is (``basic``, ``vectorized``, ``local_parallel``, ``slurm``,
+    ``search``), by the class its ``_target_`` names and that class's bases, not by how the name ends: a class of one's
+    own that extends ours is ours. None for a class none of whose bases is known here, or a target that names no class
+    (Hydra's own start says so). Hydra gives a plugin only as this string: ``KINDS`` is the one adapter from it."""
+    import importlib
+
+    target = node.get("_target_") if hasattr(node, "get") else None
+    if not isinstance(target, str):
+        return None
+    if target in KINDS:
+        return KINDS[target]
+    module, _, name = target.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if module else None
+    except Exception:  # not importable: Hydra's own start says so
+        return None
+    bases = found.__mro__ if isinstance(found, type) else ()
+    return next((KINDS[f"{b.__module__}.{b.__qualname__}"] for b in bases if f"{b.__module__}.{b.__qualname__}" in KINDS), None)
 
 
 def installed(module: str) -> bool:

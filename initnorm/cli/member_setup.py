@@ -16,7 +16,7 @@ the same folder:
 - its record fields, label and start line: a job's (``cli/job.as_member``), given its overrides and number.
 
 Hydra's ``on_job_start``/``on_job_end`` callbacks take the job's config: where one is configured, the members go
-through ``run_job`` as before (``vectorized.py``). A job whose overrides ``job_plain`` cannot set in place (``+key``,
+through ``run_job`` as before (``run.py``). A job whose overrides ``job_plain`` cannot set in place (``+key``,
 ``~key``, a typed node) is composed as Hydra composes it (``Composer.job_config``) and saved from that.
 """
 
@@ -77,7 +77,7 @@ class MemberSetup:
         self._hydra: DictConfig | None = None  # the first member's hydra node, for what the job logging reads of it
 
     def member(self, job) -> tuple[Member, JobReturn]:
-        """``job`` (``vectorized.PlannedJob``) as a member to fit, its folder made as ``run_job`` makes it, and its return."""
+        """``job`` (``run.PlannedJob``) as a member to fit, its folder made as ``run_job`` makes it, and its return."""
         composer = self.composer
         c = copy.deepcopy(job.checked) if job.checked is not None else checked(composer.task(job.overrides)[0])
         plain = composer.job_plain(job.overrides)
@@ -86,7 +86,7 @@ class MemberSetup:
         out = os.path.abspath(os.path.join(self.sweep_dir, composer.subdir(job.overrides, c)))
         hydra = plain["hydra"] = dict(plain["hydra"])
         name = hydra["job"]["name"]
-        hydra["job"] = {**hydra["job"], "id": f"{name}_{job.num}", "num": job.num}  # as vectorized._job_config sets them
+        hydra["job"] = {**hydra["job"], "id": f"{name}_{job.num}", "num": job.num}  # as run._job_config sets them
         hydra["runtime"] = {**hydra["runtime"], "output_dir": out}
         Path(out).mkdir(parents=True, exist_ok=True)
         subdir = self._configure_log(hydra, job.num)

@@ -33,15 +33,15 @@ def job_bytes(c: dict[str, Any], params: int) -> int:
 def at_once(launcher: dict[str, Any], jobs: int, params: int) -> tuple[int, int]:
     """(workers asked for, members a worker trains together) of a sweep of ``jobs`` of ``params`` parameters each under
     ``launcher`` (its resolved node): a worker per core or ``n_jobs``, a group capped by ``max_group`` and ``max_params``."""
-    target = str(launcher.get("_target_", ""))
+    kind = launchers.kind(launcher)
     n_jobs = launcher.get("n_jobs")
     workers = 1
     engine = launchers.engine_name(launcher.get("engine", "processes"), quiet=True)
-    if target.endswith(("ParallelLauncher", "VectorizedLauncher")) and engine == "processes":
+    if kind in ("local_parallel", "vectorized") and engine == "processes":
         n = int(n_jobs) if isinstance(n_jobs, int) else -1
         workers = n if n > 0 else max(1, (os.cpu_count() or 1) + 1 + n)
     members = 1
-    if target.endswith("VectorizedLauncher"):
+    if kind == "vectorized":
         members = int(launcher.get("max_group") or 1)
         if isinstance(launcher.get("max_params"), int):
             members = min(members, max(1, launcher["max_params"] // max(1, params)))

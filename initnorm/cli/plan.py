@@ -31,18 +31,18 @@ def describe(jobs: Sequence[Any], launcher: Mapping[str, Any] | None = None, mul
 
 def launcher_text(launcher: Mapping[str, Any]) -> str:
     """``hydra/launcher=vectorized (stacked groups of up to 12 jobs that share every shape; 2 worker processes)``."""
-    name = str(launcher.get("_target_", "")).rsplit(".", 1)[-1]
+    kind = launchers.kind(launcher)
     workers, _ = memory.at_once(dict(launcher), 1 << 30, 1)  # a worker per core for n_jobs=-1, as joblib counts them
     processes = f"{workers} worker process{'es' * (workers != 1)}"
-    if name == "VectorizedLauncher":
+    if kind == "vectorized":
         engine = str(launchers.engine_name(launcher.get("engine"), quiet=True))
         how = {"processes": processes, "sequential": "one after another in this process",
                "submitit": "one SLURM array task each"}.get(engine, engine)
         return f"hydra/launcher=vectorized (stacked groups of up to {launcher.get('max_group')} jobs that share every shape; {how})"
-    if name == "ParallelLauncher":
+    if kind == "local_parallel":
         return f"hydra/launcher=local_parallel ({processes}, a job each at a time)"
-    if name == "SlurmLauncher":
+    if kind == "slurm":
         return "hydra/launcher=slurm (a SLURM array task per job)"
-    if name == "BasicLauncher":
+    if kind == "basic":
         return "hydra/launcher=basic (one job after another in this process)"
     return str(launcher.get("_target_"))  # a launcher of one's own: its class

@@ -312,19 +312,6 @@ def check_planted(folder: Path | None, key: str) -> None:
                           f"read it; delete it (or move it away), or pick another folder with `{key}=...`")
 
 
-def _is_a(target: Any, kind: type) -> bool:
-    """Whether the class a ``_target_`` names is ``kind`` or a subclass of it (by its type, not its name's ending: a
-    sweeper of one's own that extends the search is a search); False for a target that names no class."""
-    import importlib
-
-    module, _, name = str(target).rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name) if isinstance(target, str) and module else None
-    except Exception:  # not importable: Hydra's own start says so
-        return False
-    return isinstance(found, type) and issubclass(found, kind)
-
-
 def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> dict[str, Any]:
     """The launcher's values and whether the output folder can be written, once per command line; returns the
     launcher's resolved node."""
@@ -336,11 +323,10 @@ def check_launcher_and_folder(primary: DictConfig, multirun: bool) -> dict[str, 
     schema.check_launcher(launcher)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_planted(named_folder(primary.hydra.sweep if multirun else primary.hydra.run), key)  # before the search opens search.journal
-    if _is_a(primary.hydra.sweeper.get("_target_"), search.SearchSweeper):  # hparams_search=...: it picks its own jobs
+    if launchers.kind(primary.hydra.sweeper) == "search":  # hparams_search=...: it picks its own jobs
         search.check([str(o) for o in primary.hydra.overrides.task], dict(primary.hydra.sweeper.get("params") or {}), primary,
                      named_folder(primary.hydra.sweep))
-    vectorized = isinstance(launcher, dict) and str(launcher.get("_target_", "")).endswith(".VectorizedLauncher")
-    if vectorized and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
+    if launchers.kind(launcher) == "vectorized" and (problem := launchers.missing_extra("vectorized", str(launcher.get("engine")))):
         raise ConfigError(problem)
     check_writable(output_base(primary.hydra.sweep if multirun else primary.hydra.run), f"{key}=/a/writable/folder")
     return launcher

@@ -40,7 +40,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from initnorm.cli import search_study
-from initnorm.cli.launchers import installed
+from initnorm.cli.launchers import installed, kind
 from initnorm.cli.search_study import STUDY_FILE, STUDY_NAME, distributions, job_state, planned, resumed_trials  # noqa: F401
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
@@ -119,7 +119,7 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
     space = space_of(arguments, params)
     distributions(space)
     if config is not None:
-        check_counts(config.hydra.sweeper, str(config.hydra.launcher.get("_target_", "")))
+        check_counts(config.hydra.sweeper, config.hydra.launcher)
         check_space_values(space, config)
     if folder is not None:
         check_study(folder, space)
@@ -136,7 +136,7 @@ def check(arguments: list[str], params: dict[str, str], config: DictConfig | Non
 PRUNERS = ("none", "median", "successive_halving")
 
 
-def check_counts(sweeper: DictConfig, launcher: str = "") -> None:
+def check_counts(sweeper: DictConfig, launcher: Any = None) -> None:
     """``hydra.sweeper.n_trials`` and ``n_jobs`` positive integers, ``seeds`` a list of at least one seed, ``workers``
     unset or a positive integer (under the default launcher or ``slurm``: a worker trains its trials itself),
     ``retries`` and ``startup_trials`` counts, ``pruner`` one of ``PRUNERS``; one line each."""
@@ -155,8 +155,8 @@ def check_counts(sweeper: DictConfig, launcher: str = "") -> None:
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"hydra.sweeper.workers={workers!r} is invalid: a positive integer, or null for batches of n_jobs "
                           "trials through the launcher; fix it with `hydra.sweeper.workers=2`")
-    if workers is not None and launcher and not launcher.endswith(("BasicLauncher", "SlurmLauncher")):
-        name = launcher.rpartition(".")[2]
+    if workers is not None and launcher is not None and kind(launcher) not in ("basic", "slurm"):
+        name = str(launcher.get("_target_")).rpartition(".")[2]
         raise ConfigError(f"hydra.sweeper.workers={workers} trains each trial in its worker (a local process, or a SLURM task "
                           f"under hydra/launcher=slurm), not through {name}; fix it with `hydra/launcher=basic`, or "
                           "`~hydra.sweeper.workers` for batches of n_jobs trials through it")

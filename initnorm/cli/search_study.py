@@ -20,6 +20,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
 
+from initnorm.cli import launchers
 from initnorm.errors import ConfigError
 from initnorm.results import read_record
 from initnorm.safe_files import planted
@@ -37,7 +38,7 @@ def planned(config) -> tuple[int, int] | None:
     """(trials, seeds) of a search's command, None for any other sweep: its jobs are trials x seeds, asked as it goes,
     so the progress lines count against that (a resumed search's finished jobs among them)."""
     sweeper = config.hydra.get("sweeper") or {}
-    if not str(sweeper.get("_target_", "")).endswith(".SearchSweeper"):
+    if launchers.kind(sweeper) != "search":
         return None
     return int(sweeper.get("n_trials", 24)), len(sweeper.get("seeds") or [1])
 
@@ -49,7 +50,7 @@ def workers_line(config) -> str | None:
     workers = (config.hydra.get("sweeper") or {}).get("workers") if planned(config) else None
     if not isinstance(workers, int):
         return None
-    where = "SLURM tasks" if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher") else "local processes"
+    where = "SLURM tasks" if launchers.kind(config.hydra.launcher) == "slurm" else "local processes"
     return f"{workers} worker{'s' * (workers != 1)}, {where}, each asking its next trial as its last one ends"
 
 

@@ -2,9 +2,9 @@
 
 A worker runs in a process of its own (a local process, or a SLURM task: ``cli/search_workers.py`` starts it) and
 shares the study with the others through its journal file (``cli/search_study.py``). Each of a trial's jobs (one
-per seed of ``hydra.sweeper.seeds``) runs as Hydra's basic launcher runs a job: its config composed from the
-command line's overrides and the trial's values, then Hydra's ``run_job`` with the command's own task function
-(``cli/train.hydra_main``: the job's folder, its checks, ``fit``, its record), in the worker's process. A job
+per seed of ``hydra.sweeper.seeds``) runs as every launcher's job alone runs: ``cli/run.run`` of it, in the worker's
+process (its config composed from the command line's overrides and the trial's values, then Hydra's ``run_job`` with
+the command's own task function, ``cli/train.hydra_main``: the job's folder, its checks, ``fit``, its record). A job
 folder that holds a finished result is skipped and one with a checkpoint resumes, as in any sweep: a trial
 asked again after its worker died goes on from its last checkpoint.
 
@@ -46,6 +46,7 @@ class Worker:
     config: Any
     singletons: dict[str, Any] = field(default_factory=dict)  # Hydra's Singleton state (its plugins, its config store)
     parent: int | None = None  # a local worker's sweep process: the worker stops asking once it is gone
+    _composer: Any = None  # its jobs' configs, composed in its process (cli/composer.py)
 
     def __call__(self) -> int:
         """The worker's loop, in its own process; the number of trials it told."""
@@ -116,16 +117,14 @@ class Worker:
         search_study.tell(study, trial.number, states)
 
     def run_job(self, overrides: list[str], num: int) -> str | None:
-        """One job as Hydra's basic launcher runs it (its config composed for these overrides, then ``run_job``); its folder."""
-        from hydra.core.utils import run_job
-        from omegaconf import open_dict
+        """One job, a unit alone, through ``cli/run.run`` in this process; its folder."""
+        from initnorm.cli import run
+        from initnorm.cli.composer import Composer
 
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with open_dict(config):
-            config.hydra.job.id = num
-            config.hydra.job.num = num
-        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if self._composer is None:  # one per worker: each composition of group choices made once
+            self._composer = Composer(self.hydra_context.config_loader, self.config)
+        job = run.PlannedJob(num, list(overrides), "a search trial's job", composer=self._composer)
+        (ret,) = run.run([[job]], run.InProcess(), self.hydra_context, self.config, self.task_function)
         return ret.working_dir
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from initnorm.cli import search_hang, search_study
+from initnorm.cli import launchers, search_hang, search_study
 from initnorm.cli.search_worker import Worker, local_main
 from initnorm.errors import ConfigError
 
@@ -40,7 +40,7 @@ def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str,
     left = search_study.resumed_trials(study, search_study.distributions(space), folder / search_study.STUDY_FILE)
     for number, _ in left:
         search_study.retry(study, number, sweeper.retries)
-    slurm = str(sweeper.config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
+    slurm = launchers.kind(sweeper.config.hydra.launcher) == "slurm"
     base = {"folder": str(folder.absolute()), "space": space, "fixed": fixed, "seeds": sweeper.seeds, "metric": metric,
             "n_trials": sweeper.n_trials, "seed": sweeper.seed, "workers": int(sweeper.workers), "direction": sweeper.direction,
             "pruner": sweeper.pruner, "startup_trials": sweeper.startup_trials, "hydra_context": sweeper.hydra_context,

@@ -27,7 +27,7 @@ from initnorm.cli.jobinfo import job_overrides, run_label
 from initnorm.cli.preflight import check_command_line
 from initnorm.cli.sweep import register_resolvers, swept_keys
 from initnorm.errors import ConfigError
-from initnorm.training import failure, signals
+from initnorm.training import signals
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
@@ -43,10 +43,13 @@ disk.hydra_saves_atomically()  # here too, not only in main(): a parallel launch
 
 
 def job_failed(cfg: DictConfig, exc: Exception) -> float:
-    """Record a failed job (status, error line, traceback) in its metrics.json; the sweep goes on."""
+    """Record a failed job (status, error line, traceback) in its metrics.json (``cli/unit.failed``: a full disk is one
+    line that stops the sweep); the sweep goes on."""
+    from initnorm.cli import unit
+
     overrides, num, choices = job_overrides()
     job = {"seed": cfg.get("seed"), "job_num": num, "overrides": overrides, "swept": swept_keys(), "choices": choices}
-    failure.job_failed(os.getcwd(), exc, job)
+    unit.failed([(os.getcwd(), job)], exc)
     return math.nan
 
 
@@ -69,16 +72,10 @@ def hydra_main(cfg: DictConfig) -> float:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:  # a crash in one job of a sweep must not cost the others
-        if err := disk.disk_error(exc):  # a full disk: the next job would fail the same way
-            raise err from exc
-        try:
-            result = job_failed(cfg, exc)
-        except OSError as write_exc:
-            raise (disk.disk_error(write_exc) or write_exc) from exc
+        result = job_failed(cfg, exc)
         if multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
             return result
         raise
-    console.job_finished(label, metrics, os.getcwd(), HydraConfig.get().sweep.dir if multirun else None)
     loss = metrics.get("final_val_loss")  # a finished record of an older version may lack keys
     return loss if isinstance(loss, float) else math.nan
 

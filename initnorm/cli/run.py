@@ -1,0 +1,314 @@
+"""``run(units, executor)``: the one way a sweep's jobs are trained, whichever launcher made them.
+
+A **unit** is a list of ``PlannedJob``: a job alone, or a group that trains as one stacked model. An **executor** runs
+``run_unit`` once per unit:
+
+- ``InProcess``: in this process, one after another (``engine=sequential``; a search worker's trials);
+- ``Processes``: in this machine's worker processes (pebble's pool: ``pool.py``; ``engine=processes`` and
+  ``hydra/launcher=local_parallel``), where a worker's death costs its own unit alone, recorded failed;
+- ``Submitit``: one SLURM array task a unit (``engine=submitit``).
+
+What a unit does is the same in each: a job alone runs as Hydra's launchers run a job (``run_job`` with the command's
+task function, ``cli/train.hydra_main``, which calls ``fit_unit``); a group's members get their folders
+(``member_setup.py``) and ``fit_unit`` trains them (``cli/unit.py``: what every launcher's jobs share around ``training/fit``: the device,
+the progress status, the failure record and the console's end lines). A stop signal is never a failure: each unit returns the
+stop with its checkpoint, and ``run`` raises it once (``signals.Interrupted``) for ``cli/signals.report``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, env_override, run_job, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from initnorm.cli import console, disk, workers
+from initnorm.cli.composer import Composer
+from initnorm.cli.sweep import swept_keys
+from initnorm.cli.unit import failed, fit_unit, full_error, placement
+from initnorm.training import signals
+from initnorm.training.compiling import use_cache
+
+# submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
+SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
+
+Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``signals.Interrupted``'s fields)
+
+
+@dataclass
+class PlannedJob:
+    num: int
+    overrides: list[str]
+    alone: str | None  # why it runs alone (None: it can be a member)
+    key: tuple = ()
+    composer: Composer | None = None  # makes its sweep config when it runs: no sweep holds every job's config
+    checked: dict[str, Any] | None = None  # the config the preflight checked (its nested values shared: read them only)
+
+
+@dataclass
+class Context:
+    """What every unit needs from the launching process: Hydra's context and the sweep's config, the task function
+    a job alone runs, Hydra's global state, and what the launching process set in its environment (``shared_env``)."""
+
+    hydra_context: Any
+    config: DictConfig
+    task_function: Callable[[DictConfig], Any]
+    singleton_state: dict[str, Any]
+    env: dict[str, str]
+    in_worker: bool  # the units run in this machine's worker processes (``Processes``)
+
+
+# --- a unit, wherever an executor runs it ------------------------------------------------------------------------------
+
+
+def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictConfig:
+    """The job's sweep config, as Hydra's launchers compose it (cli/composer.py: from its group choices' composition),
+    set as Hydra's current one."""
+    sweep_config = composer.job_config(overrides)
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.num = num
+    HydraConfig.instance().set_config(sweep_config)
+    return sweep_config
+
+
+def _config_of(job: PlannedJob, ctx: Context) -> DictConfig:
+    return _job_config(job.composer or Composer(ctx.hydra_context.config_loader, ctx.config), job.overrides, job.num)
+
+
+def _abandoned_check(ctx: Context):
+    """In a worker process of this machine: whether the sweep's process has gone since this unit started. None elsewhere.
+    Asked of the process itself: a fork server's workers hold its "alive" pipe open, so the server
+    outlives the sweep's process as long as they do, and their parent does not change."""
+    launcher = os.environ.get(workers.LAUNCHER_PID_ENV)
+    if not ctx.in_worker or launcher is None or int(launcher) == os.getpid():
+        return None
+    pid = int(launcher)
+    return lambda: not workers.alive(pid)
+
+
+def run_unit(unit: list[PlannedJob], unit_index: int, ctx: Context) -> tuple[list[JobReturn], Stop | None]:
+    """One unit of work, in this process or a worker: a job alone, or a group as one stacked model; and
+    whether a stop signal ended it (its checkpoints taken: ``checkpoints.CheckpointOnSignal``) or kept it from starting."""
+    os.environ.update(ctx.env or {})
+    console.quiet()  # a worker has not the parent's filters: no accelerator banners or tips from each group's Trainer
+    signals.install()  # a worker records SIGTERM/SIGINT from its first unit on (the parent passes its own on: run)
+    if signals.requested() is not None:
+        return [], (signals.requested(), None, None, False)  # stopped before this unit began: it starts nothing
+    setup_globals()
+    Singleton.set_state(ctx.singleton_state)
+    use_cache(str(ctx.config.hydra.runtime.cwd))  # here too: a SLURM task (--export=NONE) does not inherit the launcher's environment
+    if ctx.in_worker:
+        # One worker per core: the compiler's own pool of compile processes would only share this
+        # core, and, killed with the worker, leave the resource tracker warning of leaked semaphores.
+        from torch._inductor import config as inductor_config
+
+        inductor_config.compile_threads = 1
+    try:
+        if len(unit) == 1:
+            return [run_job(hydra_context=ctx.hydra_context, config=_config_of(unit[0], ctx), task_function=ctx.task_function,
+                            job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")], None
+        return _run_group(unit, unit_index, ctx), None
+    except signals.Interrupted as stop:
+        return [], (stop.signum, stop.folder, stop.step, stop.hard)
+
+
+def _run_group(unit: list[PlannedJob], unit_index: int, ctx: Context) -> list[JobReturn]:
+    from initnorm.cli.member_setup import MemberSetup  # (Lightning's import: a worker's, at its first group)
+    from initnorm.training.fit import Abandoned
+
+    config = ctx.config
+    # absolute: the group's fit and its end lines run in the first member's folder under hydra.job.chdir
+    sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+    members, rets, lost = [], [], []
+    # Hydra's run_job only where a Hydra callback of the user's asks for each job's start or end (it takes the job's config)
+    composer = unit[0].composer or Composer(ctx.hydra_context.config_loader, config)
+    setup = None if _job_callbacks(ctx.hydra_context) else MemberSetup(composer, config)
+    for job in unit:
+        try:
+            member, ret = setup.member(job) if setup is not None else _by_run_job(job, ctx)
+        except Exception as exc:  # this member alone (a search trial's config its check refuses ...): the others go on
+            if full_error() and not disk.disk_error(exc):
+                raise
+            lost += record_failed([job], exc, Path(sweep_dir))
+            continue
+        members.append(member)
+        rets.append(ret)
+    if not members:
+        return lost
+    try:
+        # one set of callbacks for the group, from the first member's config; each sees every member (members_of)
+        with _as_run_job(config, members[0].out_dir):
+            results = fit_unit(members, placement(config.trainer, unit_index, True), sweep_dir,
+                               label=f"{members[0].label} .. {members[-1].label}", abandoned=_abandoned_check(ctx))
+    except Abandoned:
+        # A worker whose sweep process was killed (kill -9 of it alone): nothing to report to,
+        # and a rerun of the command would write the same folders. Its checkpoints stay to resume from.
+        logging.shutdown()
+        os._exit(1)
+    for ret, r in zip(rets, results):
+        ret.return_value = math.nan if r["status"] == "failed" else r.get("final_val_loss", math.nan)
+    return lost + rets
+
+
+@contextmanager
+def _as_run_job(config: DictConfig, folder) -> Iterator[None]:
+    """What Hydra's ``run_job`` gives a job while it runs, given a group's fit: ``hydra.job.env_set`` in the environment
+    (a sweep's one setting: Hydra sweeps no ``hydra.*`` key) and, with ``hydra.job.chdir``, a job folder as the working
+    folder: the first member's (a process has one; the group's one set of callbacks runs there). Both restored after."""
+    env = OmegaConf.to_container(config.hydra.job.env_set, resolve=True) or {}
+    back = os.getcwd()
+    with env_override({str(k): str(v) for k, v in env.items()}):
+        if config.hydra.job.get("chdir"):
+            os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(back)
+
+
+def _job_callbacks(hydra_context) -> bool:
+    """Whether a Hydra callback of the config's answers a job's start or end (``hydra.callbacks``)."""
+    from hydra.experimental.callback import Callback
+
+    return any(type(cb).on_job_start is not Callback.on_job_start or type(cb).on_job_end is not Callback.on_job_end
+               for cb in hydra_context.callbacks.callbacks)
+
+
+def _by_run_job(job: PlannedJob, ctx: Context) -> tuple[Any, JobReturn]:
+    """A member set up inside Hydra's ``run_job`` (its folder, ``.hydra/``, its logging), its callbacks told."""
+    from initnorm.cli.job import as_member, checked
+
+    made: list = []
+
+    def prepare(cfg: DictConfig) -> None:
+        member = as_member(checked(cfg), os.getcwd())  # the same record fields a job alone writes
+        console.job_started(member.label, member.meta["job_num"])  # the same start line as the other launchers' jobs
+        made.append(member)
+
+    ret = run_job(hydra_context=ctx.hydra_context, config=_config_of(job, ctx), task_function=prepare,
+                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    if ret.status != JobStatus.COMPLETED:
+        raise ret._return_value  # its check refused it: recorded failed, as a member whose set-up failed
+    return made[0], ret
+
+
+# --- a failure outside any job's own process: a lost unit, a member's set-up ----------------------------------------
+
+
+class UnitLost(RuntimeError):
+    """A unit's jobs never answered: the pool's reason (``Lost``) as the jobs' error."""
+
+
+def record_failed(jobs: Sequence[PlannedJob], exc: BaseException, sweep_dir: Path) -> list[JobReturn]:
+    """Each of ``jobs`` recorded failed with ``exc`` in its folder (``failed``), with its ``JobReturn`` (a loss of nan, as a
+    failed job's) so that the sweeper sees every job it launched."""
+    rets = []
+    for job in jobs:
+        cfg = job.composer.job_config(job.overrides)
+        with open_dict(cfg):
+            cfg.hydra.job.num = job.num
+        task, _ = job.composer.task(job.overrides)
+        folder = sweep_dir / job.composer.subdir(job.overrides, task)
+        folder.mkdir(parents=True, exist_ok=True)
+        overrides = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in job.overrides if "=" in o}
+        fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides, "swept": swept_keys(),
+                  "choices": dict(cfg.hydra.runtime.choices)}
+        failed([(folder, fields)], exc)
+        ret = JobReturn(overrides=list(job.overrides), cfg=None, hydra_cfg=cfg, working_dir=str(folder),
+                        task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED)
+        ret.return_value = math.nan
+        rets.append(ret)
+    return rets
+
+
+# --- the executors ------------------------------------------------------------------------------------------------------
+
+
+class InProcess:
+    """Each unit in this process, one after another; none starts after a stop signal."""
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
+        state = Singleton.get_state()
+        workers.end()  # warmed for nothing: the units run here
+        results = []
+        for a in args:
+            results.append(fn(*a))
+            if results[-1][1] is not None:
+                break  # stopped by a signal: no further unit starts
+        Singleton.set_state(state)
+        return results
+
+
+@dataclass
+class Processes:
+    """Each unit in one of this machine's worker processes (``workers.pool``: pebble's), longest units first. A unit whose
+    worker died (``Lost``) costs its own jobs, each recorded failed with the reason. A stop signal to this process alone
+    is passed on to the workers (as SIGTERM: one sent to the whole group reached them already, and a second SIGINT would
+    mean "at once"); the workers and their fork server are ended whatever happens."""
+
+    n_jobs: int
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
+        from initnorm.cli.pool import Lost  # (pebble: the launchers extra)
+
+        order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
+        pool = workers.pool(self.n_jobs, len(args))
+
+        def stopped_there(result: Any) -> None:  # a stop signal sent to one worker alone stops the sweep as one to this process
+            if isinstance(result, tuple) and result[1] is not None and signals.requested() is None:
+                signals.record(result[1][0])
+
+        try:
+            with signals.passed_on(lambda signum: pool.send(signal.SIGTERM)):
+                out = pool.run(fn, [args[k] for k in order], stopping=lambda: signals.requested() is not None,
+                               on_result=stopped_there)
+        finally:
+            workers.end()  # nothing outlives the command, stopped or not
+        results: list[Any] = [None] * len(args)
+        for k, r in zip(order, out):
+            # its worker died, or it raised past every job: its jobs alone are failed
+            results[k] = (record_failed(units[k], UnitLost(r.reason), sweep_dir), None) if isinstance(r, Lost) else r
+        return results
+
+
+@dataclass
+class Submitit:
+    """Each unit one task of a SLURM array through submitit, with ``hydra/launcher=slurm``'s keys (``slurm``)."""
+
+    slurm: Mapping[str, Any]
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
+        import submitit
+
+        executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"), cluster="slurm")
+        slurm = {k: v for k, v in dict(self.slurm).items() if v is not None}
+        executor.update_parameters(**{k if k in SUBMITIT_KEYS else f"slurm_{k}": v for k, v in slurm.items()})
+        return [t.results()[0] for t in executor.map_array(fn, *zip(*args))]
+
+
+def run(units: Sequence[list[PlannedJob]], executor, hydra_context, config: DictConfig, task_function) -> list[JobReturn]:
+    """Every unit through ``executor``; the jobs' returns, in the jobs' order. A stop signal that ended or kept back any
+    unit is raised once, as ``signals.Interrupted`` with a checkpoint a unit saved, after every unit has answered."""
+    ctx = Context(hydra_context, config, task_function, Singleton.get_state(),
+                  workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}, isinstance(executor, Processes))
+    args = [(u, k, ctx) for k, u in enumerate(units)]
+    results = executor.map(run_unit, args, units, Path(str(config.hydra.sweep.dir)))
+    unstarted = (signals.requested() or signal.SIGTERM, None, None, False)
+    results = [r if r is not None else ([], unstarted) for r in results]  # None: a stop signal kept it from starting
+    stops = [stop for _, stop in results if stop is not None]
+    if stops:
+        saved = next((s for s in stops if s[1] is not None), stops[0])  # a unit that checkpointed, for the report
+        raise signals.Interrupted(signals.requested() or saved[0], saved[1], saved[2], any(s[3] for s in stops))
+    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets, _ in results for ret in rets}
+    return [by_num[num] for num in sorted(j.num for u in units for j in u) if num in by_num]
