@@ -145,13 +145,14 @@ class NotASearchSweeper:
 
 
 def test_the_search_sweeper_is_told_by_its_type_not_its_name():
-    """Issue 48 (behaviour decided by strings): the preflight read `_target_.endswith(".SearchSweeper")`."""
-    from initnorm.cli import preflight, search
+    """Issue 48 (behaviour decided by strings): the preflight read `_target_.endswith(".SearchSweeper")`; now
+    `launchers.kind` reads the class the target names and its bases."""
+    from initnorm.cli import launchers
 
-    assert preflight._is_a("hydra_plugins.initnorm_launchers.SearchSweeper", search.SearchSweeper)
-    assert not preflight._is_a(f"{__name__}.NotASearchSweeper", search.SearchSweeper)
-    assert not preflight._is_a("hydra_plugins.initnorm_launchers.CheckedSweeper", search.SearchSweeper)
-    assert not preflight._is_a("no_such_module.SearchSweeper", search.SearchSweeper)
+    assert launchers.kind({"_target_": "hydra_plugins.initnorm_launchers.SearchSweeper"}) == "search"
+    assert launchers.kind({"_target_": f"{__name__}.NotASearchSweeper"}) is None
+    assert launchers.kind({"_target_": "hydra_plugins.initnorm_launchers.CheckedSweeper"}) != "search"
+    assert launchers.kind({"_target_": "no_such_module.SearchSweeper"}) is None
 
 
 def test_a_record_larger_than_its_bound_is_told_by_its_type(tmp_path, caplog, monkeypatch):

@@ -28,6 +28,9 @@ from omegaconf._utils import get_omega_conf_dumper
 # Hydra's plugin scan imports its core plugins' modules anew, and a class imported before it is not the one whose
 # ``super()`` the instance then meets ("super(type, obj): obj must be an instance or subtype of type").
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # its _target_ in hydra/sweeper=basic
+# Hydra's default launcher (hydra/_internal/core_plugins/basic_launcher.py), by its ``_target_`` in hydra/launcher=basic:
+# ``launchers.kind`` tells a launcher by its class and bases, and Hydra names its own only by this private path.
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 def basic_sweeper() -> type:

@@ -19,6 +19,8 @@ import importlib.util
 import sys
 from typing import Any
 
+from initnorm.cli.hydra_adapter import BASIC_LAUNCHER
+
 EXTRA = "pip install 'initnorm[launchers]'"
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher"
 JOBLIB = "hydra_plugins.hydra_joblib_launcher"
@@ -33,7 +35,7 @@ PLUGINS = {
 # What a launcher or sweeper is, by the class its ``_target_`` names: the class, or the nearest of its bases, found here
 # (``kind``). Hydra's own launchers come first among its bases for a class of one's own that extends one of them.
 KINDS = {
-    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
+    BASIC_LAUNCHER: "basic",
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher": "vectorized",
     "hydra_plugins.initnorm_vectorized.vectorized_launcher.ParallelLauncher": "local_parallel",
     "hydra_plugins.initnorm_launchers._slurm.SlurmLauncher": "slurm",
