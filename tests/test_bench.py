@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from initnorm.cli.compose import compose_train
 from initnorm.config import to_plain
 from initnorm.models.build import build_model
-from initnorm.repro import bench_flops, bench_sweeps
+from initnorm.repro import bench_flops, bench_scale, bench_sweeps
 from initnorm.repro.bench_measure import load, plain_run, run_command
 from initnorm.training.tasks import TASKS
 from tests.inproc import run_module
@@ -117,7 +117,7 @@ def smoke_run(tmp_path, monkeypatch, *parts: str) -> str:
     text = out.read_text()
     assert text.startswith("# an earlier measured section\n") and "# Benchmark run of " in text
     assert "--steps 1" in text and "steps=1" in text  # the shrunk commands are printed, so a smoke run cannot pass for a full one
-    assert text.count("| initnorm, `hydra/launcher=vectorized` (joblib) |") == text.count("## Sweep `")
+    assert text.count("| initnorm, `hydra/launcher=vectorized` (worker processes) |") == text.count("## Sweep `")
     return text
 
 
@@ -156,3 +156,19 @@ def test_the_scale_part_counts_each_groups_training_once_and_reports_the_rest_as
     assert ("| 1,000 | 120.0 s | 200 s | 1.5 s | 12.0 s | 30.0 s | - | 40.0 s | 40.0 s | 100.0 s | 100 ms | 80 ms | 480 MB "
             "| 1.00 / 1.50 |") in lines
     assert "| 1,000 | 120.0 s | 200 s | 1.5 s | 12.0 s | 30.0 s | - | 40.0 s | - | 100.0 s | 100 ms | - | 480 MB | 1.00 / 1.50 |" in lines
+
+
+def test_vectorized_only_runs_the_canonical_sweep_and_the_group_sizes_alone(tmp_path, monkeypatch):
+    """`--vectorized-only` is a named part: it ran the Muon rows and the 10,000-job --scale sweeps too (an hour)."""
+    from initnorm.repro import bench
+
+    ran = []
+    monkeypatch.setattr(bench, "per_step", lambda *a, **k: ran.append("per_step") or {})
+    monkeypatch.setattr(bench_scale, "measure", lambda *a, **k: ran.append("scale") or {})
+    monkeypatch.setattr(bench_sweeps, "measure", lambda spec, *a, **k: ran.append(f"sweep {spec.key}") or {})
+    monkeypatch.setattr(bench, "group_scan", lambda *a, **k: ran.append("groups") or {})
+    monkeypatch.setattr(bench, "run_command", lambda *a, **k: {})
+    monkeypatch.setattr(bench, "report", lambda *a, **k: "report\n")
+    bench.main(["--vectorized-only", "--out", str(tmp_path / "r.md")])
+    assert ran == ["sweep canonical", "groups"], ran
+

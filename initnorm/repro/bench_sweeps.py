@@ -25,8 +25,8 @@ from initnorm.config import to_plain
 from initnorm.repro.bench_measure import bench_command, plain_run, run_command, timed
 
 PLAIN = "plain loops, one process"
-VECTORIZED = "initnorm, `hydra/launcher=vectorized` (joblib)"
-PARALLEL = "initnorm, `hydra/launcher=local_parallel` (joblib)"
+VECTORIZED = "initnorm, `hydra/launcher=vectorized` (worker processes)"
+PARALLEL = "initnorm, `hydra/launcher=local_parallel` (worker processes)"
 SEQUENTIAL = "initnorm, sequential (Hydra's basic launcher)"
 SUBMITIT = "initnorm, `hydra/launcher=submitit_local`"
 LAUNCHERS = {
