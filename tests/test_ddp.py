@@ -69,6 +69,15 @@ def state(folder):
     return s["global_step"], {**s["state_dict"], **{f"{k}.{n}": t for k, m in moments.items() for n, t in m.items()}}, s["history"]
 
 
+def assert_one_step(two, one) -> None:
+    """The run of 2 processes stopped where the run of 1 did, its weights within BOUND and its losses the same."""
+    (s2, w2, h2), (s1, w1, h1) = state(two), state(one)
+    assert s2 == s1 == 2 and w2.keys() == w1.keys()
+    gap = max((w2[k] - w1[k]).abs().max().item() for k in w1)
+    assert 0 <= gap < BOUND, gap
+    assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
+
+
 @pytest.mark.parametrize("optim", ["adamw", "muon"])
 def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim):
     if optim not in OPTIMIZERS.names():
@@ -86,11 +95,7 @@ def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim)
     assert len({p.name.rsplit(".", 2)[-2] for p in (tmp_path / "two").glob("events.out.tfevents.*")}) == 1
     # One process, the same global batch, stopped at the same step.
     train(compose_cfg(*run, *STOP), tmp_path / "one")
-    (s2, w2, h2), (s1, w1, h1) = state(tmp_path / "two"), state(tmp_path / "one")
-    assert s2 == s1 == 2 and w2.keys() == w1.keys()
-    gap = max((w2[k] - w1[k]).abs().max().item() for k in w1)
-    assert 0 <= gap < BOUND, gap
-    assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
+    assert_one_step(tmp_path / "two", tmp_path / "one")
     # The run of 2 processes resumes in 1 (batch_size is the global batch) and ends where the run of 1 ends. A fit a callback
     # stopped is finished and a rerun keeps it (test_engine): without its record, as if killed after its checkpoint.
     for run_dir in ("two", "one"):
@@ -113,11 +118,7 @@ def test_ddp_spawn_takes_the_step_of_one_process_and_hands_back_rank_0s_record(t
     events = {p.name.rsplit(".", 2)[-2] for p in (tmp_path / "two").glob("events.out.tfevents.*")}
     assert len(events) == 1 and events != {str(os.getpid())}, events  # one rank logged, and not this process
     train(compose_cfg(*RUN, *STOP), tmp_path / "one")
-    (s2, w2, h2), (s1, w1, h1) = state(tmp_path / "two"), state(tmp_path / "one")
-    assert s2 == s1 == 2 and w2.keys() == w1.keys()
-    gap = max((w2[k] - w1[k]).abs().max().item() for k in w1)
-    assert 0 <= gap < BOUND, gap
-    assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
+    assert_one_step(tmp_path / "two", tmp_path / "one")
     (tmp_path / "two" / "metrics.json").unlink()  # as if killed after its checkpoint: it resumes in one process
     resumed = train(compose_cfg(*RUN), tmp_path / "two")
     assert resumed["resumed_from_step"] == 2 and resumed["device"]["world_size"] == 1

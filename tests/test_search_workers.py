@@ -38,25 +38,27 @@ def study_of(folder: Path):
     return search_study.existing(folder)
 
 
-def kill_first_worker(folder: Path, killed: list, stop: threading.Event) -> None:
-    """SIGKILL the worker of the first trial asked, while it runs (before it is told)."""
+def signal_first_worker(folder: Path, signum: int, seen: list, stop: threading.Event) -> None:
+    """Send ``signum`` to the worker of the first trial asked, while it runs (before it is told); record its trial as
+    (number, lr, pid)."""
     from optuna.trial import TrialState
 
     while not stop.is_set():
         study = study_of(folder) if (folder / "search.journal").is_file() else None
         running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if "worker" in t.user_attrs] if study else []
         if running:
-            os.kill(running[0].user_attrs["worker"]["pid"], signal.SIGKILL)
-            killed.append(running[0].params["lr"])
+            pid = running[0].user_attrs["worker"]["pid"]
+            os.kill(pid, signum)
+            seen.append((running[0].number, running[0].params["lr"], pid))
             return
         time.sleep(0.05)
 
 
 def test_two_workers_survive_a_killed_one_and_a_rerun_resumes_the_search(tmp_path):
     folder = tmp_path / "s"
-    killed: list[float] = []
+    killed: list[tuple] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=kill_first_worker, args=(folder, killed, stop), daemon=True)
+    watcher = threading.Thread(target=signal_first_worker, args=(folder, signal.SIGKILL, killed, stop), daemon=True)
     watcher.start()
     try:
         summary, ran = search(folder, "hydra.sweeper.workers=2", "hydra.sweeper.n_trials=3")
@@ -65,8 +67,8 @@ def test_two_workers_survive_a_killed_one_and_a_rerun_resumes_the_search(tmp_pat
         watcher.join()
     assert (folder / "search.journal").is_file() and not (folder / "search.db").exists()
     states = [(t["state"], t["params"]["lr"]) for t in summary["trials"]]
-    assert len(killed) == 1 and ("FAIL", killed[0]) in states, states
-    assert [s for s, lr in states].count("COMPLETE") == 3 and ("COMPLETE", killed[0]) in states  # asked again, with its value
+    assert len(killed) == 1 and ("FAIL", killed[0][1]) in states, states
+    assert [s for s, lr in states].count("COMPLETE") == 3 and ("COMPLETE", killed[0][1]) in states  # asked again, with its value
     assert "in trial" in ran.stderr and "asked again with its values" in ran.stderr, ran.stderr[-2000:]
     assert "(2 workers, local processes, each asking its next trial as its last one ends)" in ran.stdout, ran.stdout[:2000]
     assert len(read_metrics(folder)) == 3 and all(j["status"] == "finished" for j in read_metrics(folder))
@@ -149,25 +151,11 @@ def test_a_journal_that_is_not_a_study_is_one_line(tmp_path):
         SearchSweeper().study(tmp_path)
 
 
-def stop_first_worker(folder: Path, stopped: list, stop: threading.Event) -> None:
-    """SIGSTOP the worker of the first trial asked, while it runs: it neither ends nor tells its trial."""
-    from optuna.trial import TrialState
-
-    while not stop.is_set():
-        study = study_of(folder) if (folder / "search.journal").is_file() else None
-        running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if "worker" in t.user_attrs] if study else []
-        if running:
-            os.kill(running[0].user_attrs["worker"]["pid"], signal.SIGSTOP)
-            stopped.append((running[0].number, running[0].params["lr"], running[0].user_attrs["worker"]["pid"]))
-            return
-        time.sleep(0.05)
-
-
 def test_a_stopped_worker_is_named_ended_after_the_timeout_and_its_trial_asked_again(tmp_path):
     folder = tmp_path / "h"
     stopped: list[tuple] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=stop_first_worker, args=(folder, stopped, stop), daemon=True)
+    watcher = threading.Thread(target=signal_first_worker, args=(folder, signal.SIGSTOP, stopped, stop), daemon=True)
     watcher.start()
     try:
         summary, ran = search(folder, "hydra.sweeper.workers=2", "hydra.sweeper.n_trials=3", "hydra.sweeper.hang_timeout_s=8")
