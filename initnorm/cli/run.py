@@ -66,24 +66,35 @@ class Context:
     singleton_state: dict[str, Any]
     env: dict[str, str]
     in_worker: bool  # the units run in this machine's worker processes (``Processes``)
+    job_id: Callable[[str, int], Any]  # ``hydra.job.id`` from the job's name and number, as the launcher's Hydra plugin sets it
+
+
+def pool_job_id(name: str, num: int) -> str:
+    """``hydra.job.id`` as Hydra's joblib launcher sets it (local_parallel, vectorized)."""
+    return f"{name}_{num}"
+
+
+def basic_job_id(name: str, num: int) -> int:
+    """``hydra.job.id`` as Hydra's basic launcher sets it: the job's number."""
+    return num
 
 
 # --- a unit, wherever an executor runs it ------------------------------------------------------------------------------
 
 
-def _job_config(composer: Composer, overrides: Sequence[str], num: int) -> DictConfig:
+def _job_config(composer: Composer, overrides: Sequence[str], num: int, job_id: Callable[[str, int], Any]) -> DictConfig:
     """The job's sweep config, as Hydra's launchers compose it (cli/composer.py: from its group choices' composition),
     set as Hydra's current one."""
     sweep_config = composer.job_config(overrides)
     with open_dict(sweep_config):
-        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
+        sweep_config.hydra.job.id = job_id(str(sweep_config.hydra.job.name), num)
         sweep_config.hydra.job.num = num
     HydraConfig.instance().set_config(sweep_config)
     return sweep_config
 
 
 def _config_of(job: PlannedJob, ctx: Context) -> DictConfig:
-    return _job_config(job.composer or Composer(ctx.hydra_context.config_loader, ctx.config), job.overrides, job.num)
+    return _job_config(job.composer or Composer(ctx.hydra_context.config_loader, ctx.config), job.overrides, job.num, ctx.job_id)
 
 
 def _abandoned_check(ctx: Context):
@@ -297,11 +308,14 @@ class Submitit:
         return [t.results()[0] for t in executor.map_array(fn, *zip(*args))]
 
 
-def run(units: Sequence[list[PlannedJob]], executor, hydra_context, config: DictConfig, task_function) -> list[JobReturn]:
-    """Every unit through ``executor``; the jobs' returns, in the jobs' order. A stop signal that ended or kept back any
+def run(units: Sequence[list[PlannedJob]], executor, hydra_context, config: DictConfig, task_function,
+        job_id: Callable[[str, int], Any] = pool_job_id) -> list[JobReturn]:
+    """Every unit through ``executor``; the jobs' returns, in the jobs' order (``job_id``: ``hydra.job.id`` as the
+    launcher's Hydra plugin sets it). A stop signal that ended or kept back any
     unit is raised once, as ``signals.Interrupted`` with a checkpoint a unit saved, after every unit has answered."""
     ctx = Context(hydra_context, config, task_function, Singleton.get_state(),
-                  workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}, isinstance(executor, Processes))
+                  workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}, isinstance(executor, Processes),
+                  job_id)
     args = [(u, k, ctx) for k, u in enumerate(units)]
     results = executor.map(run_unit, args, units, Path(str(config.hydra.sweep.dir)))
     unstarted = (signals.requested() or signal.SIGTERM, None, None, False)

@@ -217,7 +217,11 @@ class SearchSweeper(Sweeper):
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
+        from initnorm.cli.basic import adopt
+
+        # Hydra's basic launcher's jobs through run.run (cli/basic.py)
+        self.launcher = adopt(Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function,
+                                                                      config=config))
 
     def study(self, folder: Path):
         return search_study.open_study(folder, self.direction)

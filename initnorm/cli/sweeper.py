@@ -55,7 +55,10 @@ class CheckedSweeper(Sweeper):
         self.basic.validate_batch_is_legal = validate_unchecked  # type: ignore[method-assign]
 
     def setup(self, **kwargs: Any) -> None:
+        from initnorm.cli.basic import adopt
+
         self.basic.setup(**kwargs)
+        self.basic.launcher = adopt(self.basic.launcher)  # Hydra's basic launcher's jobs through run.run (cli/basic.py)
         launch = self.basic.launcher.launch
 
         def forked(batch: Sequence[Sequence[str]], initial_job_idx: int) -> Any:

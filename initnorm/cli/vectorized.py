@@ -77,13 +77,15 @@ def classify(hydra_context, config: DictConfig, job_overrides,
     return jobs, examples
 
 
-def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, grouped: bool = True) -> Sequence[JobReturn]:
-    """Run the jobs as units (``grouped``: stacked groups and jobs alone; else one job a unit, ``hydra/launcher=local_parallel``)."""
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, grouped: bool = True,
+           job_id=run.pool_job_id) -> Sequence[JobReturn]:
+    """Run the jobs as units (``grouped``: stacked groups and jobs alone; else one job a unit: ``hydra/launcher=local_parallel``
+    in the worker processes, Hydra's basic launcher in this process, ``cli/basic.py``, whose ``hydra.job.id`` is ``job_id``'s)."""
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params)
     if not grouped:
-        params |= {"engine": "processes", "max_group": 1, "max_params": None}
+        params |= {"engine": params.get("engine", "processes"), "max_group": 1, "max_params": None}
     engine, max_group, max_params = launchers.engine_name(params["engine"]), params["max_group"], params.get("max_params")
     if engine not in ENGINES:
         raise ConfigError(f"hydra.launcher.engine={engine!r} is not known; allowed: {', '.join(ENGINES)}; fix it with "
@@ -132,4 +134,4 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         executor = run.InProcess()
     else:
         executor = run.Processes(params["n_jobs"])
-    return run.run(units, executor, hydra_context, config, launcher.task_function)
+    return run.run(units, executor, hydra_context, config, launcher.task_function, job_id)
