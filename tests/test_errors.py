@@ -178,3 +178,16 @@ def test_the_closest_name_is_a_near_one_or_none():
     assert closest("rms", ["layernorm", "none", "rmsnorm"]) == "rmsnorm"  # a name the word starts
     assert closest("adamm", ["adam", "adamw", "sgd"]) == "adam"
     assert closest("lion", ["adam", "adamw", "sgd"]) is None  # once `optim=sgd`: an arbitrary name offered as the meant one
+
+
+def test_the_missing_interpolation_key_is_read_from_the_node_not_from_the_message():
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationKeyError
+
+    from initnorm.cli.preflight import missing_reference
+
+    cfg = OmegaConf.create({"model": {"dim": "a_${data.x}_${data.dim}"}, "data": {"x": 1}})
+    with pytest.raises(InterpolationKeyError) as info:
+        OmegaConf.to_container(cfg, resolve=True)
+    info.value.msg = "reworded by another OmegaConf"  # the message plays no part
+    assert missing_reference(info.value) == "data.dim"  # data.x is there: the one the config lacks is named

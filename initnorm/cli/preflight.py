@@ -72,14 +72,30 @@ class CheckedJob:
     prior: Prior
 
 
-def option_with_key(message: str) -> str | None:
-    """For "Interpolation key 'data.dim' not found" (``model=deep_mlp`` with Alice): name the
-    options of that group which have the key, so the line says which one to pick."""
-    match = re.search(r"Interpolation key '(\w+)\.(\w+)' not found", message)
-    if not match:
+REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # a plain interpolation of a config value: ${data.dim}
+
+
+def missing_reference(exc: InterpolationKeyError) -> str | None:
+    """The key an interpolation names that the config lacks (``data.dim`` of ``model.dim: ${data.dim}``), read from the
+    node the exception carries (``parent_node`` and ``key``: its unresolved value, each key it names looked up from the
+    root by a relative select), never from the exception's message."""
+    parent, key, full_key = exc.parent_node, exc.key, str(exc.full_key or "")
+    if not isinstance(parent, DictConfig) or key is None:
         return None
-    group, key = match.groups()
+    value = OmegaConf.to_container(parent, resolve=False).get(key)
+    up = "." * (full_key.count(".") + full_key.count("[") + 1)  # from the node's parent to the root
+    absent = object()
+    return next((ref for ref in REFERENCE.findall(value) if OmegaConf.select(parent, up + ref, default=absent) is absent),
+                None) if isinstance(value, str) else None
+
+
+def option_with_key(exc: InterpolationKeyError) -> str | None:
+    """For a config that names ``data.dim`` where the chosen data option has none (``model=deep_mlp`` with Alice): name
+    the options of that group which have the key, so the line says which one to pick."""
+    group, _, key = (missing_reference(exc) or "").partition(".")
     folder = Path(CONF_DIR) / group
+    if not group or not key or "." in key or not folder.is_dir():
+        return None
     having = sorted(f.stem for f in folder.glob("*.yaml") if key in (OmegaConf.load(f) or {}))
     if not having:
         return None
@@ -95,7 +111,7 @@ def one_line(exc: BaseException, overrides: list[str] | tuple[str, ...] = (), co
     if (restated := bad_override.restate(exc, overrides, config)) is not None:
         return restated
     if isinstance(exc, InterpolationKeyError):
-        hint = option_with_key(str(exc))
+        hint = option_with_key(exc)
         if hint:
             return ConfigError(hint)
     text = " ".join(str(e) for e in (exc, exc.__cause__) if e is not None).replace("\n", " ")
