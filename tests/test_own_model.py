@@ -341,3 +341,48 @@ def test_an_attention_attribute_is_measured_to_be_the_multiplier_the_docs_descri
     with pytest.raises(ConfigError, match=rf"^model.attn_mult_attr='scale': .*{refused}") as err:
         config("width=64", *args, model=INLINE)
     assert "\n" not in str(err.value) and "model.attn_mult_attr=null" in str(err.value)
+
+
+class Steady(nn.Module):
+    """An RMSNorm of one's own, under a name that says nothing of norms."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.gain
+
+
+class NormalShift(nn.Module):
+    """A learned shift whose name says Norm: no normalisation."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return x + self.shift
+
+
+class Normed(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.emb, self.steady, self.shift = nn.Embedding(VOCAB, width), Steady(width), NormalShift(width)
+        self.ln, self.out = nn.LayerNorm(width), nn.Linear(width, VOCAB)
+
+    def forward(self, idx):
+        return self.out(self.ln(self.shift(self.steady(self.emb(idx)))))
+
+
+def test_a_norm_is_told_by_what_it_does_not_by_its_class_name():
+    from initnorm.models.infer import infer, is_norm
+
+    roles = infer(Normed, 16, 32, 64).roles
+    assert roles["steady.gain"] == Role.NORM_GAIN  # a user's RMSNorm called Steady
+    assert roles["shift.shift"] == Role.BIAS  # a shift called NormalShift is no norm
+    assert (roles["ln.weight"], roles["ln.bias"]) == (Role.NORM_GAIN, Role.NORM_BIAS)
+    with torch.device("meta"):
+        torch_norms = [nn.GroupNorm(4, 8), nn.BatchNorm1d(8), nn.RMSNorm(8), nn.InstanceNorm1d(8, affine=True)]
+    assert [is_norm(m, 8) for m in torch_norms] == [True] * 4
+    assert not is_norm(nn.Linear(8, 8), 8) and not is_norm(NormalShift(8), 8)

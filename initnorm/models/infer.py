@@ -11,7 +11,7 @@ then classified by its module's type and by which of its dimensions grow:
 | a matrix | out only | ``input`` (its fan-in is the data's) |
 | a matrix | in only | ``readout`` (its fan-out is the output's) |
 | an ``nn.Embedding`` table, or a bare 2-D parameter whose last dimension grows | the vectors | ``embedding`` |
-| a vector in a norm module | its size | ``norm_gain`` / ``norm_bias`` |
+| a vector in a norm (a module whose output is the same for a scaled input: ``is_norm``) | its size | ``norm_gain`` / ``norm_bias`` |
 | any other vector | its size | ``bias`` |
 | a vector | nothing | ``readout_bias`` (nothing about it scales) |
 | a matrix | nothing | ``fixed`` |
@@ -28,6 +28,7 @@ that reads the tensor as a readout (``forward_roles``).
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -90,9 +91,43 @@ class RoleTable:
         return frozenset(n for n, p in self.params.items() if p.transposed)
 
 
-def is_norm(module: nn.Module) -> bool:
-    """LayerNorm, RMSNorm, GroupNorm, BatchNorm and a user's own ``...Norm`` class: by the class name."""
-    return "norm" in type(module).__name__.lower()
+# The probe's inputs: rows of the vector's size (LayerNorm, RMSNorm, BatchNorm1d, GroupNorm), then channels of it
+# (InstanceNorm1d, a norm over dim 1); the first layout the module runs on decides.
+PROBE_ROWS, PROBE_LENGTH, PROBE_SCALE = 4, 6, 8.0
+
+
+def is_norm(module: nn.Module, size: int) -> bool:
+    """Whether ``module``, the owner of a vector of ``size``, is a normalisation, by what it does, not by its class's name:
+    a module of vectors alone (its gain, its bias) whose output keeps its input's shape, varies with the input, and does not
+    change when the input is scaled (``PROBE_SCALE`` times): ``norm(c x) = norm(x)``, which LayerNorm, RMSNorm, GroupNorm,
+    BatchNorm and a user's own normalisation of any name share, and a scale, a bias or a linear map lack. Probed on a copy
+    on the CPU (the builds are on the meta device), its vectors ones, under ``torch.no_grad``; a module that cannot run on
+    the probe's input is not one."""
+    if any(p.dim() > 1 for p in module.parameters()):
+        return False  # a norm holds vectors only; a module with a matrix of its own is a layer
+    gen = torch.Generator().manual_seed(0)
+    try:
+        probe = copy.deepcopy(module).to_empty(device="cpu").train()
+        with torch.no_grad():
+            for t in (*probe.parameters(), *probe.buffers()):
+                if t.is_floating_point():
+                    t.fill_(1.0)
+    except Exception:  # a module that cannot be copied to the CPU: not probed, not a norm
+        return False
+    return any(_scale_free(probe, torch.randn(shape, generator=gen), torch.randn(shape, generator=gen))
+               for shape in ((PROBE_ROWS, size), (PROBE_ROWS, size, PROBE_LENGTH)))
+
+
+def _scale_free(probe: nn.Module, x: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``probe`` runs on ``x``'s layout, keeps its shape, gives ``x`` scaled the same output and ``other`` another."""
+    try:
+        with torch.no_grad():
+            outs = probe(x), probe(PROBE_SCALE * x), probe(other)
+    except Exception:  # not this layout, or not a module of one input
+        return False
+    if not all(isinstance(o, torch.Tensor) and o.shape == x.shape for o in outs):
+        return False
+    return bool(torch.allclose(outs[0], outs[1], rtol=1e-3, atol=1e-3) and not torch.allclose(outs[0], outs[2], rtol=1e-3, atol=1e-3))
 
 
 def owner(model: nn.Module, name: str) -> nn.Module:
@@ -113,7 +148,7 @@ def classify(module: nn.Module, name: str, shape: tuple, infinite: tuple) -> tup
     if len(shape) <= 1:
         if not any(infinite):
             return Role.READOUT_BIAS, "a vector whose size does not grow", False
-        if is_norm(module):
+        if is_norm(module, shape[0]):
             return (Role.NORM_BIAS, "a norm's bias", False) if leaf == "bias" else (Role.NORM_GAIN, "a norm's gain", False)
         return Role.BIAS, "a vector of width size", False
     if len(shape) > 2 and isinstance(module, nn.modules.conv._ConvNd) and not any(infinite[2:]):
