@@ -5,6 +5,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,17 @@ def test_sweep_progress_reads_an_ended_record_once(tmp_path, monkeypatch):
     (tmp_path / "3" / "metrics.json").write_text(json.dumps({"status": "finished"}))
     assert console.sweep_progress(tmp_path) == "3/4 done"
     assert sorted(reads) == ["0", "1", "2", "2", "3"]  # the running job's record read again, the ended ones once
+
+
+def test_the_sweep_header_names_the_launcher_by_what_it_is_not_by_its_class_name(monkeypatch):
+    from hydra_plugins.initnorm_vectorized.vectorized_launcher import ParallelLauncher
+    from initnorm.cli.launchers import kind
+
+    class Spread(ParallelLauncher):  # a launcher of one's own whose name says nothing: local_parallel by its base
+        pass
+
+    monkeypatch.setattr(sys.modules[__name__], "Spread", Spread, raising=False)
+    launcher = kind({"_target_": f"{__name__}.Spread"})
+    monkeypatch.delenv(console.TOTAL_ENV, raising=False)
+    assert console.sweep_header("S", launcher, 2) == "sweep of the jobs -> S (local_parallel, 2 at a time)"
+    assert console.sweep_header("S", "basic", None).endswith("(one job after another)")

@@ -302,13 +302,13 @@ def summary_text(folder: Path | str, table: str) -> str:
 
 
 def sweep_header(sweep_dir: str, launcher: str, n_jobs: Any, trials: tuple[int, int] | None = None, how: str | None = None) -> str:
-    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (joblib, 2 at a time)``; a search (``trials``: trials, seeds):
-    ``search of 24 trials x 2 seeds = 48 jobs -> ...``; ``how``: what runs them, where the launcher does not (a search's
-    workers)."""
+    """``sweep of 12 jobs -> outputs/multirun/<time>_<id> (local_parallel, 2 at a time)``; a search (``trials``: trials,
+    seeds): ``search of 24 trials x 2 seeds = 48 jobs -> ...``; ``launcher``: what it is (``cli/launchers.kind``: basic,
+    local_parallel, vectorized, slurm), or a class of one's own's name; ``how``: what runs them, where the launcher does not
+    (a search's workers)."""
     total = os.environ.get(TOTAL_ENV)
-    name = launcher.rsplit(".", 1)[-1].replace("Launcher", "").replace("BasicSweeper", "").lower() or "basic"
     at_once = "one worker per core" if n_jobs in (None, -1) else f"{n_jobs} at a time"
-    how = how or {"basic": "one job after another", "parallel": f"local_parallel, {at_once}"}.get(name, name)
+    how = how or {"basic": "one job after another", "local_parallel": f"local_parallel, {at_once}"}.get(launcher, launcher)
     if trials is not None:
         n, seeds = trials
         return f"search of {n} trial{'s' * (n != 1)} x {seeds} seed{'s' * (seeds != 1)} = {n * seeds} jobs -> {sweep_dir} ({how})"

@@ -163,8 +163,11 @@ class SummaryCallback(Callback):
         trials = planned(config)  # a search asks its jobs as it goes: its total is trials x seeds, known from the start
         if trials is not None:
             os.environ[console.TOTAL_ENV] = str(trials[0] * trials[1])
-        print(console.sweep_header(str(config.hydra.sweep.dir), str(config.hydra.launcher.get("_target_", "")),
-                                   config.hydra.launcher.get("n_jobs"), trials, how=workers_line(config)), flush=True)
+        from initnorm.cli.launchers import kind
+
+        launcher = kind(config.hydra.launcher) or str(config.hydra.launcher.get("_target_", "")).rpartition(".")[2]
+        print(console.sweep_header(str(config.hydra.sweep.dir), launcher, config.hydra.launcher.get("n_jobs"), trials,
+                                   how=workers_line(config)), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = config.hydra.sweep.dir
