@@ -1,4 +1,4 @@
-"""Where a job trains: ``cli/devices.choose``, the one decision every launcher's jobs take, driven with a fake device count
+"""Where a job trains: ``training/devices.choose``, the one decision every launcher's jobs take, driven with a fake device count
 (no GPU needed), and the record of what ran."""
 
 import json
@@ -10,11 +10,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from initnorm.cli import devices, job, unit
-from initnorm.cli.devices import choose
+from initnorm.cli import job
 from initnorm.errors import ConfigError
+from initnorm.training import devices, tasks
 from initnorm.training import fit as fit_module
-from initnorm.training import tasks
+from initnorm.training.devices import choose
 from initnorm.training.distributed import Placement, placement_of
 from tests.conftest import compose_cfg
 
@@ -135,9 +135,9 @@ def test_a_job_alone_a_group_and_a_slurm_task_get_the_gpu_they_ask_for(tmp_path,
     assert built_on[-1] == torch.device("cuda", 0)
     # A stacked group: unit k of the vectorised launcher on GPU k mod N.
     launcher_cfg = OmegaConf.create({"trainer": {"accelerator": "auto", "devices": 1}})
-    assert [unit.placement(launcher_cfg.trainer, k, True).device for k in range(3)] == ["cuda:0", "cuda:1", "cuda:0"]
+    assert [devices.placement(launcher_cfg.trainer, k, True).device for k in range(3)] == ["cuda:0", "cuda:1", "cuda:0"]
     with pytest.raises(Stop):
-        fit_module.fit([job.as_member(c, tmp_path / "group")], unit.placement(launcher_cfg.trainer, 3, True))
+        fit_module.fit([job.as_member(c, tmp_path / "group")], devices.placement(launcher_cfg.trainer, 3, True))
     assert built_on[-1] == torch.device("cuda", 1)
     # A SLURM task: its job k of the multirun, with SLURM's CUDA_VISIBLE_DEVICES leaving it one GPU.
     fake_gpus(1)

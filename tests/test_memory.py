@@ -3,8 +3,9 @@ line with the fix, before any folder is made (an allocation traceback after 48 s
 
 import pytest
 
-from initnorm.cli import devices, memory
+from initnorm.cli import memory
 from initnorm.errors import ConfigError
+from initnorm.training import devices
 
 GIB = 2**30
 VECTORIZED = {"_target_": "hydra_plugins.initnorm_vectorized.vectorized_launcher.VectorizedLauncher", "engine": "processes",

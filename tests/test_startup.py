@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from initnorm.cli import sweeper, workers
+from initnorm.cli import checked_plan, sweeper, workers
 from initnorm.cli.argv import parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.preflight import check_command_line
@@ -67,9 +67,9 @@ def test_the_preflight_checks_exactly_the_jobs_hydras_sweeper_makes():
     arguments = basic._parse_config() + argv[1:]
     batches = basic_sweeper.BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
     made = [tuple(job) for batch in batches for job in batch]
-    with sweeper.planned(jobs):
-        assert set(made) == set(sweeper.plan())
-    assert sweeper.plan() == {}  # handed over for Hydra's run of the command line only
+    with checked_plan.planned(jobs):
+        assert set(made) == set(checked_plan.plan())
+    assert checked_plan.plan() == {}  # handed over for Hydra's run of the command line only
 
 
 def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
@@ -79,7 +79,7 @@ def test_the_sweeper_composes_only_jobs_the_preflight_did_not(monkeypatch):
     monkeypatch.setattr(basic_sweeper.BasicSweeper, "validate_batch_is_legal", lambda self,
                         batch: composed.append([list(j) for j in batch]))
     s = sweeper.CheckedSweeper(max_batch_size=None)
-    with sweeper.planned([SimpleNamespace(overrides=["seed=1"]), SimpleNamespace(overrides=["seed=2"])]):
+    with checked_plan.planned([SimpleNamespace(overrides=["seed=1"]), SimpleNamespace(overrides=["seed=2"])]):
         s.basic.validate_batch_is_legal([["seed=1"], ["seed=2"]])
         assert composed == []
         s.basic.validate_batch_is_legal([["seed=1"], ["seed=3"]])  # seed=3 was not checked: Hydra composes the batch

@@ -6,8 +6,8 @@ public ``run_job`` inside ``run.run_unit``), and the returns its sweeper reads. 
 launcher (``hydra.launcher._target_`` in ``.hydra/hydra.yaml``, what ``hydra/launcher=basic`` selects); initnorm's
 sweepers (``sweeper.py``, ``search.py``) take the instance Hydra set up and launch its batches here (``adopt``).
 
-Why not a launcher config of initnorm's own: a ``conf/hydra/launcher/basic.yaml`` replaces Hydra's (a structured config
-in its ConfigStore) only through Hydra's automatic schema matching, deprecated since Hydra 1.1 and warned of at every
+Why not a launcher config of initnorm's own: one named ``basic`` in conf/ replaces Hydra's (a structured config in its
+ConfigStore) only through Hydra's automatic schema matching, deprecated since Hydra 1.1 and warned of at every
 composition; under another name, ``hydra/launcher=basic`` would still select Hydra's class. Under Hydra's own
 ``hydra/sweeper=basic`` the jobs go through Hydra's launcher (each still trains through ``cli/unit.fit_unit``).
 """

@@ -33,7 +33,6 @@ from pathlib import Path
 from initnorm.cli import console
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.compose import comma_list, compose_train, split_overrides
-from initnorm.cli.devices import check_memory
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
@@ -41,6 +40,7 @@ from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord import display_name, summarize
 from initnorm.instruments.coord.check import LR, PARAMS, SEED, STEPS, TOLERANCE, WIDTHS  # the library's defaults: one copy
 from initnorm.registry import is_dotted
+from initnorm.training.devices import check_memory
 
 
 def jobs(params, widths, depths, steps: int, lr: float, seeds: list[int], extra: list[str]) -> dict[str, list[str]]:

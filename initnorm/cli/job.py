@@ -20,6 +20,7 @@ from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, 
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
 from initnorm.training.compiling import should_compile, use_cache
+from initnorm.training.devices import placement
 from initnorm.training.distributed import Placement
 from initnorm.training.fit import Member
 
@@ -37,12 +38,12 @@ def checked(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
 
 
 def preflight_checked() -> dict[str, Any] | None:
-    """This Hydra job's config as the preflight checked it (``sweeper.plan()``: ``schema.check``, the transfer rules'
+    """This Hydra job's config as the preflight checked it (``checked_plan.plan()``: ``schema.check``, the transfer rules'
     ``lr`` among it, run once a job), a copy of its own; None where the preflight did not check it (a search's trial, a
     worker process of this machine, a SLURM task, a test calling ``train``)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from initnorm.cli.sweeper import plan
+    from initnorm.cli.checked_plan import plan
 
     known = plan().get(tuple(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else None
     return None if known is None else copy.deepcopy(known.config)
@@ -63,9 +64,9 @@ def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None
 
 
 def device_of(c: dict[str, Any]) -> Placement:
-    """Where the job trains, as ``cli/unit.placement`` decides it for every launcher: job k of a sweep on GPU k mod N where
+    """Where the job trains, as ``training/devices.placement`` decides it for every launcher: job k of a sweep on GPU k mod N where
     GPUs are asked for; ``trainer.devices=N`` with a strategy: one run in N processes (``batch_size`` the global batch)."""
-    return unit.placement(c["trainer"], job_overrides()[1], console.in_sweep(), c["batch_size"])
+    return placement(c["trainer"], job_overrides()[1], console.in_sweep(), c["batch_size"])
 
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:

@@ -12,7 +12,7 @@ the same folder:
   ``job`` and ``runtime``;
 - the job logging configured for its folder as ``run_job`` configures it (``train.log``; its lines while it is set up
   go there, and the group's fit's into the last member's, as under ``run_job``);
-- its config: the one the preflight checked (``sweeper.plan()``), else composed and checked here (a search's trial);
+- its config: the one the preflight checked (``checked_plan.plan()``), else composed and checked here (a search's trial);
 - its record fields, label and start line: a job's (``cli/job.as_member``), given its overrides and number.
 
 Hydra's ``on_job_start``/``on_job_end`` callbacks take the job's config: where one is configured, the members go

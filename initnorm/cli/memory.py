@@ -15,8 +15,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from initnorm.cli import devices, launchers
+from initnorm.cli import launchers
 from initnorm.errors import ConfigError
+from initnorm.training import devices
 
 BYTES_PER_PARAM = 16  # the weight, its gradient, AdamW's exp_avg and exp_avg_sq, float32
 ACTIVATIONS_PER_LAYER = 16  # a pre-norm block's saved tensors of batch x context x width (q, k, v, norms, the MLP's 4 ...)
@@ -66,7 +67,7 @@ def count(c: dict[str, Any]) -> int | None:
 
 
 def on_gpu(c: dict[str, Any]) -> bool:
-    """Whether the job trains on a CUDA GPU, as ``cli/devices.choose`` places it (a refused device: the preflight says so)."""
+    """Whether the job trains on a CUDA GPU, as ``training/devices.choose`` places it (a refused device: the preflight says so)."""
     try:
         return devices.choose(c.get("trainer") or {}, 0, False, devices.gpu_count(), devices.has_mps()).accelerator == "cuda"
     except ConfigError:

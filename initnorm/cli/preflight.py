@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from initnorm import schema
-from initnorm.cli import bad_override, devices, distinct, launchers, memory, preflight_own, search
+from initnorm.cli import bad_override, distinct, launchers, memory, preflight_own, search
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
@@ -44,7 +44,7 @@ from initnorm.config import to_plain
 from initnorm.errors import ConfigError
 from initnorm.own_errors import user_frame, yours
 from initnorm.safe_files import planted_below
-from initnorm.training import trackers
+from initnorm.training import devices, trackers
 from initnorm.training.compiling import should_compile
 from initnorm.training.distributed import check_batch
 from initnorm.training.resume import Prior, error_line, inspect_folder

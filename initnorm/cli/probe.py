@@ -33,7 +33,6 @@ from typing import Any
 import torch
 
 from initnorm.cli.compose import comma_list, split_overrides
-from initnorm.cli.devices import check_memory
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
@@ -54,6 +53,7 @@ from initnorm.instruments.probe import (
 )
 from initnorm.nn.init import INITS
 from initnorm.results import write_atomic
+from initnorm.training.devices import check_memory
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

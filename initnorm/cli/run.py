@@ -35,9 +35,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from initnorm.cli import console, disk, workers
 from initnorm.cli.composer import Composer
 from initnorm.cli.sweep import swept_keys
-from initnorm.cli.unit import failed, fit_unit, full_error, placement
+from initnorm.cli.unit import failed, fit_unit, full_error
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
+from initnorm.training.devices import placement
 
 # submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
 SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}

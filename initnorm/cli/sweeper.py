@@ -7,7 +7,8 @@ here). This sweeper skips that pass for a batch whose jobs the preflight checked
 other (a sweep started without the preflight).
 
 The preflight's jobs reach it, and the vectorised launcher, as a value: ``cli/train.main`` runs Hydra
-inside ``planned(jobs)``, and both read ``plan()`` (their overrides -> the checked job) while it lasts.
+inside ``checked_plan.planned(jobs)``, and both read ``checked_plan.plan()`` (their overrides -> the checked job) while it
+lasts.
 
 It wraps a basic sweeper rather than subclassing it: Hydra's plugin discovery executes the module
 of the basic sweeper a second time, so a class taken from it at import would not be the one Hydra uses.
@@ -15,29 +16,12 @@ of the basic sweeper a second time, so a class taken from it at import would not
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 
-_PLAN: contextvars.ContextVar[Mapping[tuple[str, ...], Any] | None] = contextvars.ContextVar("initnorm_plan", default=None)
-
-
-@contextlib.contextmanager
-def planned(jobs: Sequence[Any] | None) -> Iterator[None]:
-    """Hydra's run of this command line, with the preflight's checked ``jobs`` (``preflight.CheckedJob``) at hand."""
-    token = _PLAN.set({tuple(j.overrides): j for j in jobs or ()})
-    try:
-        yield
-    finally:
-        _PLAN.reset(token)
-
-
-def plan() -> Mapping[tuple[str, ...], Any]:
-    """The checked jobs of the command line Hydra is running, by their overrides (empty outside ``planned``)."""
-    return _PLAN.get() or {}
+from initnorm.cli.checked_plan import plan
 
 
 class CheckedSweeper(Sweeper):

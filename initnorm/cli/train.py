@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from initnorm.cli import console, disk, launchers, plan, sweep, sweeper
+from initnorm.cli import checked_plan, console, disk, launchers, plan, sweep
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR
@@ -109,7 +109,7 @@ def main(cmd: CommandLine | None = None) -> None:
             os.environ[console.TOTAL_ENV] = str(len(jobs))  # every job's progress line counts against it
         launchers.register()  # hydra/launcher=slurm and =vectorized, also from an editable install
         # full disk: one line, resume command; the checked jobs handed to the sweeper and the launcher
-        with disk.reported(sys.argv[1:]), sweeper.planned(jobs):
+        with disk.reported(sys.argv[1:]), checked_plan.planned(jobs):
             hydra_main()
         signals.raise_if_requested()  # a signal during the summary: the command still says it was stopped
     if sweep.FAILED_JOBS or sweep.STOPPED_JOBS:

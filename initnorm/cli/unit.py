@@ -1,5 +1,5 @@
 """What every launcher's unit of work shares around ``training/fit.fit``, a job alone (``cli/job.train``) or a stacked group
-(``cli/run.py``): the device (``placement``: ``cli/devices.choose``), the progress status, the failure record (``failed``,
+(``cli/run.py``): the device (``training/devices.placement``), the progress status, the failure record (``failed``,
 through ``training/failure.job_failed``) and the console's end lines (``fit_unit``)."""
 
 from __future__ import annotations
@@ -9,19 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from initnorm.cli import console, devices, disk
+from initnorm.cli import console, disk
 from initnorm.training import failure
-from initnorm.training.distributed import Placement, check_batch
-
-
-def placement(trainer: Mapping[str, Any], index: int, multirun: bool, batch_size: int | None = None) -> Placement:
-    """Where unit or job ``index`` trains, as ``cli/devices.choose`` decides it for every launcher (``index`` mod N on
-    N GPUs where GPUs are asked for); ``batch_size``: a job's global batch, checked against its processes."""
-    t = {"accelerator": trainer["accelerator"], "devices": trainer["devices"], "strategy": trainer.get("strategy")}
-    place = devices.choose(t, index, multirun, devices.gpu_count(), devices.has_mps())
-    if batch_size is not None:
-        check_batch(int(batch_size), place.processes)
-    return place
+from initnorm.training.distributed import Placement
 
 
 def failed(jobs: Sequence[tuple[str | Path, Mapping[str, Any]]], exc: BaseException) -> list[dict[str, Any]]:

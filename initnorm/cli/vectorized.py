@@ -1,6 +1,6 @@
 """The work of ``hydra/launcher=vectorized``: group a sweep's jobs, train each group as one stacked model.
 
-1. Take every job's checked config from the preflight (``sweeper.plan()``; a job it did not check,
+1. Take every job's checked config from the preflight (``checked_plan.plan()``; a job it did not check,
    a search's trial, is composed here) and what its folder holds (``resume``): a finished job, and a
    folder the resume refuses, run alone through the ordinary task function, exactly as under the basic
    launcher. A job's full sweep config is made when its unit runs (``cli/composer.py``), not held for
@@ -28,7 +28,7 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import console, forks, launchers, run, sweeper, workers
+from initnorm.cli import checked_plan, console, forks, launchers, run, workers
 from initnorm.cli.composer import Composer
 from initnorm.cli.run import PlannedJob
 from initnorm.errors import ConfigError
@@ -46,10 +46,10 @@ ENGINES = tuple(e for e in schema.LAUNCHER_RULES["engine"].choices if e not in l
 def classify(hydra_context, config: DictConfig, job_overrides,
              initial_job_idx: int) -> tuple[list[PlannedJob], dict[tuple, dict[str, Any]]]:
     """Each job's group key, or why it runs alone (``training/grouping.place``); and one resolved config per group key
-    (its parameter count). A job the preflight checked (``sweeper.plan()``) brings its config and what its folder held;
+    (its parameter count). A job the preflight checked (``checked_plan.plan()``) brings its config and what its folder held;
     any other (a search's trial) is composed here, from its group choices' composition."""
     composer = Composer(hydra_context.config_loader, config)
-    checked = sweeper.plan()
+    checked = checked_plan.plan()
     sweep_dir = Path(str(config.hydra.sweep.dir))
     plan = forks.read(sweep_dir)
     jobs, examples = [], {}

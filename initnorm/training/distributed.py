@@ -1,6 +1,6 @@
 """One run across processes: where a fit runs (``Placement``), and what the engine adds under Lightning's DDP.
 
-``cli/devices.choose`` decides a job's ``Placement`` (accelerator, devices, strategy, the members' device in this
+``training/devices.choose`` decides a job's ``Placement`` (accelerator, devices, strategy, the members' device in this
 process); ``fit`` hands it to Lightning's ``Trainer`` as it is. Under ``trainer.strategy=ddp`` with N processes:
 
 - ``batch_size`` is the global batch. Every rank draws the same batch (the stream is a function of the seed and the

@@ -126,7 +126,7 @@ def build_member(m: Member, log: logging.Logger) -> tuple[BuiltMember, torch.Ten
 
 
 def _trainer_kwargs(c: Mapping[str, Any], place: Placement) -> dict[str, Any]:
-    """The config's ``trainer`` node for Lightning, where ``place`` says (``cli/devices.choose`` decided it for a job): what the
+    """The config's ``trainer`` node for Lightning, where ``place`` says (``training/devices.choose`` decided it for a job): what the
     config asks is what runs, and a config that asks for more processes or another strategy than ``place`` is one line."""
     kw = {k: v for k, v in c["trainer"].items() if k != "_target_"}
     asked = kw.get("devices", 1)
@@ -135,7 +135,7 @@ def _trainer_kwargs(c: Mapping[str, Any], place: Placement) -> dict[str, Any]:
     if count != place.processes or strategy != place.strategy:
         raise ConfigError(f"trainer.devices={asked!r} trainer.strategy={strategy!r} is invalid here: this fit was given "
                           f"{place.processes} process(es) on {place.device} with strategy {place.strategy!r}; fix it with "
-                          f"`trainer.devices={place.processes}` or give fit the placement cli/devices.choose makes")
+                          f"`trainer.devices={place.processes}` or give fit the placement training/devices.placement makes")
     return kw | place.trainer_kwargs()
 
 

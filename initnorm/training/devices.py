@@ -1,4 +1,5 @@
-"""One device per job: the accelerator and device a job's Trainer gets.
+"""One device per job: the accelerator and device a job's Trainer gets, the one device policy of every launcher, the
+preflight, the memory check and a fit of one's own (``placement``: what ``training/fit.fit`` takes).
 
 A sweep is many small processes, one per job, each on one device. Lightning's DDP relaunch
 (``devices > 1``) starts copies of the script, which does not work inside a Hydra multirun
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from initnorm.errors import bad_value
-from initnorm.training.distributed import Placement, local_rank
+from initnorm.training.distributed import Placement, check_batch, local_rank
 
 GPU = ("gpu", "cuda")
 # The strategies whose every process holds the whole model: the engine's members over one flat tensor train so. ddp_spawn
@@ -122,3 +123,13 @@ def check_memory(need: int, what: str, fix: str) -> None:
     if have is not None and need > have:
         raise ConfigError(f"{what} needs about {need / 2**30:,.1f} GiB of memory and this machine has {have / 2**30:,.1f} GiB available; "
                           f"fix it with `{fix}`")
+
+
+def placement(trainer: dict[str, Any], index: int, multirun: bool, batch_size: int | None = None) -> Placement:
+    """Where unit or job ``index`` trains on this machine, as ``choose`` decides it (``index`` mod N on N GPUs where GPUs
+    are asked for); ``batch_size``: a job's global batch, checked against its processes."""
+    t = {"accelerator": trainer["accelerator"], "devices": trainer["devices"], "strategy": trainer.get("strategy")}
+    place = choose(t, index, multirun, gpu_count(), has_mps())
+    if batch_size is not None:
+        check_batch(int(batch_size), place.processes)
+    return place
