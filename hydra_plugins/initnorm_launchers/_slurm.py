@@ -1,7 +1,16 @@
-"""``hydra/launcher=slurm`` (the ``launchers`` extra: Hydra's submitit launcher): see initnorm.cli.slurm."""
+"""``hydra/launcher=slurm`` (the ``launchers`` extra): Hydra's submitit launcher's keys and config, its jobs one unit each
+through ``run.run`` with the ``Submitit`` executor: see initnorm.cli.slurm."""
 
-from initnorm.cli.slurm import SlurmLauncher as _SlurmLauncher
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _HydraSlurmLauncher
+
+from initnorm.cli import slurm
 
 
-class SlurmLauncher(_SlurmLauncher):
+class SlurmLauncher(_HydraSlurmLauncher):
     """``conf/hydra/launcher/slurm.yaml``'s ``_target_``: see initnorm.cli.slurm."""
+
+    def launch(self, job_overrides, initial_job_idx):
+        from initnorm.cli import vectorized
+
+        return vectorized.launch(self, job_overrides, initial_job_idx, grouped=False, job_id=slurm.job_id,
+                                 params=slurm.as_engine(self.params))

@@ -6,7 +6,7 @@ A **unit** is a list of ``PlannedJob``: a job alone, or a group that trains as o
 - ``InProcess``: in this process, one after another (``engine=sequential``; a search worker's trials);
 - ``Processes``: in this machine's worker processes (pebble's pool: ``pool.py``; ``engine=processes`` and
   ``hydra/launcher=local_parallel``), where a worker's death costs its own unit alone, recorded failed;
-- ``Submitit``: one SLURM array task a unit (``engine=submitit``).
+- ``Submitit``: one SLURM array task a unit (``hydra/launcher=slurm``, ``engine=submitit``: ``cli/slurm.py``).
 
 What a unit does is the same in each: a job alone runs as Hydra's launchers run a job (``run_job`` with the command's
 task function, ``cli/train.hydra_main``, which calls ``fit_unit``); a group's members get their folders
@@ -39,9 +39,6 @@ from initnorm.cli.unit import failed, fit_unit, full_error
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
 from initnorm.training.devices import placement
-
-# submitit's own resource keys; every other key of hydra.launcher.slurm is an sbatch option (slurm_<key>)
-SUBMITIT_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name", "stderr_to_stdout"}
 
 Stop = tuple  # (signum, folder, step, hard) of a unit stopped by a signal (``signals.Interrupted``'s fields)
 
@@ -222,24 +219,31 @@ class UnitLost(RuntimeError):
     """A unit's jobs never answered: the pool's reason (``Lost``) as the jobs' error."""
 
 
+def describe(job: PlannedJob, sweep_dir: Path | None = None) -> tuple[Path, dict[str, Any], JobReturn]:
+    """Where ``job``'s record goes (its folder under ``sweep_dir``, default its config's, made), the record's fields
+    (seed, number, overrides, choices), and the ``JobReturn`` of a job that gave no loss (nan, as a failed job's) for
+    the sweeper, which sees every job it launched."""
+    cfg = job.composer.job_config(job.overrides)
+    with open_dict(cfg):
+        cfg.hydra.job.num = job.num
+    task, _ = job.composer.task(job.overrides)
+    folder = (Path(sweep_dir or str(cfg.hydra.sweep.dir)) / job.composer.subdir(job.overrides, task)).absolute()
+    folder.mkdir(parents=True, exist_ok=True)
+    overrides = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in job.overrides if "=" in o}
+    fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides, "swept": swept_keys(),
+              "choices": dict(cfg.hydra.runtime.choices)}
+    ret = JobReturn(overrides=list(job.overrides), cfg=None, hydra_cfg=cfg, working_dir=str(folder),
+                    task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED)
+    ret.return_value = math.nan
+    return folder, fields, ret
+
+
 def record_failed(jobs: Sequence[PlannedJob], exc: BaseException, sweep_dir: Path) -> list[JobReturn]:
-    """Each of ``jobs`` recorded failed with ``exc`` in its folder (``failed``), with its ``JobReturn`` (a loss of nan, as a
-    failed job's) so that the sweeper sees every job it launched."""
+    """Each of ``jobs`` recorded failed with ``exc`` in its folder (``failed``), with its ``JobReturn`` (``describe``)."""
     rets = []
     for job in jobs:
-        cfg = job.composer.job_config(job.overrides)
-        with open_dict(cfg):
-            cfg.hydra.job.num = job.num
-        task, _ = job.composer.task(job.overrides)
-        folder = sweep_dir / job.composer.subdir(job.overrides, task)
-        folder.mkdir(parents=True, exist_ok=True)
-        overrides = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in job.overrides if "=" in o}
-        fields = {"seed": task.get("seed"), "job_num": job.num, "overrides": overrides, "swept": swept_keys(),
-                  "choices": dict(cfg.hydra.runtime.choices)}
+        folder, fields, ret = describe(job, sweep_dir)
         failed([(folder, fields)], exc)
-        ret = JobReturn(overrides=list(job.overrides), cfg=None, hydra_cfg=cfg, working_dir=str(folder),
-                        task_name=str(cfg.hydra.job.name), status=JobStatus.COMPLETED)
-        ret.return_value = math.nan
         rets.append(ret)
     return rets
 
@@ -296,17 +300,16 @@ class Processes:
 
 @dataclass
 class Submitit:
-    """Each unit one task of a SLURM array through submitit, with ``hydra/launcher=slurm``'s keys (``slurm``)."""
+    """Each unit one task of a SLURM array through submitit (``cli/slurm.submit``: the command's environment forwarded,
+    SLURM's stops checkpointed and requeued or recorded, a task that never answered recorded with its state), with
+    ``hydra/launcher=slurm``'s keys (``slurm``)."""
 
     slurm: Mapping[str, Any]
 
     def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
-        import submitit
+        from initnorm.cli import slurm
 
-        executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"), cluster="slurm")
-        slurm = {k: v for k, v in dict(self.slurm).items() if v is not None}
-        executor.update_parameters(**{k if k in SUBMITIT_KEYS else f"slurm_{k}": v for k, v in slurm.items()})
-        return [t.results()[0] for t in executor.map_array(fn, *zip(*args))]
+        return slurm.submit(fn, args, units, sweep_dir, self.slurm, describe)
 
 
 def run(units: Sequence[list[PlannedJob]], executor, hydra_context, config: DictConfig, task_function,

@@ -1,6 +1,9 @@
-"""SLURM through submitit (``hydra/launcher=slurm``), as a real cluster behaves.
+"""SLURM through submitit: ``hydra/launcher=slurm`` (one job a task) and the vectorised launcher's ``engine=submitit``
+(one unit a task), both ``cli/run.run``'s ``Submitit`` executor, as a real cluster behaves.
 
-Hydra's submitit launcher with three changes, tried against a real SLURM (tests/slurm/, docs/slurm.md):
+``hydra_plugins/initnorm_launchers/_slurm.py`` (Hydra's submitit launcher's keys and config) hands its jobs to
+``cli/vectorized.launch``, one unit a job, which runs them through ``run.run(units, run.Submitit(...))``: here, with
+three changes to what submitit alone does, tried against a real SLURM (tests/slurm/, docs/slurm.md):
 
 - **What a job needs from the submitting machine reaches it**, also on sites whose sbatch
   exports nothing (``--export=NONE``): the batch script's ``setup`` lines start with
@@ -10,9 +13,10 @@ Hydra's submitit launcher with three changes, tried against a real SLURM (tests/
 - **A job that SLURM stops is checkpointed on the signal**, at the next step boundary
   (``initnorm.training.signals``): SLURM's USR2 before a time limit or a preemption, or a plain
   SIGTERM (``scancel``, a time limit without USR2, a preemption). Then submitit requeues it where
-  it can (USR2 while ``max_num_timeout`` allows; a SIGTERM while SLURM keeps the job running),
-  and the requeued job resumes from the checkpoint. Otherwise the job's ``metrics.json`` records
-  SLURM's state (``cancelled``, ``timeout``, ``preempted``) and the step it stopped at.
+  it can (USR2 while ``max_num_timeout`` allows; a SIGTERM while SLURM keeps the job running): the
+  task is a ``Task``, whose ``checkpoint`` submitit pickles, and the requeued task resumes from the
+  checkpoint. Otherwise the job's ``metrics.json`` records SLURM's state (``cancelled``, ``timeout``,
+  ``preempted``) and the step it stopped at.
 - **The command always ends in the summary**: a job that never answered (killed, cancelled while
   pending, out of memory) is recorded with its state too, instead of submitit's
   ``UncompletedJobError`` ending the command with a traceback. The summary lists the jobs that did
@@ -21,21 +25,17 @@ Hydra's submitit launcher with three changes, tried against a real SLURM (tests/
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as HydraSlurmLauncher
+from hydra.core.utils import filter_overrides
 from omegaconf import OmegaConf
 
 from initnorm import envvars
@@ -94,79 +94,93 @@ def record_stop(folder: Path, status: str, job: dict[str, Any], step: int | None
     write_metrics(folder, {**job, "status": status, "steps": step, "error": error, "slurm": slurm})
 
 
-class SlurmLauncher(HydraSlurmLauncher):
-    """``hydra/launcher=slurm``: Hydra's submitit launcher, with the module docstring's three changes."""
+def job_id(name: str, num: int) -> str:
+    """``hydra.job.id`` in a SLURM task, as Hydra's submitit launcher sets it: SLURM's job id."""
+    import submitit
 
-    # --- on the submitting machine -------------------------------------------------------------
+    return str(submitit.JobEnvironment().job_id)
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit
 
-        assert self.config is not None
-        params = dict(self.params)
-        params["setup"] = forwarded_environment() + list(params.get("setup") or [])
-        executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
-                                         slurm_max_num_timeout=params.pop("max_num_timeout"))
-        common = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        print(f"[slurm] {len(job_overrides)} job(s) into {sweep_dir}:", file=sys.stderr)
-        calls = []
-        for num, overrides in enumerate(job_overrides, start=initial_job_idx):
-            print(f"[slurm]   #{num}: {' '.join(filter_overrides(overrides))}", file=sys.stderr)
-            calls.append((list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", Singleton.get_state()))
-        self._submitted = time.time()
-        jobs = executor.map_array(self, *zip(*calls))
-        ids = sorted({j.job_id.split("_")[0] for j in jobs})
-        print(f"[slurm] submitted as SLURM job {', '.join(ids)}; waiting for it (`squeue -j {ids[0]}`)", file=sys.stderr)
-        self._wait(jobs, ids)
-        return [self._outcome(job, call[0], call[2]) for job, call in zip(jobs, calls)]
+def as_engine(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``hydra/launcher=slurm``'s keys as the vectorised launcher's params: one job a unit, each a SLURM task."""
+    return {"engine": "submitit", "slurm": dict(params), "max_group": 1, "max_params": None, "n_jobs": 1}
 
-    def _wait(self, jobs, ids: list[str]) -> None:
-        """Wait for every job; a stop signal to this command stops the waiting, not the jobs."""
-        from initnorm.training import signals
 
-        while not all(j.done() for j in jobs):
-            if signals.requested() is not None:
-                print(f"[slurm] the jobs go on running on the cluster: `scancel {' '.join(ids)}` stops them, "
-                      f"`python -m initnorm.summarize {self.config.hydra.sweep.dir}` summarises them once they end", file=sys.stderr)
-                signals.raise_if_requested()
-            time.sleep(POLL_S)
+# Where a job's record goes, what it holds and the return Hydra's sweeper reads: ``run.describe``, passed in (this module
+# is run's, and imports nothing of it).
+Describe = Callable[[Any], tuple[Path, dict[str, Any], Any]]
 
-    def _outcome(self, job, overrides: list[str], num: int) -> JobReturn:
-        """The job's own answer, or, where it gave none (killed, cancelled before it started), its state recorded in its folder."""
-        from submitit.core.utils import FailedJobError, UncompletedJobError
 
-        try:
-            return job.results()[0]
-        except (UncompletedJobError, FailedJobError) as exc:
-            state = job.state
-            folder, job_info = self._job(overrides, num)
+def submit(fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[Sequence[Any]], sweep_dir: Path,
+           params: Mapping[str, Any], describe: Describe) -> list[Any]:
+    """Each unit one task of a SLURM array (``params``: hydra/launcher=slurm's keys, or the vectorised launcher's
+    ``hydra.launcher.slurm``), the command's environment forwarded, waited for; each task's answer, or, for one that
+    gave none, its jobs recorded with SLURM's state (``outcome``)."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    params = {k: v for k, v in dict(params).items() if v is not None}
+    params["setup"] = forwarded_environment() + list(params.get("setup") or [])
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder", str(sweep_dir / ".submitit" / "%j")),
+                                     slurm_max_num_timeout=params.pop("max_num_timeout", 0))
+    common = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    print(f"[slurm] {sum(len(u) for u in units)} job(s) into {sweep_dir}:", file=sys.stderr)
+    for job in sorted((j for u in units for j in u), key=lambda j: j.num):
+        print(f"[slurm]   #{job.num}: {' '.join(filter_overrides(job.overrides))}", file=sys.stderr)
+    submitted = time.time()
+    tasks = executor.map_array(Task(fn, describe), *zip(*args))
+    ids = sorted({t.job_id.split("_")[0] for t in tasks})
+    print(f"[slurm] submitted as SLURM job {', '.join(ids)}; waiting for it (`squeue -j {ids[0]}`)", file=sys.stderr)
+    wait(tasks, ids, sweep_dir)
+    return [outcome(t, unit, submitted, describe) for t, unit in zip(tasks, units)]
+
+
+def wait(tasks, ids: list[str], sweep_dir: Path) -> None:
+    """Wait for every task; a stop signal to this command stops the waiting, not the tasks."""
+    from initnorm.training import signals
+
+    while not all(t.done() for t in tasks):
+        if signals.requested() is not None:
+            print(f"[slurm] the jobs go on running on the cluster: `scancel {' '.join(ids)}` stops them, "
+                  f"`python -m initnorm.summarize {sweep_dir}` summarises them once they end", file=sys.stderr)
+            signals.raise_if_requested()
+        time.sleep(POLL_S)
+
+
+def outcome(task, unit: Sequence[Any], submitted: float, describe: Describe) -> Any:
+    """The task's own answer, or, where it gave none (killed, cancelled before it started), each of its jobs' state
+    recorded in its folder (a job that recorded its stop itself, then was killed, kept as it wrote it)."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    try:
+        return task.results()[0]
+    except (UncompletedJobError, FailedJobError) as exc:
+        state, rets = task.state, []
+        for job in unit:
+            folder, info, ret = describe(job)
             own = folder / "metrics.json"
-            if own.is_file() and own.stat().st_mtime >= self._submitted:  # the job recorded its stop itself, then was killed
-                return self._nan(overrides, folder)
-            status = status_of(state)
-            if isinstance(exc, FailedJobError) or status in ("completed", "failed", "unknown"):
-                status = "failed"
-            record_stop(folder, status, job_info, None, f"job {job.job_id} ended {state} without a result; its log: {job.paths.stderr}")
-            return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train",
-                             status=JobStatus.COMPLETED, _return_value=math.nan)
+            if not (own.is_file() and own.stat().st_mtime >= submitted):
+                status = status_of(state)
+                if isinstance(exc, FailedJobError) or status in ("completed", "failed", "unknown"):
+                    status = "failed"
+                record_stop(folder, status, info, None,
+                            f"job {task.job_id} ended {state} without a result; its log: {task.paths.stderr}")
+            rets.append(ret)
+        return rets, None
 
-    def _job(self, overrides: list[str], num: int) -> tuple[Path, dict[str, Any]]:
-        """The job's folder and what its metrics.json says of it (seed, number, overrides), from its config."""
-        from initnorm.cli.sweep import swept_keys
 
-        assert self.hydra_context is not None and self.config is not None
-        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        folder = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
-        given = dict(o.split("=", 1) for o in overrides if "=" in o)
-        info = {"seed": cfg.get("seed"), "job_num": num, "overrides": {k.lstrip("+~"): v for k, v in given.items()}, "swept": swept_keys()}
-        return folder.absolute(), info
+class Task:
+    """A unit in its SLURM task: ``fn`` (``run.run_unit``) with SLURM's stop signals recorded (USR2 too), and a stop
+    answered as SLURM means it: requeued by submitit where it may (``checkpoint``: this task again, which resumes
+    from the checkpoint the stop saved), else each job's SLURM state recorded. Returns ``fn``'s answer, a stop made a
+    record (never the command's own stop)."""
 
-    # --- in the job, on the cluster ------------------------------------------------------------
+    def __init__(self, fn: Callable[..., Any], describe: Describe) -> None:
+        self.fn, self.describe = fn, describe
 
-    def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str, singleton_state: dict) -> JobReturn:
+    def __call__(self, *args: Any) -> Any:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         from initnorm.training import signals
@@ -174,19 +188,26 @@ class SlurmLauncher(HydraSlurmLauncher):
         submitit_usr2 = signal.getsignal(signal.SIGUSR2)  # submitit's: checkpoint, requeue, or give up
         signals.install(extra=[signal.SIGUSR2])  # SIGTERM, SIGINT, USR2: checkpoint at the next step, then stop
         try:
-            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
-        except signals.Interrupted as stop:
-            return self._stopped(stop.signum, stop.step, sweep_overrides, job_num, submitit_usr2)
+            rets, stop = self.fn(*args)
         except SIGTERMException:  # Lightning's SIGTERM handler, in the instant before ours is back in place
-            return self._stopped(signal.SIGTERM, None, sweep_overrides, job_num, submitit_usr2)
+            rets, stop = [], (signal.SIGTERM, None, None, False)
+        if stop is None:
+            return rets, None
+        return rets + self.stopped(stop[0], stop[2], args[0], submitit_usr2), None
 
-    def _stopped(self, signum: int, step: int | None, overrides: list[str], num: int, submitit_usr2) -> JobReturn:
+    def checkpoint(self, *args: Any) -> Any:
+        """What submitit requeues: this unit again (its jobs resume from the checkpoints the stop saved)."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args)
+
+    def stopped(self, signum: int, step: int | None, unit: Sequence[Any], submitit_usr2) -> list[Any]:
         import submitit
         from submitit.core.utils import UncompletedJobError
 
-        job_id = submitit.JobEnvironment().job_id
-        state = slurm_state(job_id)
-        folder, info = self._job(overrides, num)
+        slurm_id = submitit.JobEnvironment().job_id
+        state = slurm_state(slurm_id)
+        described = [self.describe(job) for job in unit]
         # USR2 is SLURM's warning before a time limit or a preemption; a SIGTERM while SLURM keeps the
         # job RUNNING is a preemption's first signal. submitit decides: requeue (it calls
         # self.checkpoint, runs `scontrol requeue` and exits) or raise because it may not.
@@ -194,13 +215,10 @@ class SlurmLauncher(HydraSlurmLauncher):
             try:
                 submitit_usr2(signal.SIGUSR2, None)
             except UncompletedJobError as exc:
-                record_stop(folder, "timeout", info, step, f"job {job_id}: USR2 before its time limit; {str(exc).strip()}")
-                return self._nan(overrides, folder)
+                for folder, info, _ in described:
+                    record_stop(folder, "timeout", info, step, f"job {slurm_id}: USR2 before its time limit; {str(exc).strip()}")
+                return [ret for _, _, ret in described]
         status = status_of(state) if state not in ("RUNNING", "UNKNOWN") else "interrupted"
-        record_stop(folder, status, info, step, f"job {job_id}: {signal.Signals(signum).name}, state {state}")
-        return self._nan(overrides, folder)
-
-    @staticmethod
-    def _nan(overrides: list[str], folder: Path) -> JobReturn:
-        return JobReturn(overrides=overrides, working_dir=str(folder), task_name="train",
-                         status=JobStatus.COMPLETED, _return_value=math.nan)
+        for folder, info, _ in described:
+            record_stop(folder, status, info, step, f"job {slurm_id}: {signal.Signals(signum).name}, state {state}")
+        return [ret for _, _, ret in described]

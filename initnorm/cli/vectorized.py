@@ -78,12 +78,13 @@ def classify(hydra_context, config: DictConfig, job_overrides,
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, grouped: bool = True,
-           job_id=run.pool_job_id) -> Sequence[JobReturn]:
+           job_id=run.pool_job_id, params: dict[str, Any] | None = None) -> Sequence[JobReturn]:
     """Run the jobs as units (``grouped``: stacked groups and jobs alone; else one job a unit: ``hydra/launcher=local_parallel``
-    in the worker processes, Hydra's basic launcher in this process, ``cli/basic.py``, whose ``hydra.job.id`` is ``job_id``'s)."""
+    in the worker processes, Hydra's basic launcher in this process, ``cli/basic.py``, and ``hydra/launcher=slurm`` a SLURM
+    task each, ``cli/slurm.as_engine``'s ``params``), ``hydra.job.id`` as ``job_id`` makes it."""
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
-    params = dict(launcher.params)
+    params = dict(launcher.params if params is None else params)
     if not grouped:
         params |= {"engine": params.get("engine", "processes"), "max_group": 1, "max_params": None}
     engine, max_group, max_params = launchers.engine_name(params["engine"]), params["max_group"], params.get("max_params")
