@@ -29,7 +29,8 @@ from omegaconf._utils import get_omega_conf_dumper
 # ``super()`` the instance then meets ("super(type, obj): obj must be an instance or subtype of type").
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # its _target_ in hydra/sweeper=basic
 # Hydra's default launcher (hydra/_internal/core_plugins/basic_launcher.py), by its ``_target_`` in hydra/launcher=basic:
-# ``launchers.kind`` tells a launcher by its class and bases, and Hydra names its own only by this private path.
+# ``launchers.kind`` tells a launcher by its class and bases, and ``basic.adopt`` takes Hydra's own instance (its jobs through
+# run.run); Hydra names its class only by this private path.
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
