@@ -100,6 +100,17 @@ def test_run_command_measures_a_process_of_its_own(tmp_path):
         run_command([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], tmp_path)
 
 
+def test_run_command_counts_a_child_it_never_waited_for(tmp_path):
+    """A sweep's pool workers are children of a fork server that is ended, not waited for: their CPU never reaches
+    RUSAGE_CHILDREN. Here the command's child burns CPU and the command exits without waiting for it (the orphan's CPU
+    is lost to getrusage); the CPU column still counts it, from what /proc showed while it ran."""
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.6: pass'); print(flush=True); time.sleep(1)"
+    parent = (f"import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', {burn!r}], stdout=subprocess.PIPE); "
+              "c.stdout.readline(); time.sleep(0.3); os._exit(0)")  # once the child has burnt its CPU, exit without waiting
+    r = run_command([sys.executable, "-c", parent], tmp_path)
+    assert r["reaped_cpu_s"] < 0.4 < r["cpu_s"]
+
+
 def smoke_run(tmp_path, monkeypatch, *parts: str) -> str:
     """A bench run of one step per job appended to a RESULTS.md that already holds a section; its text. The bench and each
     of its rows' commands run in this process (``run_here``, ``PopenHere``): a smoke run checks what the report holds,

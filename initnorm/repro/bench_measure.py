@@ -83,26 +83,35 @@ def load() -> float:
 
 def tree_peaks(root: int) -> dict[int, int]:
     """Peak RSS (VmHWM, kB) of ``root`` and every process below it, read from /proc (Linux)."""
-    parents: dict[int, int] = {}
+    return {pid: kb for pid, (kb, _) in tree_stats(root).items()}
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_stats(root: int) -> dict[int, tuple[int, float]]:
+    """``root`` and every process below it: (peak RSS in kB, CPU seconds it has used itself), read from /proc (Linux)."""
+    stats: dict[int, list[str]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                stats[int(d.name)] = (d / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError, ValueError):
                 continue
     tree, todo = [], [root]
     while todo:
         pid = todo.pop()
         tree.append(pid)
-        todo += [p for p, pp in parents.items() if pp == pid]
-    peaks = {}
+        todo += [p for p, fields in stats.items() if int(fields[1]) == pid]  # fields[1]: the parent's pid
+    out = {}
     for pid in tree:
         try:
             line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:"))
-            peaks[pid] = int(line.split()[1])
-        except (OSError, StopIteration):
+            ticks = int(stats[pid][11]) + int(stats[pid][12])  # its own utime + stime (proc(5), fields 14 and 15)
+            out[pid] = (int(line.split()[1]), ticks / TICKS)
+        except (OSError, StopIteration, KeyError, IndexError, ValueError):
             continue
-    return peaks
+    return out
 
 
 def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
@@ -110,6 +119,7 @@ def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
     MB of each of its processes, and the load average before and after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     peaks: dict[int, int] = {}
+    seen_cpu: dict[int, float] = {}  # pid -> the CPU seconds it had used when last seen
     load_before = load()
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -118,21 +128,26 @@ def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
 
     def watch():
         while not done.wait(0.1):
-            for pid, kb in tree_peaks(proc.pid).items():
+            for pid, (kb, cpu_s) in tree_stats(proc.pid).items():
                 peaks[pid] = max(kb, peaks.get(pid, 0))
+                seen_cpu[pid] = max(cpu_s, seen_cpu.get(pid, 0.0))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     out, _ = proc.communicate()
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process below it, once reaped
-    cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    reaped_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
     done.set()
     watcher.join()
+    # A sweep's pool workers are the fork server's children, and the fork server is ended, not waited for, with its
+    # workers: their CPU never reaches this process's RUSAGE_CHILDREN. What /proc showed of each process (sampled every
+    # 0.1 s, so short of each one's last tenth of a second) counts them; the larger of the two is the command's CPU.
+    cpu_s = max(reaped_s, sum(seen_cpu.values()))
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     root = peaks.pop(proc.pid, 0)
-    return {"wall_s": wall, "cpu_s": cpu_s, "output": out, "root_mb": root / 1024,
+    return {"wall_s": wall, "cpu_s": cpu_s, "reaped_cpu_s": reaped_s, "output": out, "root_mb": root / 1024,
             "children_mb": sorted((kb / 1024 for kb in peaks.values()), reverse=True),
             "load": (load_before, load())}
 
