@@ -43,8 +43,8 @@ reproduce: install
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 # TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
 # (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
-# -m 'not matrix and not slurm' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py) runs in
-# `make test-signals`, the SLURM launcher's sweeps on its stand-in (tests/test_launchers.py, tests/test_ensemble.py) in
+# -m 'not matrix and not slurm' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py, and the
+# other whole sweeps stopped by a signal from outside) runs in `make test-signals`, the SLURM launcher's sweeps on its stand-in (tests/test_launchers.py, tests/test_ensemble.py) in
 # `make test-fake-slurm`; everything else runs here, in at most 7 min on 2 cores.
 TEST_WORKERS ?= 2
 test: install
@@ -62,9 +62,12 @@ test-fake-slurm: install
 
 # The tests marked `matrix` (none of them runs in `make test`), each matrix in full (INITNORM_TEST_FULL_MATRIX=1): the
 # stop-signal matrix, every launcher x target (the sweep's process, its group by SIGINT and by SIGTERM) x phase, 27 sweeps
-# (tests/test_signals.py).
+# (tests/test_signals.py), and the other real signals sent to whole sweeps from outside (a killed sweep's workers, a
+# stopped search worker, a stacked sweep's workers stopped and resumed, SIGINT during the preflight); `make test` keeps a
+# representative of each kind (tests/test_signals.py's SIGTERM and SIGINT, the sequential engine's stop, SIGTERM during
+# the preflight, a killed search worker, SIGKILL then resume).
 test-signals: install
-	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m matrix tests/test_signals.py
+	INITNORM_TEST_FULL_MATRIX=1 $(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) -m matrix
 
 # The default job (fp32, bf16-mixed), the wide µP sweep vectorised against one job, DDP on 2 GPUs where present and the
 # canonical sweep against plain loops, on one GPU in <= 10 min; one line and exit 2 where no CUDA device is visible.

@@ -32,10 +32,13 @@ BASE = ["-m", "seed=1,2,3,4", *SHARED, "hydra/launcher=vectorized", "hydra.launc
 CASES = {"processes-SIGTERM-parent": ("processes", signal.SIGTERM, "parent"),
          "processes-SIGINT-group": ("processes", signal.SIGINT, "group"),
          "sequential-SIGTERM-parent": ("sequential", signal.SIGTERM, "parent")}
-# By default the two cases that cover every engine, signal and target (a sweep started and stopped each); the third, a
-# stop passed on from the sweep's process to its workers, is covered at every phase by tests/test_signals.py's
-# local_parallel and vectorized launchers. INITNORM_TEST_FULL_MATRIX=1 runs all three.
-RUN = list(CASES) if os.environ.get("INITNORM_TEST_FULL_MATRIX") else ["processes-SIGINT-group", "sequential-SIGTERM-parent"]
+# `make test` runs the sweep trained in its own process (the command runs in the test's); the cases whose workers are
+# processes of their own are whole sweeps each in a process, with the stop-signal matrix in `make test-signals` (marked
+# `matrix`): by default the one that covers the other engine, signal and target; the third, a stop passed on from the
+# sweep's process to its workers, is covered at every phase by tests/test_signals.py's local_parallel and vectorized
+# launchers. INITNORM_TEST_FULL_MATRIX=1 runs all three.
+RUN = [pytest.param("sequential-SIGTERM-parent"), pytest.param("processes-SIGINT-group", marks=pytest.mark.matrix),
+       *([pytest.param("processes-SIGTERM-parent", marks=pytest.mark.matrix)] if os.environ.get("INITNORM_TEST_FULL_MATRIX") else [])]
 
 
 def members(seeds, folder_of, *extra: str) -> list[Member]:

@@ -151,6 +151,7 @@ def test_a_journal_that_is_not_a_study_is_one_line(tmp_path):
         SearchSweeper().study(tmp_path)
 
 
+@pytest.mark.matrix  # a real signal to a search's worker from outside, and its hang timeout waited out: `make test-signals`
 def test_a_stopped_worker_is_named_ended_after_the_timeout_and_its_trial_asked_again(tmp_path):
     folder = tmp_path / "h"
     stopped: list[tuple] = []

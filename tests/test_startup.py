@@ -192,6 +192,7 @@ def end_marked(mark: str) -> None:
             pass
 
 
+@pytest.mark.matrix  # a real signal to a real sweep from outside, a minute on 2 cores: `make test-signals`
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("forkserver", ["1", "0"] if os.environ.get("INITNORM_TEST_FULL_MATRIX") else ["1"])
 def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserver):
