@@ -29,6 +29,11 @@ STOP = ["+callbacks.stop._target_=tests.stop_after.StopAfter", "+callbacks.stop.
 # 1.6e-7 (Adam's moments 1.9e-9), float32 sums in another order; one process on half the batch is 3.7e-2 away.
 # ddp_spawn: 1.6e-7 too (the same DDP in each rank).
 BOUND = 1e-6
+# Muon's hidden matrices step by an orthogonalised update computed in bf16 (torch.optim.Muon's Newton-Schulz): gradients
+# that differ in their last float32 bits can round to neighbouring bf16 values, and five quintic iterations carry that
+# into the update. Measured at 2 steps: 2.5e-4 on an AMD EPYC of family 26 (native bf16 dot products), within 1e-6 on
+# family 25; one process on half the batch is 3.7e-2 away (Muon too), so the bound still tells the global batch.
+BOUNDS = {"adamw": BOUND, "muon": 1e-3}
 
 
 def test_wrapper_prefixes_are_stripped_from_names():
@@ -69,12 +74,12 @@ def state(folder):
     return s["global_step"], {**s["state_dict"], **{f"{k}.{n}": t for k, m in moments.items() for n, t in m.items()}}, s["history"]
 
 
-def assert_one_step(two, one) -> None:
-    """The run of 2 processes stopped where the run of 1 did, its weights within BOUND and its losses the same."""
+def assert_one_step(two, one, bound: float = BOUND) -> None:
+    """The run of 2 processes stopped where the run of 1 did, its weights within ``bound`` and its losses the same."""
     (s2, w2, h2), (s1, w1, h1) = state(two), state(one)
     assert s2 == s1 == 2 and w2.keys() == w1.keys()
     gap = max((w2[k] - w1[k]).abs().max().item() for k in w1)
-    assert 0 <= gap < BOUND, gap
+    assert 0 <= gap < bound, gap
     assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
 
 
@@ -95,7 +100,7 @@ def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim)
     assert len({p.name.rsplit(".", 2)[-2] for p in (tmp_path / "two").glob("events.out.tfevents.*")}) == 1
     # One process, the same global batch, stopped at the same step.
     train(compose_cfg(*run, *STOP), tmp_path / "one")
-    assert_one_step(tmp_path / "two", tmp_path / "one")
+    assert_one_step(tmp_path / "two", tmp_path / "one", BOUNDS[optim])
     # The run of 2 processes resumes in 1 (batch_size is the global batch) and ends where the run of 1 ends. A fit a callback
     # stopped is finished and a rerun keeps it (test_engine): without its record, as if killed after its checkpoint.
     for run_dir in ("two", "one"):

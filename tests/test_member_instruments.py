@@ -18,12 +18,13 @@ from tests.conftest import compose_cfg
 VARIANTS = [["seed=1", "lr=0.01"], ["seed=2", "lr=0.02", "warmup=10"], ["seed=3", "param=mup", "schedule=constant"]]
 DIAG = ["width=16", "steps=60", "trainer.val_check_interval=60", "log_every=10", "checkpoint.every_n_steps=0", "~callbacks.progress",
         "trainer.enable_progress_bar=false", "callbacks.stats.every_n_steps=20", "callbacks.diagnostics.every_n_steps=20"]
-# Relative tolerances (measured here: eff_lr and eps_frac equal, sigma_w within 5e-6, sigma_dw within 1e-5):
+# Relative tolerances (measured: eff_lr and eps_frac equal; sigma_w within 5e-6 and sigma_dw within 1e-5 on an AMD EPYC of
+# family 25, within 2.7e-6 and 1.5e-4 on family 26, whose float32 kernels round otherwise):
 # float32 rounding of the batched kernels (bmm over members) against the job's own.
 # sigma_dw measures a difference of weights, W_after - W_before (a thousandth of W), so W's rounding
 # weighs a thousand times more there. eps_frac counts coordinates on either side of a threshold: equal
 # unless one sits within rounding of it.
-TOLERANCE = {"eff_lr": 1e-12, "eps_frac": 1e-6, "sigma_w": 3e-5, "sigma_dw": 1e-4}
+TOLERANCE = {"eff_lr": 1e-12, "eps_frac": 1e-6, "sigma_w": 3e-5, "sigma_dw": 1e-3}
 
 
 def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
