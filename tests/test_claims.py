@@ -364,3 +364,25 @@ def test_the_muon_transfer_exponents_are_their_transfer_reports():
             r = next(r for r in csv.DictReader(f) if r["param"] == param)
         want = f"{float(r['exponent']):+.2f} [{float(r['exponent_lo']):+.2f}, {float(r['exponent_hi']):+.2f}]"
         assert exponent == want, (label, param)
+
+
+def _muon_exponent(folder: str) -> str:
+    with open(RESULTS / "muon_transfer" / folder / "transfer.csv", newline="", encoding="utf-8") as f:
+        r = next(csv.DictReader(f))
+    return f"{float(r['exponent']):+.2f} [{float(r['exponent_lo']):+.2f}, {float(r['exponent_hi']):+.2f}]"
+
+
+def test_the_muon_hypothesis_reading_quotes_both_folders_and_spectral_equals_original_as_said():
+    """The hypothesis test's sentence quotes the fixed-AdamW and the joint exponents as their reports have them, and
+    'All 72 spectral jobs have the final loss of the original job ... bit for bit' holds row by row in runs.csv."""
+    text = " ".join((RESULTS / "muon_transfer" / "README.md").read_text(encoding="utf-8").split())
+    fixed, joint = _muon_exponent("decoder_muon_match_rms_adamw_adamw_fixed"), _muon_exponent("decoder_muon_match_rms_adamw")
+    assert f"the exponent is {fixed}, against {joint} when one `lr` drives both" in text, (fixed, joint)
+
+    def losses(folder):
+        with open(RESULTS / "muon_transfer" / folder / "runs.csv", newline="", encoding="utf-8") as f:
+            return {(r["width"], r["lr"], r["seed"]): r["final_loss"] for r in csv.DictReader(f)}
+
+    spectral, original = losses("mlp_muon_spectral"), losses("mlp_muon_original")
+    assert len(spectral) == 72 and "All 72 `spectral` jobs" in text
+    assert all(original[k] == v for k, v in spectral.items())
