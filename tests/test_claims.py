@@ -351,14 +351,15 @@ MUON_FOLDERS = {"Decoder, AdamW SP": "decoder_adamw_sp", "Decoder, AdamW µP": "
                 "MLP, Muon original": "mlp_muon_original", "MLP, Muon match_rms_adamw": "mlp_muon_match_rms_adamw",
                 "MLP, Muon match_rms_adamw, AdamW part fixed": "mlp_muon_match_rms_adamw_adamw_fixed",
                 "MLP, Muon spectral": "mlp_muon_spectral",
-                "Depth (Decoder width 32), Muon original": "depth_muon_original"}
+                "Depth (Decoder width 32), Muon original": "depth_muon_original",
+                "Depth (Decoder width 64), Muon original": "depth_muon_original_width64"}
 
 
 def test_the_muon_transfer_exponents_are_their_transfer_reports():
     text = (RESULTS / "muon_transfer" / "README.md").read_text(encoding="utf-8")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
     rows = [c for c in cells if c[0] in MUON_FOLDERS and c[2] in ("width", "depth")]
-    assert len(rows) == 14, rows  # six Decoder rows, six MLP (SP and µP share a folder), two depth
+    assert len(rows) == 16, rows  # six Decoder rows, six MLP (SP and µP share a folder), four depth
     for label, param, _axis, _sizes, exponent, *_ in rows:
         with open(RESULTS / "muon_transfer" / MUON_FOLDERS[label] / "transfer.csv", newline="", encoding="utf-8") as f:
             r = next(r for r in csv.DictReader(f) if r["param"] == param)
