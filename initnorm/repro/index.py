@@ -109,7 +109,7 @@ ELSEWHERE = [
         "tags per configuration",
         "`python -m initnorm.train -m experiment=muon_transfer steps=200 seed=1,2,3 param=mup optim=muon "
         "optim.muon_scale=original,match_rms_adamw,spectral lr=...`, `experiment=mup_mlp_sweep ...` and "
-        "`python -m initnorm.coord_check ...`: thirty-one commands",
+        "`python -m initnorm.coord_check ...`: thirty-two commands",
         "two rounds: about 65 min of sweeps (16:09-17:12, load 7.8-28) and 52 min (22:35-23:26, load 1.7-8.8), shared "
         "machine",
         "Muon `original` transfers on the Decoder (exponent +0.04 [+0.02, +0.07] over widths 16-128) and on the MLP "
