@@ -346,19 +346,44 @@ def test_every_quote_of_the_default_runs_loss_says_what_each_cpu_kind_prints():
 
 MUON_FOLDERS = {"Decoder, AdamW SP": "decoder_adamw_sp", "Decoder, AdamW µP": "decoder_adamw_mup",
                 "Decoder, Muon original": "decoder_muon_original", "Decoder, Muon match_rms_adamw": "decoder_muon_match_rms_adamw",
+                "Decoder, Muon match_rms_adamw, AdamW part fixed": "decoder_muon_match_rms_adamw_adamw_fixed",
                 "Decoder, Muon spectral": "decoder_muon_spectral", "MLP, AdamW": "mlp_adamw_sp_mup",
-                "MLP, Muon original (spectral is the same here)": "mlp_muon_original",
-                "MLP, Muon match_rms_adamw": "mlp_muon_match_rms_adamw",
-                "Depth (Decoder width 32), Muon original": "depth_muon_original"}
+                "MLP, Muon original": "mlp_muon_original", "MLP, Muon match_rms_adamw": "mlp_muon_match_rms_adamw",
+                "MLP, Muon match_rms_adamw, AdamW part fixed": "mlp_muon_match_rms_adamw_adamw_fixed",
+                "MLP, Muon spectral": "mlp_muon_spectral",
+                "Depth (Decoder width 32), Muon original": "depth_muon_original",
+                "Depth (Decoder width 64), Muon original": "depth_muon_original_width64"}
 
 
 def test_the_muon_transfer_exponents_are_their_transfer_reports():
     text = (RESULTS / "muon_transfer" / "README.md").read_text(encoding="utf-8")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
     rows = [c for c in cells if c[0] in MUON_FOLDERS and c[2] in ("width", "depth")]
-    assert len(rows) == 11, rows  # five Decoder rows, four MLP (SP and µP share a folder), two depth
+    assert len(rows) == 16, rows  # six Decoder rows, six MLP (SP and µP share a folder), four depth
     for label, param, _axis, _sizes, exponent, *_ in rows:
         with open(RESULTS / "muon_transfer" / MUON_FOLDERS[label] / "transfer.csv", newline="", encoding="utf-8") as f:
             r = next(r for r in csv.DictReader(f) if r["param"] == param)
         want = f"{float(r['exponent']):+.2f} [{float(r['exponent_lo']):+.2f}, {float(r['exponent_hi']):+.2f}]"
         assert exponent == want, (label, param)
+
+
+def _muon_exponent(folder: str) -> str:
+    with open(RESULTS / "muon_transfer" / folder / "transfer.csv", newline="", encoding="utf-8") as f:
+        r = next(csv.DictReader(f))
+    return f"{float(r['exponent']):+.2f} [{float(r['exponent_lo']):+.2f}, {float(r['exponent_hi']):+.2f}]"
+
+
+def test_the_muon_hypothesis_reading_quotes_both_folders_and_spectral_equals_original_as_said():
+    """The hypothesis test's sentence quotes the fixed-AdamW and the joint exponents as their reports have them, and
+    'All 72 spectral jobs have the final loss of the original job ... bit for bit' holds row by row in runs.csv."""
+    text = " ".join((RESULTS / "muon_transfer" / "README.md").read_text(encoding="utf-8").split())
+    fixed, joint = _muon_exponent("decoder_muon_match_rms_adamw_adamw_fixed"), _muon_exponent("decoder_muon_match_rms_adamw")
+    assert f"the exponent is {fixed}, against {joint} when one `lr` drives both" in text, (fixed, joint)
+
+    def losses(folder):
+        with open(RESULTS / "muon_transfer" / folder / "runs.csv", newline="", encoding="utf-8") as f:
+            return {(r["width"], r["lr"], r["seed"]): r["final_loss"] for r in csv.DictReader(f)}
+
+    spectral, original = losses("mlp_muon_spectral"), losses("mlp_muon_original")
+    assert len(spectral) == 72 and "All 72 `spectral` jobs" in text
+    assert all(original[k] == v for k, v in spectral.items())

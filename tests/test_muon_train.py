@@ -98,9 +98,62 @@ def test_muon_matrices_step_by_muon_and_the_rest_by_adamw():
         assert g["adjust_lr_fn"] == "match_rms_adamw" and g["lr_mult"] == 1.0, g
 
 
-@pytest.mark.parametrize("optim", ["muon", "lion"])
+def test_adamw_lr_sets_the_adamw_parts_base_rate_and_leaves_muons_matrices_at_lr():
+    from initnorm.models.build import build_model
+    from initnorm.training.optim import make_optimizer, overwritten_rate
+
+    def rates(*extra):
+        c = cfg(*MUON, "param=mup", "lr=0.02", *extra)  # width 32: µP's m = 2
+        built = build_model(c["model"], c["init"], c["param"], 65)
+        opt = make_optimizer(built.model, built.roles, built.table, c["lr"], c["optim"])
+        assert overwritten_rate(opt.param_groups, c["lr"], 1.0, 0, "mup") is None  # lr x lr_mult is each group's rate
+        return {n: (type(o).__name__, g["lr"]) for o in opt.optimizers for g in o.param_groups for n in g["names"]}
+
+    one, two = rates(), rates("optim.adamw_lr=0.003")
+    assert rates("optim.adamw_lr=0.02") == one  # the run's lr given as the AdamW part's: nothing changes
+    for n, (kind, lr) in two.items():
+        if kind == "Muon":
+            assert lr == one[n][1], n  # the Muon matrices keep lr x their shape factor
+        else:  # the AdamW part: 0.003 x µP's multiplier in place of 0.02 x the same multiplier
+            assert lr == pytest.approx(one[n][1] * 0.003 / 0.02, rel=1e-12), (n, lr, one[n])
+    assert two["tok_emb.weight"][1] == pytest.approx(0.003) and two["head.weight"][1] == pytest.approx(0.003)  # µP: AdamW x 1
+
+
+def test_jobs_that_differ_in_adamw_lr_stack_each_member_as_its_job_alone(tmp_path):
+    from initnorm.training.group import group_key
+
+    extra = (*MUON, "param=mup")
+    rates = ("0.002", "0.02")
+    configs = [cfg(*extra, f"optim.adamw_lr={r}", seed=2) for r in rates]
+    assert group_key(configs[0]) == group_key(configs[1])  # a member-wise number: one group
+    group = fit([Member(c, tmp_path / f"group/{r}") for c, r in zip(configs, rates)])
+    assert [g["group"]["optimizer"] for g in group] == ["muon_stack"] * 2 and group[0]["group"]["size"] == 2
+    for r, g in zip(rates, group):
+        a = alone(tmp_path / f"alone/{r}", *extra, f"optim.adamw_lr={r}", seed=2)
+        assert abs(a["final_val_loss"] - g["final_val_loss"]) <= BOUND * a["final_val_loss"], (r, a["final_val_loss"], g)
+    assert group[0]["final_val_loss"] != group[1]["final_val_loss"]  # the AdamW part's rate changed the run
+
+
+@pytest.mark.parametrize(("value", "says"), [("0", "optim.adamw_lr"), ("-0.01", "optim.adamw_lr"), ("fast", "optim.adamw_lr")])
+def test_a_bad_adamw_lr_is_refused_in_one_line(tmp_path, value, says):
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says) as err:
+        alone(tmp_path, *MUON, f"optim.adamw_lr={value}")
+    assert "\n" not in str(err.value)
+
+
+def test_adamw_lr_is_refused_for_an_optimiser_without_a_muon_part(tmp_path):
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="adamw_lr") as err:
+        alone(tmp_path, "optim=adamw", "+optim.adamw_lr=0.01")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("optim", ["muon", "muon_adamw_lr", "lion"])
 def test_a_job_resumes_bit_for_bit_alone_and_stacked(tmp_path, optim):
-    extra = {"muon": (*MUON, "param=mup"), "lion": LION}[optim]
+    extra = {"muon": (*MUON, "param=mup"), "muon_adamw_lr": (*MUON, "param=mup", "optim.adamw_lr=0.003"), "lion": LION}[optim]
     full = alone(tmp_path / "alone", *extra)
     (tmp_path / "alone" / "metrics.json").unlink()  # killed after its checkpoint of step 4
     again = alone(tmp_path / "alone", *extra)
@@ -112,7 +165,7 @@ def test_a_job_resumes_bit_for_bit_alone_and_stacked(tmp_path, optim):
     resumed = stacked(tmp_path / "group", *extra)
     assert [r["resumed_from_step"] for r in resumed] == [4, 4]
     assert [r["final_val_loss"] for r in resumed] == [r["final_val_loss"] for r in group]
-    assert resumed[0]["group"]["optimizer"] == ("muon_stack" if optim == "muon" else "torch")
+    assert resumed[0]["group"]["optimizer"] == ("torch" if optim == "lion" else "muon_stack")
 
 
 def test_a_users_own_elementwise_optimiser_trains_alone_and_stacked(tmp_path):

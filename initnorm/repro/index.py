@@ -103,17 +103,21 @@ ELSEWHERE = [
     Elsewhere(
         "muon_transfer",
         "Muon's learning-rate transfer by `optim.muon_scale` (issue 46, item 3): lr x width for AdamW SP, AdamW µP "
-        "and Muon `original`, `match_rms_adamw`, `spectral` under µP on the Decoder (widths 16-64 for Muon, 16-128 "
-        "for AdamW; 200 steps, seeds 1-3) and on the chapter's MLP; a depth axis (2-8 blocks) under depth-µP and "
-        "CompleteP; coordinate checks and Spectral/ tags per configuration",
+        "and Muon `original`, `match_rms_adamw`, `spectral` under µP on the Decoder (widths 16-128; 200 steps, seeds "
+        "1-3) and on the chapter's MLP (widths 64-512); `match_rms_adamw` with the AdamW part held fixed "
+        "(`optim.adamw_lr`); a depth axis (2-8 blocks, widths 32 and 64) under depth-µP and CompleteP; coordinate checks and Spectral/ "
+        "tags per configuration",
         "`python -m initnorm.train -m experiment=muon_transfer steps=200 seed=1,2,3 param=mup optim=muon "
         "optim.muon_scale=original,match_rms_adamw,spectral lr=...`, `experiment=mup_mlp_sweep ...` and "
-        "`python -m initnorm.coord_check ...`: fourteen commands",
-        "about 65 min of sweeps (16:09-17:12, side by side), shared machine (load 7.8-28)",
-        "On the Decoder `original` transfers (exponent +0.03 [+0.01, +0.08]) and `spectral` too (+0.08 [+0.02, "
-        "+0.14]); `match_rms_adamw` does not (-0.27 [-0.28, -0.26], half the -0.5 its sqrt(width) factor predicts), "
-        "and its optimum sits about 1.5 octaves above AdamW's at width 16; with Muon, CompleteP holds the rate "
-        "across depth (-0.19 octave from 2 to 8 blocks) and depth-µP is borderline.",
+        "`python -m initnorm.coord_check ...`: thirty-two commands",
+        "two rounds: about 65 min of sweeps (16:09-17:12, load 7.8-28) and 52 min (22:35-23:26, load 1.7-8.8), shared "
+        "machine",
+        "Muon `original` transfers on the Decoder (exponent +0.04 [+0.02, +0.07] over widths 16-128) and on the MLP "
+        "(-0.00 [-0.02, +0.02] over 64-512), `spectral` too (+0.05 [+0.01, +0.08]; on the MLP it equals `original` bit "
+        "for bit); `match_rms_adamw` does not (-0.25 [-0.27, -0.24] and -0.25 [-0.26, -0.24]), and with its AdamW "
+        "part held fixed its slope becomes -0.56 [-0.59, -0.54] on the Decoder, near the -0.5 its sqrt(width) factor "
+        "predicts (-0.34 [-0.36, -0.27] on the MLP); with Muon, CompleteP holds the rate across depth (-0.19 and "
+        "-0.14 octave from 2 to 8 blocks at widths 32 and 64) and depth-µP is borderline.",
         page="README.md",
     ),
 ]

@@ -25,7 +25,7 @@ __all__ = ["MEMBER_KEYS", "drop_key", "get_key", "group_key", "parameter_count"]
 
 # Keys whose values may differ inside a group: they change numbers, not shapes or the graph.
 MEMBER_KEYS = ("seed", "lr", "warmup", "schedule", "init", "param", "model.mup", "optim.betas", "optim.eps", "optim.weight_decay",
-               "optim.weight_decay_mode", "optim.momentum", "summary", "regularizer",
+               "optim.weight_decay_mode", "optim.momentum", "optim.adamw_lr", "summary", "regularizer",
                "callbacks.coord.seed", "callbacks.coord.param",  # the coordinate check's labels for its table
                "steps", "trainer.val_check_interval",  # a horizon and its validations
                "transfer")  # the rules that carried lr, wd, betas and eps to the job (numbers: members' own, resolved)

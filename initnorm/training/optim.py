@@ -46,6 +46,7 @@ def param_groups(
     eps: float | None = None,
     blocks: Callable[[str], bool] = lambda name: False,
     muon_scale: str | None = None,
+    rest_lr: float | None = None,
 ) -> list[dict]:
     """One group per (lr, wd, ε multipliers, decayed?). Matrices decay, vectors do not (nanoGPT's
     rule: ``p.dim() >= 2``). ``blocks(name)`` says whether a parameter lies in a residual block
@@ -56,7 +57,11 @@ def param_groups(
     ``muon_scale`` (an orthogonalised optimiser's shape factor, ``muon_scale.MUON_SCALES``): the hidden matrices
     (``optimizers.is_muon_matrix``) get groups of their own, marked ``muon``, one per shape, whose rate and decay
     carry the factor as ``torch.optim.Muon`` takes it (``muon_scale.torch_group``), and no ε. Their table
-    multiplier must have no width part: the shape factor is Muon's width rule (docs/optimisers.md)."""
+    multiplier must have no width part: the shape factor is Muon's width rule (docs/optimisers.md).
+
+    ``rest_lr`` (``optim.adamw_lr``, with ``muon_scale`` only): the base rate of every other group (the AdamW part),
+    in place of ``lr``, the table's multiplier on top. Its ``lr_mult`` carries ``rest_lr / lr`` too, so that a group's
+    rate stays ``lr x lr_mult`` x the schedule for everything that reads or checks it (``overwritten_rate``)."""
     from initnorm.training.optimizers import is_muon_matrix
 
     groups: dict[tuple, dict] = {}
@@ -65,6 +70,7 @@ def param_groups(
         lr_mult = rule.lr * fan_in(p) ** rule.lr_fan_in if rule.lr_fan_in else rule.lr
         decay = p.dim() >= 2
         ortho = muon_scale is not None and is_muon_matrix(roles[name], p)
+        base = rest_lr if rest_lr is not None and muon_scale is not None and not ortho else lr
         if ortho and (rule.lr_fan_in or (lr_mult != 1.0 and not blocks(name))):
             raise ConfigError(f"param={table.name} multiplies {name}'s learning rate by {lr_mult:.4g}, and Muon already scales "
                               f"its update by optim.muon_scale={muon_scale} (factor(fan_out, fan_in)): asking for both counts width "
@@ -72,8 +78,8 @@ def param_groups(
         key = (lr_mult, rule.wd, rule.eps, decay, tuple(p.shape) if ortho else None)
         if key not in groups:
             wd = 0.0 if not decay else {"coupled": weight_decay, "scaled": weight_decay * rule.wd,
-                                        "independent": weight_decay / (lr * lr_mult)}[mode]
-            groups[key] = {"params": [], "names": [], "lr": lr * lr_mult, "weight_decay": wd, "lr_mult": lr_mult,
+                                        "independent": weight_decay / (base * lr_mult)}[mode]
+            groups[key] = {"params": [], "names": [], "lr": base * lr_mult, "weight_decay": wd, "lr_mult": lr_mult * base / lr,
                            "wd_mult": rule.wd, "eps_mult": rule.eps}
             if ortho:
                 from initnorm.training.muon_scale import torch_group
@@ -100,11 +106,11 @@ def check_decay_mode(optimizer: Mapping[str, Any] | str, mode: str, weight_decay
 
 
 def model_groups(model: torch.nn.Module, roles: Mapping[str, Role], table: Table, lr: float, *, weight_decay: float, mode: str,
-                 eps: float | None, muon_scale: str | None = None) -> list[dict]:
+                 eps: float | None, muon_scale: str | None = None, rest_lr: float | None = None) -> list[dict]:
     """``param_groups`` of a built model (its residual blocks from its ``BLOCKS``): what ``make_optimizer`` gives the
     configured optimiser and ``initnorm.parameterize``'s ``param_groups`` gives any torch optimiser, one call for both."""
     return param_groups(model.named_parameters(), roles, table, lr, weight_decay, mode, eps, lambda n: in_block(model, n),
-                        muon_scale)
+                        muon_scale, rest_lr)
 
 
 def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, optim_cfg: Mapping[str, Any]) -> list[dict]:
@@ -114,7 +120,8 @@ def optimiser_groups(model: torch.nn.Module, roles, table: Table, lr: float, opt
     takes = e.keywords()
     eps = optim_cfg.get("eps") if "*" in takes or "eps" in takes else None
     groups = model_groups(model, roles, table, lr, weight_decay=optim_cfg.get("weight_decay", 0.0), mode=weight_decay_mode(optim_cfg),
-                          eps=eps, muon_scale=optim_cfg.get("muon_scale", "original") if e.matrices else None)
+                          eps=eps, muon_scale=optim_cfg.get("muon_scale", "original") if e.matrices else None,
+                          rest_lr=optim_cfg.get("adamw_lr") if e.matrices else None)
     if "weight_decay" not in optim_cfg:
         for g in groups:
             g["weight_decay"] = 0.0

@@ -41,7 +41,8 @@ from initnorm.registry import About, Registry, import_dotted
 
 FAMILIES = ("adam", "sgd", "orthogonal")
 # optim.* keys that are initnorm's, not an optimiser's keyword: how decay is scaled and carried, the family, the path
-OWN_KEYS = ("name", "_target_", "family", "elementwise", "weight_decay_mode", "weight_decay_rule", "weight_decay_timescale", "muon_scale")
+OWN_KEYS = ("name", "_target_", "family", "elementwise", "weight_decay_mode", "weight_decay_rule", "weight_decay_timescale", "muon_scale",
+            "adamw_lr")
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,8 @@ def is_muon_matrix(role, p: torch.Tensor) -> bool:
 def muon(groups: list[dict], lr: float, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
          betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01) -> Several:
     """``torch.optim.Muon`` on the groups marked ``muon`` (hidden matrices, their rate and decay already carrying
-    ``optim.muon_scale``'s shape factor: ``muon_scale.torch_group``), ``torch.optim.AdamW`` on the rest."""
+    ``optim.muon_scale``'s shape factor: ``muon_scale.torch_group``), ``torch.optim.AdamW`` on the rest (their rates
+    from ``optim.adamw_lr`` where it is set: ``optim.param_groups``' ``rest_lr``)."""
     ortho = [g for g in groups if g.get("muon")]
     rest = [g for g in groups if not g.get("muon")]
     parts = []
@@ -285,6 +287,8 @@ MUON_RULES = {
     "momentum": Num(0, 1, hi_open=True, fix=0.95),
     "nesterov": Bool(fix=True),
     "ns_steps": Int(1, 99, fix=5),
+    # the AdamW part's base rate (embedding, readout, vectors), µP's table on top; null: the run's lr drives both parts
+    "adamw_lr": Num(0, lo_open=True, null=True, fix=0.0078125, note="null: the run's lr"),
 }
 OPTIMIZERS.register("muon", About("Muon", "orthogonal", MUON_RULES))(
     Optimiser(muon, "orthogonal", elementwise=False, decoupled=True, matrices=is_muon_matrix, stacked_matrices=True))
