@@ -91,8 +91,10 @@ class PopenHere:
 def test_run_command_measures_a_process_of_its_own(tmp_path):
     """What the bench times every row with (the smoke run below runs its rows in this process): the CPU of the process and
     of its children, its printing with stderr merged in, a peak memory per process, and a failed command refused in one
-    line with its output. A process that imports no torch: milliseconds."""
-    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(3 * 10**6))']); print('done')"
+    line with its output. A process that imports no torch, alive a few tenths of a second so that /proc is read while it
+    runs (on a fast CPU it was gone before the first look: no peak memory)."""
+    child = ("import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'sum(range(3 * 10**6))']); time.sleep(0.3); "
+             "print('done')")
     r = run_command([sys.executable, "-c", f"import sys; print('to stderr', file=sys.stderr); {child}"], tmp_path)
     assert r["output"].splitlines() == ["to stderr", "done"] and r["cpu_s"] > 0 and r["wall_s"] >= r["cpu_s"] / 4
     assert r["root_mb"] > 0 and len(r["load"]) == 2

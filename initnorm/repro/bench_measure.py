@@ -127,10 +127,12 @@ def run_command(cmd: list[str], cwd: Path) -> dict[str, Any]:
     done = threading.Event()
 
     def watch():
-        while not done.wait(0.1):
+        while True:  # a first look at once: a process of milliseconds may be gone by the first tenth of a second
             for pid, (kb, cpu_s) in tree_stats(proc.pid).items():
                 peaks[pid] = max(kb, peaks.get(pid, 0))
                 seen_cpu[pid] = max(cpu_s, seen_cpu.get(pid, 0.0))
+            if done.wait(0.1):
+                return
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
