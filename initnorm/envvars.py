@@ -2,7 +2,7 @@
 
 A sweep's parent sets some after its worker processes started (they get those with each unit of work,
 ``SHARED``); a job, a worker or a SLURM task reads them. Nothing here imports anything: the command's
-first module (``initnorm/cli/workers.py``) reads them before torch is imported.
+first modules (``initnorm/launch/workers.py``) read them before torch is imported.
 """
 
 SWEEP_TOTAL = "INITNORM_SWEEP_TOTAL"  # jobs in this sweep (set by the parent before launching)

@@ -1,9 +1,12 @@
-"""The one error type a user sees for bad input.
+"""The two error types a user sees in one line, without a traceback.
 
 Every check in the project raises ``ConfigError`` with one line that names the bad value,
 what is allowed, and the override that fixes it, so a user can act on it without reading code. The entry points catch
-it and print the line without a traceback unless ``HYDRA_FULL_ERROR=1``.
+it and print the line without a traceback unless ``HYDRA_FULL_ERROR=1``. ``DiskError`` is the other one: a write that
+failed for want of space or permission (``cli/disk.py`` tells one from an ``OSError``).
 """
+
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -39,3 +42,20 @@ def closest(word, names) -> str | None:
     near = [(distance(word, n), n) for n in names
             if distance(word, n) <= max(1, len(word) // 3) or (len(word) >= 2 and n.startswith(word))]
     return min(near)[1] if near else None
+
+
+class DiskError(BaseException):
+    """A write that failed for want of space or permission. A BaseException: it stops the sweep
+    instead of being recorded as one failed job (the next job would fail the same way)."""
+
+    def __init__(self, path: str | None, reason: str, where: str | None = None):
+        # A write that names no file (TensorBoard's event writer): the folder it was writing in.
+        super().__init__(f"cannot write {path}: {reason}" if path else f"cannot write in {where or 'the output folder'}: {reason}")
+        self.path, self.reason, self.where = path, reason, where
+
+    def __reduce__(self):  # a parallel launcher's worker sends it back to the sweep's process
+        return (type(self), (self.path, self.reason, self.where))
+
+    @property
+    def folder(self) -> str:
+        return str(Path(self.path).parent) if self.path else self.where or "the output folder"

@@ -1,7 +1,7 @@
 """`python -m initnorm.train` (and the `initnorm-train` script): the command lives in initnorm/cli/train.py.
 
 This module stays light: a vectorised sweep's worker processes start before torch and Lightning
-are imported here (initnorm/cli/workers.py), so both import at the same time.
+are imported here (initnorm/cli/workers.py, initnorm/launch/workers.py), so both import at the same time.
 """
 
 import gc
@@ -26,13 +26,12 @@ def main() -> None:
     cmd = argv.parse(sys.argv[1:])  # the command line, read once (cli/argv.py)
     if cmd.multirun and cmd.runs_jobs:  # at once: the imports, then checking thousands of jobs, take seconds before the plan
         print("sweep: composing and checking every job before any trains", flush=True)
-    workers.start_early(cmd)
-    from initnorm.cli.train import main as run
-
     try:
-        run(cmd)
+        with workers.early(cmd):
+            from initnorm.cli.train import main as run
+
+            run(cmd)
     finally:
-        workers.end()  # a command line that failed its checks (or a stop signal) leaves the early workers and their server idle
         # Everything is written by now. The interpreter's last garbage collections would walk every
         # object torch and Lightning made at import, ~1 s on a 2-core machine; frozen objects are skipped.
         gc.freeze()

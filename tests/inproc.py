@@ -148,8 +148,9 @@ def _torch_and_gc() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _initnorm() -> Iterator[None]:
-    from initnorm.cli import lock, sweep, workers
+    from initnorm.cli import lock, sweep
     from initnorm.cli import signals as cli_signals
+    from initnorm.launch import workers
     from initnorm.training import trackers
 
     jobs, folder, held = (list(sweep.FAILED_JOBS), list(sweep.STOPPED_JOBS)), cli_signals.current_folder(), dict(lock._held)

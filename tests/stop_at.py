@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 from hydra.experimental.callback import Callback
 
-from initnorm.cli.workers import LAUNCHER_PID_ENV
+from initnorm.launch.workers import LAUNCHER_PID_ENV
 
 
 def _send(signum: int, target: str) -> None:

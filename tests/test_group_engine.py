@@ -202,8 +202,8 @@ def test_a_full_disk_during_a_vectorised_sweep_is_one_line(tmp_path, small_disk)
 def test_a_full_disk_in_a_worker_reaches_the_sweeps_process_as_a_disk_error():
     """A unit that finds the disk full in a worker (a BaseException, not a job's failure): the pool raises it in the
     sweep's process, which reports it as the test above shows, instead of recording each of the unit's jobs failed."""
-    from initnorm.cli.disk import DiskError
-    from initnorm.cli.pool import Pool
+    from initnorm.errors import DiskError
+    from initnorm.launch.pool import Pool
 
     def full(path: str) -> None:  # local: pickled by value, so the spawned worker imports no torch
         raise DiskError(path, "[Errno 28] No space left on device")

@@ -242,7 +242,7 @@ def test_slurm_usr2_checkpoints_and_requeues_a_one_job_sweep(tmp_path):
 
 
 def test_slurm_jobs_get_the_commands_variables_where_sbatch_exports_none():
-    from initnorm.cli.slurm import forwarded_environment, status_of
+    from initnorm.launch.slurm import forwarded_environment, status_of
 
     lines = forwarded_environment({"INITNORM_DATA_DIR": "/data/my corpora", "INITNORM_SWEPT_KEYS": "",
                                    "PYTHONPATH": "/src", "HOME": "/root"})

@@ -1,6 +1,7 @@
-"""The layout's promise, checked from the imports: the library imports no command-line glue and no
-reproduction script, the glue imports no reproduction script and no Hydra plugin class (hydra_plugins/
-sits above it: its classes hand their work to the glue), and no module imports in a cycle."""
+"""The layout's promise, checked from the imports: the library (initnorm/launch/, where a sweep's units run, included)
+imports no command-line glue, no Hydra app code and no reproduction script, the glue imports no reproduction script and
+no Hydra plugin class (hydra_plugins/ sits above it: its classes hand their work to the glue), and no module imports in
+a cycle."""
 
 from __future__ import annotations
 
@@ -18,20 +19,23 @@ def module_name(path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def imported(path) -> set[str]:
+    """Every module name ``path`` imports, and each ``from`` import's module.name (at any depth of its code, lazy imports
+    included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
 def imports() -> dict[str, set[str]]:
     """module -> the initnorm modules it imports (at any depth of its code, lazy imports included)."""
-    graph: dict[str, set[str]] = {}
     paths = [*PACKAGE.rglob("*.py"), *PLUGINS.rglob("*.py")]
     names = {module_name(p) for p in paths}
-    for path in paths:
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        graph[module_name(path)] = {n for n in found if n in names and n != "initnorm"}
-    return graph
+    return {module_name(path): {n for n in imported(path) if n in names and n != "initnorm"} for path in paths}
 
 
 def kind(module: str) -> str:
@@ -47,6 +51,29 @@ def test_library_imports_no_glue_and_glue_no_scripts():
     allowed = {"library": {"library"}, "cli": {"library", "cli"}, "plugins": {"library", "cli", "plugins"},
                "repro": {"library", "cli", "repro"}, "shim": {"cli", "repro"}}
     wrong = [f"{m} ({kind(m)}) imports {d} ({kind(d)})" for m, deps in imports().items() for d in deps if kind(d) not in allowed[kind(m)]]
+    assert not wrong, wrong
+
+
+# What the library may import of Hydra: ``instantiate`` (a config's ``_target_`` nodes), and the list of submitit's
+# common keys in Hydra's submitit launcher's config (initnorm/launch/slurm.py). Hydra's app (its job runs, its global
+# state, its plugins) is the glue's.
+LIBRARY_HYDRA = {"hydra.utils", "hydra.utils.instantiate", "hydra_plugins.hydra_submitit_launcher.config",
+                 "hydra_plugins.hydra_submitit_launcher.config.BaseQueueConf"}
+
+
+def test_the_library_imports_nothing_of_hydras_app():
+    wrong = [f"{module_name(p)} imports {n}" for p in PACKAGE.rglob("*.py") if kind(module_name(p)) == "library"
+             for n in imported(p) if n.split(".")[0] in ("hydra", "hydra_plugins") and n not in LIBRARY_HYDRA]
+    assert not wrong, wrong
+
+
+def test_launch_holds_the_executors_and_imports_no_glue():
+    """Where a sweep's units run (the executors, the worker pool, SLURM) is library: the launchers pass in what a job is."""
+    graph = imports()
+    launch = {m for m in graph if m.startswith("initnorm.launch")}
+    assert {"initnorm.launch.executors", "initnorm.launch.pool", "initnorm.launch.workers", "initnorm.launch.slurm"} <= launch
+    assert all(kind(m) == "library" for m in launch)
+    wrong = [f"{m} imports {d}" for m in launch for d in graph[m] if kind(d) != "library"]
     assert not wrong, wrong
 
 
@@ -94,7 +121,7 @@ def test_the_graph_holds_the_plugin_classes():
     graph = imports()
     assert {"hydra_plugins.initnorm_launchers", "hydra_plugins.initnorm_launchers._slurm",
             "hydra_plugins.initnorm_vectorized.vectorized_launcher"} <= set(graph)
-    assert "initnorm.cli.slurm" in graph["hydra_plugins.initnorm_launchers._slurm"]
+    assert "initnorm.launch.slurm" in graph["hydra_plugins.initnorm_launchers._slurm"]
 
 
 def test_an_environment_variables_name_is_written_once():

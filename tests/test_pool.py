@@ -1,4 +1,4 @@
-"""The sweep's worker pool (initnorm/cli/pool.py, on pebble): a worker that dies costs only the unit it held, the others
+"""The sweep's worker pool (initnorm/launch/pool.py, on pebble): a worker that dies costs only the unit it held, the others
 go on; a stop signal to a busy worker is recorded (the unit stops), never its death; a stopped worker is named."""
 
 import os
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from initnorm.cli import pool as pools
-from initnorm.cli.pool import Lost, Pool
+from initnorm.launch import pool as pools
+from initnorm.launch.pool import Lost, Pool
 
 
 def unit(k: int, how: str) -> int | str:

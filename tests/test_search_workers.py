@@ -3,7 +3,7 @@ from one journal file; a worker killed mid-trial leaves its trial to be asked ag
 what the batches ask; the median pruner prunes a trial at a validation point and its job is recorded pruned.
 
 The sweep runs in this process (tests/inproc.py); its workers are processes, which is the point: each forked from
-the fork server that imported torch once (cli/workers.py), kept for the whole test session."""
+the fork server that imported torch once (launch/workers.py), kept for the whole test session."""
 
 from __future__ import annotations
 

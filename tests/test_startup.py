@@ -1,5 +1,5 @@
 """What a sweep does before its first step: the parallel launchers' workers start from the command
-line (initnorm/cli/workers.py) and still get what the parent set later, and neither Hydra's sweeper
+line (initnorm/cli/workers.py, initnorm/launch/workers.py) and still get what the parent set later, and neither Hydra's sweeper
 nor the vectorised launcher composes again the jobs the preflight checked (initnorm/cli/sweeper.py)."""
 
 import json
@@ -16,11 +16,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from initnorm.cli import checked_plan, sweeper, workers
+from initnorm.cli import checked_plan, sweeper
+from initnorm.cli import workers as early
 from initnorm.cli.argv import parse
 from initnorm.cli.compose import CONF_DIR
 from initnorm.cli.preflight import check_command_line
 from initnorm.errors import ConfigError
+from initnorm.launch import workers
 from tests.conftest import run_cli
 
 
@@ -40,7 +42,7 @@ from tests.conftest import run_cli
     ],
 )
 def test_workers_start_early_only_for_a_parallel_sweep_on_this_machine(argv, expected):
-    assert workers._launcher_args(parse(argv)) == expected
+    assert early._launcher_args(parse(argv)) == expected
 
 
 def test_the_command_line_is_read_once_as_hydra_reads_it():
@@ -125,7 +127,7 @@ def _where_am_i() -> tuple[int, str, int, bool]:
     parent = os.getppid()
     with open(f"/proc/{parent}/cmdline", "rb") as f:
         cmdline = f.read().replace(b"\0", b" ").decode()
-    return parent, cmdline, len(os.listdir(f"/proc/{parent}/task")), all(m in sys.modules for m in workers.WORKER_MODULES)
+    return parent, cmdline, len(os.listdir(f"/proc/{parent}/task")), all(m in sys.modules for m in early.WORKER_MODULES)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is used on Linux only")
@@ -135,7 +137,7 @@ def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_li
     monkeypatch.delenv(workers.FORKSERVER_ENV, raising=False)
     assert workers.start_method() == "forkserver"
     try:
-        seen = workers.pool(2).run(_where_am_i, [()] * 4, stopping=lambda: False)
+        seen = workers.pool(2, modules=early.WORKER_MODULES).run(_where_am_i, [()] * 4, stopping=lambda: False)
     finally:
         workers.end()
     parents = {p for p, *_ in seen}

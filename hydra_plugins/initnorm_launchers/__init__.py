@@ -1,7 +1,7 @@
 """Hydra instantiates launchers and sweepers only from the ``hydra_plugins`` namespace: this holds
 initnorm's sweepers (``hydra/sweeper=checked``, the default; initnorm/cli/sweeper.py; ``hparams_search=...``'s
 search, initnorm/cli/search.py, which imports Optuna only when it runs) and, in
-``_slurm.py``, its SLURM launcher (``hydra/launcher=slurm``; initnorm/cli/slurm.py).
+``_slurm.py``, its SLURM launcher (``hydra/launcher=slurm``; initnorm/launch/slurm.py).
 
 The SLURM launcher builds on Hydra's submitit launcher, which only the ``launchers`` extra installs.
 Its module's name starts with an underscore, so Hydra's plugin scan passes it by: an install

@@ -1,13 +1,13 @@
 """``hydra/launcher=slurm`` (the ``launchers`` extra): Hydra's submitit launcher's keys and config, its jobs one unit each
-through ``run.run`` with the ``Submitit`` executor: see initnorm.cli.slurm."""
+through ``run.run`` with the ``Submitit`` executor (initnorm.launch.executors): see initnorm.launch.slurm."""
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _HydraSlurmLauncher
 
-from initnorm.cli import slurm
+from initnorm.launch import slurm
 
 
 class SlurmLauncher(_HydraSlurmLauncher):
-    """``conf/hydra/launcher/slurm.yaml``'s ``_target_``: see initnorm.cli.slurm."""
+    """``conf/hydra/launcher/slurm.yaml``'s ``_target_``: see initnorm.launch.slurm."""
 
     def launch(self, job_overrides, initial_job_idx):
         from initnorm.cli import vectorized

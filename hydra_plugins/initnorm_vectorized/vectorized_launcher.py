@@ -1,5 +1,5 @@
 """``hydra/launcher=vectorized``: the jobs of a sweep that share every shape train as one stacked model;
-``hydra/launcher=local_parallel``: each job alone, in the same worker processes (initnorm/cli/pool.py: a worker's
+``hydra/launcher=local_parallel``: each job alone, in the same worker processes (initnorm/launch/pool.py: a worker's
 death costs only its jobs).
 
 Hydra instantiates launchers only from the ``hydra_plugins`` package, so this class lives here

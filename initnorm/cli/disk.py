@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from initnorm import envvars
-from initnorm.errors import ConfigError
+from initnorm.errors import ConfigError, DiskError
 from initnorm.results import write_atomic
 from initnorm.safe_files import real_folder
 
@@ -28,23 +28,6 @@ from initnorm.safe_files import real_folder
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 # No permission: the folder's fault when the file is in it (a user's init reading a file it may not read is the job's).
 PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM}
-
-
-class DiskError(BaseException):
-    """A write that failed for want of space or permission. A BaseException: it stops the sweep
-    instead of being recorded as one failed job (the next job would fail the same way)."""
-
-    def __init__(self, path: str | None, reason: str, where: str | None = None):
-        # A write that names no file (TensorBoard's event writer): the folder it was writing in.
-        super().__init__(f"cannot write {path}: {reason}" if path else f"cannot write in {where or 'the output folder'}: {reason}")
-        self.path, self.reason, self.where = path, reason, where
-
-    def __reduce__(self):  # a parallel launcher's worker sends it back to the sweep's process
-        return (type(self), (self.path, self.reason, self.where))
-
-    @property
-    def folder(self) -> str:
-        return str(Path(self.path).parent) if self.path else self.where or "the output folder"
 
 
 def disk_error(exc: BaseException | None, within: str | Path | None = None) -> DiskError | None:

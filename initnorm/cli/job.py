@@ -3,7 +3,7 @@ it alone (``training/fit.py``'s ``fit([member])``), the one path every launcher'
 
 ``cli/train.py`` imports this module at the first job, so that ``--help`` and a bad value (one line,
 before anything trains) never import Lightning; a vectorised sweep's workers import it before their first
-group (``cli/workers.py``).
+group (``launch/workers.py``).
 """
 
 from __future__ import annotations

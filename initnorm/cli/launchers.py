@@ -3,7 +3,7 @@
 Hydra instantiates a launcher only from a class under the ``hydra_plugins`` namespace, and finds
 those by scanning the ``hydra_plugins`` folders on ``sys.path``, which an editable install
 (``pip install -e``) does not expose. Registering the classes by hand works for every kind of
-install: ``hydra/launcher=slurm`` (initnorm/cli/slurm.py), ``hydra/launcher=vectorized``
+install: ``hydra/launcher=slurm`` (initnorm/launch/slurm.py), ``hydra/launcher=vectorized``
 (initnorm/cli/vectorized.py) and the sweepers ``hydra/sweeper=checked`` (initnorm/cli/sweeper.py) and ``search``
 (initnorm/cli/search.py).
 

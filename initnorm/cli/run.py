@@ -1,12 +1,9 @@
 """``run(units, executor)``: the one way a sweep's jobs are trained, whichever launcher made them.
 
-A **unit** is a list of ``PlannedJob``: a job alone, or a group that trains as one stacked model. An **executor** runs
-``run_unit`` once per unit:
-
-- ``InProcess``: in this process, one after another (``engine=sequential``; a search worker's trials);
-- ``Processes``: in this machine's worker processes (pebble's pool: ``pool.py``; ``engine=processes`` and
-  ``hydra/launcher=local_parallel``), where a worker's death costs its own unit alone, recorded failed;
-- ``Submitit``: one SLURM array task a unit (``hydra/launcher=slurm``, ``engine=submitit``: ``cli/slurm.py``).
+A **unit** is a list of ``PlannedJob``: a job alone, or a group that trains as one stacked model. An **executor**
+(``launch/executors.py``: ``InProcess``, ``Processes``, ``Submitit``) runs ``run_unit`` once per unit, here, in this
+machine's worker processes or as SLURM tasks; what it cannot run (a unit whose worker died) it hands back to
+``record_failed``.
 
 What a unit does is the same in each: a job alone runs as Hydra's launchers run a job (``run_job`` with the command's
 task function, ``cli/train.hydra_main``, which calls ``fit_unit``); a group's members get their folders
@@ -20,8 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +28,11 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, env_override, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from initnorm.cli import console, disk, workers
+from initnorm.cli import console, disk
 from initnorm.cli.composer import Composer
 from initnorm.cli.sweep import swept_keys
 from initnorm.cli.unit import failed, fit_unit, full_error
+from initnorm.launch import executors, workers
 from initnorm.training import signals
 from initnorm.training.compiling import use_cache
 from initnorm.training.devices import placement
@@ -248,85 +245,20 @@ def record_failed(jobs: Sequence[PlannedJob], exc: BaseException, sweep_dir: Pat
     return rets
 
 
-# --- the executors ------------------------------------------------------------------------------------------------------
-
-
-class InProcess:
-    """Each unit in this process, one after another; none starts after a stop signal."""
-
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
-        state = Singleton.get_state()
-        workers.end()  # warmed for nothing: the units run here
-        results = []
-        for a in args:
-            results.append(fn(*a))
-            if results[-1][1] is not None:
-                break  # stopped by a signal: no further unit starts
-        Singleton.set_state(state)
-        return results
-
-
-@dataclass
-class Processes:
-    """Each unit in one of this machine's worker processes (``workers.pool``: pebble's), longest units first. A unit whose
-    worker died (``Lost``) costs its own jobs, each recorded failed with the reason. A stop signal to this process alone
-    is passed on to the workers (as SIGTERM: one sent to the whole group reached them already, and a second SIGINT would
-    mean "at once"); the workers and their fork server are ended whatever happens."""
-
-    n_jobs: int
-
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
-        from initnorm.cli.pool import Lost  # (pebble: the launchers extra)
-
-        order = sorted(range(len(args)), key=lambda k: -len(args[k][0]))
-        pool = workers.pool(self.n_jobs, len(args))
-
-        def stopped_there(result: Any) -> None:  # a stop signal sent to one worker alone stops the sweep as one to this process
-            if isinstance(result, tuple) and result[1] is not None and signals.requested() is None:
-                signals.record(result[1][0])
-
-        try:
-            with signals.passed_on(lambda signum: pool.send(signal.SIGTERM)):
-                out = pool.run(fn, [args[k] for k in order], stopping=lambda: signals.requested() is not None,
-                               on_result=stopped_there)
-        finally:
-            workers.end()  # nothing outlives the command, stopped or not
-        results: list[Any] = [None] * len(args)
-        for k, r in zip(order, out):
-            # its worker died, or it raised past every job: its jobs alone are failed
-            results[k] = (record_failed(units[k], UnitLost(r.reason), sweep_dir), None) if isinstance(r, Lost) else r
-        return results
-
-
-@dataclass
-class Submitit:
-    """Each unit one task of a SLURM array through submitit (``cli/slurm.submit``: the command's environment forwarded,
-    SLURM's stops checkpointed and requeued or recorded, a task that never answered recorded with its state), with
-    ``hydra/launcher=slurm``'s keys (``slurm``)."""
-
-    slurm: Mapping[str, Any]
-
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[list[PlannedJob]], sweep_dir: Path) -> list[Any]:
-        from initnorm.cli import slurm
-
-        return slurm.submit(fn, args, units, sweep_dir, self.slurm, describe)
-
-
 def run(units: Sequence[list[PlannedJob]], executor, hydra_context, config: DictConfig, task_function,
         job_id: Callable[[str, int], Any] = pool_job_id) -> list[JobReturn]:
-    """Every unit through ``executor``; the jobs' returns, in the jobs' order (``job_id``: ``hydra.job.id`` as the
-    launcher's Hydra plugin sets it). A stop signal that ended or kept back any
+    """Every unit through ``executor`` (``launch/executors.py``); the jobs' returns, in the jobs' order (``job_id``:
+    ``hydra.job.id`` as the launcher's Hydra plugin sets it). A stop signal that ended or kept back any
     unit is raised once, as ``signals.Interrupted`` with a checkpoint a unit saved, after every unit has answered."""
     ctx = Context(hydra_context, config, task_function, Singleton.get_state(),
-                  workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}, isinstance(executor, Processes),
+                  workers.shared_env() | {workers.LAUNCHER_PID_ENV: str(os.getpid())}, isinstance(executor, executors.Processes),
                   job_id)
     args = [(u, k, ctx) for k, u in enumerate(units)]
-    results = executor.map(run_unit, args, units, Path(str(config.hydra.sweep.dir)))
-    unstarted = (signals.requested() or signal.SIGTERM, None, None, False)
-    results = [r if r is not None else ([], unstarted) for r in results]  # None: a stop signal kept it from starting
-    stops = [stop for _, stop in results if stop is not None]
-    if stops:
-        saved = next((s for s in stops if s[1] is not None), stops[0])  # a unit that checkpointed, for the report
-        raise signals.Interrupted(signals.requested() or saved[0], saved[1], saved[2], any(s[3] for s in stops))
-    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets, _ in results for ret in rets}
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    jobs = executors.Jobs(describe, lambda unit, reason: record_failed(unit, UnitLost(reason), sweep_dir))
+    state = Singleton.get_state() if isinstance(executor, executors.InProcess) else None
+    results = executor.map(run_unit, args, units, sweep_dir, jobs)
+    if state is not None:  # the units ran here, each setting Hydra's state as a unit does
+        Singleton.set_state(state)
+    by_num = {ret.hydra_cfg.hydra.job.num: ret for rets in executors.answers(results) for ret in rets}
     return [by_num[num] for num in sorted(j.num for u in units for j in u) if num in by_num]

@@ -72,7 +72,7 @@ class Worker:
         return told
 
     def parent_alive(self) -> bool:
-        from initnorm.cli.workers import alive
+        from initnorm.launch.workers import alive
 
         return self.parent is None or alive(self.parent)
 
@@ -120,11 +120,12 @@ class Worker:
         """One job, a unit alone, through ``cli/run.run`` in this process; its folder."""
         from initnorm.cli import run
         from initnorm.cli.composer import Composer
+        from initnorm.launch.executors import InProcess
 
         if self._composer is None:  # one per worker: each composition of group choices made once
             self._composer = Composer(self.hydra_context.config_loader, self.config)
         job = run.PlannedJob(num, list(overrides), "a search trial's job", composer=self._composer)
-        (ret,) = run.run([[job]], run.InProcess(), self.hydra_context, self.config, self.task_function)
+        (ret,) = run.run([[job]], InProcess(), self.hydra_context, self.config, self.task_function)
         return ret.working_dir
 
 

@@ -149,7 +149,7 @@ class LocalProcess:
 
     def state(self) -> str:
         """`` (stopped: ...)`` where the process is stopped (SIGSTOP, SIGTSTP), with what resumes it."""
-        from initnorm.cli.pool import stopped
+        from initnorm.launch.pool import stopped
 
         pid = self.process.pid
         return f" (stopped by SIGSTOP or SIGTSTP: `kill -CONT {pid}` resumes it)" if pid is not None and stopped([pid]) else ""
@@ -177,16 +177,17 @@ class LocalProcess:
 
 
 class LocalStart:
-    """Local worker processes, as a parallel sweep's (``cli/workers.py``): on Linux forked from a server that has only
+    """Local worker processes, as a parallel sweep's (``launch/workers.py``): on Linux forked from a server that has only
     imported torch, Lightning and the library, else spawned; never a fork of this process, whose torch may have started
     its thread pools."""
 
     def __init__(self):
-        from initnorm.cli import workers
+        from initnorm.cli.workers import WORKER_MODULES
+        from initnorm.launch import workers
 
         self.context = multiprocessing.get_context(workers.start_method())
         if workers.start_method() == "forkserver":
-            self.context.set_forkserver_preload(list(workers.WORKER_MODULES))
+            self.context.set_forkserver_preload(list(WORKER_MODULES))
 
     def __call__(self, worker: Worker) -> LocalProcess:
         import cloudpickle  # submitit's dependency: the task function and Hydra's context, as submitit pickles them
@@ -245,19 +246,11 @@ class SlurmStart:
     """Each worker one SLURM task through submitit, with the slurm launcher's settings (``conf/hydra/launcher/slurm.yaml``)."""
 
     def __init__(self, launcher):
-        import submitit
-        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-        from omegaconf import OmegaConf
+        from initnorm.launch.slurm import executor
 
-        from initnorm.cli.slurm import forwarded_environment
-
-        params = dict(launcher.params)
-        params["setup"] = forwarded_environment() + list(params.get("setup") or [])
-        self.executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
-                                              slurm_max_num_timeout=params.pop("max_num_timeout", 0))
-        common = set(OmegaConf.structured(BaseQueueConf).keys())
+        self.executor, settings = executor(launcher.params, None)
         try:
-            self.executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
+            self.executor.update_parameters(**settings)
         except Exception as exc:
             raise ConfigError(f"hydra.launcher: {exc}; fix the setting it names (conf/hydra/launcher/slurm.yaml)") from None
 

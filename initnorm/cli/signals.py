@@ -4,7 +4,7 @@ SIGTERM, 130 for SIGINT) and the last line is the command that resumes.
 
 ``python -m initnorm.train`` records the stop signals from its first line (``initnorm/train.py``) and runs
 everything after the command line is read inside ``honoured(argv)``: the checks of every job (between two
-jobs' checks), the workers' start (``cli/pool.py``: no unit is handed out), Hydra's jobs (each calls
+jobs' checks), the workers' start (``launch/pool.py``: no unit is handed out), Hydra's jobs (each calls
 ``job_started()`` first; the training loop stops through ``initnorm.training.checkpoints.CheckpointOnSignal``;
 a parallel launcher passes the signal on to its workers) and the summary (``raise_if_requested`` after it).
 The mechanism itself (what a handler records, which signals, ``Interrupted``) is in

@@ -9,7 +9,7 @@
    ``hydra.launcher.max_group`` and ``max_params``); a group of one runs alone.
 3. The units of work (a group, or a job alone) go to ``cli/run.run`` with the engine's executor: one after another
    in this process (``engine: sequential``), in worker processes of this machine (``engine: processes``, pebble's
-   pool: ``pool.py``; one per core, started as the command line is read: ``workers.py``; with N GPUs, unit k on GPU
+   pool: ``launch/pool.py``; one per core, started as the command line is read: ``launch/workers.py``; with N GPUs, unit k on GPU
    k mod N), or as the tasks of one SLURM array through submitit (``engine: submitit``, with the keys of
    ``hydra/launcher=slurm`` under ``hydra.launcher.slurm``). Every member gets the folder Hydra's ``run_job`` would
    give it (``.hydra/``, ``train.log``) from ``member_setup.py``, in milliseconds (through ``run_job`` itself where a
@@ -28,10 +28,12 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import checked_plan, console, forks, launchers, run, workers
+from initnorm.cli import checked_plan, console, forks, launchers, run
 from initnorm.cli.composer import Composer
 from initnorm.cli.run import PlannedJob
+from initnorm.cli.workers import WORKER_MODULES
 from initnorm.errors import ConfigError
+from initnorm.launch import executors, workers
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import parameter_count
 from initnorm.training.grouping import place, units_of
@@ -81,7 +83,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
            job_id=run.pool_job_id, params: dict[str, Any] | None = None) -> Sequence[JobReturn]:
     """Run the jobs as units (``grouped``: stacked groups and jobs alone; else one job a unit: ``hydra/launcher=local_parallel``
     in the worker processes, Hydra's basic launcher in this process, ``cli/basic.py``, and ``hydra/launcher=slurm`` a SLURM
-    task each, ``cli/slurm.as_engine``'s ``params``), ``hydra.job.id`` as ``job_id`` makes it."""
+    task each, ``launch/slurm.as_engine``'s ``params``), ``hydra.job.id`` as ``job_id`` makes it."""
     setup_globals()
     config, hydra_context = launcher.config, launcher.hydra_context
     params = dict(launcher.params if params is None else params)
@@ -105,7 +107,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     # The workers import torch, Lightning and initnorm (~3 s each) while this process composes the
     # jobs (~0.15 s a job); started by the command line (workers.start_early) where it names this launcher.
     if engine == "processes" and len(job_overrides) > 1:
-        workers.started_early() or workers.warm(params["n_jobs"])
+        workers.started_early() or workers.warm(params["n_jobs"], WORKER_MODULES)
     else:
         workers.end()
     jobs, examples = classify(hydra_context, config, job_overrides, initial_job_idx)
@@ -130,9 +132,9 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             log.info("\t#%d : %s%s", j.num, " ".join(filter_overrides(j.overrides)),
                      f"  (alone: {j.alone})" if j.alone and len(u) == 1 and "result" not in j.alone else "")
     if engine == "submitit":
-        executor = run.Submitit(params["slurm"])
+        executor = executors.Submitit(params["slurm"])
     elif engine == "sequential" or len(units) == 1:
-        executor = run.InProcess()
+        executor = executors.InProcess()
     else:
-        executor = run.Processes(params["n_jobs"])
+        executor = executors.Processes(params["n_jobs"], WORKER_MODULES)
     return run.run(units, executor, hydra_context, config, launcher.task_function, job_id)

@@ -37,7 +37,7 @@ from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
-from initnorm.cli.disk import DiskError
+from initnorm.errors import DiskError
 from initnorm.training import signals
 
 try:  # pickles the task function and Hydra's context by value where plain pickle cannot (a test's local function)

@@ -1,8 +1,8 @@
 """SLURM through submitit: ``hydra/launcher=slurm`` (one job a task) and the vectorised launcher's ``engine=submitit``
-(one unit a task), both ``cli/run.run``'s ``Submitit`` executor, as a real cluster behaves.
+(one unit a task), both ``cli/run.run``'s ``Submitit`` executor (``executors.py``), as a real cluster behaves.
 
 ``hydra_plugins/initnorm_launchers/_slurm.py`` (Hydra's submitit launcher's keys and config) hands its jobs to
-``cli/vectorized.launch``, one unit a job, which runs them through ``run.run(units, run.Submitit(...))``: here, with
+``cli/vectorized.launch``, one unit a job, which runs them through ``run.run(units, executors.Submitit(...))``: here, with
 three changes to what submitit alone does, tried against a real SLURM (tests/slurm/, docs/slurm.md):
 
 - **What a job needs from the submitting machine reaches it**, also on sites whose sbatch
@@ -34,9 +34,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from hydra.core.utils import filter_overrides
-from omegaconf import OmegaConf
 
 from initnorm import envvars
 
@@ -106,8 +103,30 @@ def as_engine(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"engine": "submitit", "slurm": dict(params), "max_group": 1, "max_params": None, "n_jobs": 1}
 
 
-# Where a job's record goes, what it holds and the return Hydra's sweeper reads: ``run.describe``, passed in (this module
-# is run's, and imports nothing of it).
+def executor(params: Mapping[str, Any], folder: str | None) -> tuple[Any, dict[str, Any]]:
+    """submitit's SLURM executor for ``params`` (``hydra/launcher=slurm``'s keys), and what to give its
+    ``update_parameters``: the command's environment forwarded (``forwarded_environment``), the keys of Hydra's submitit
+    launcher's base config as they are, every other one as ``slurm_<key>``; ``folder``: submitit's files, unless
+    ``params`` names theirs (``submitit_folder``)."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    params = dict(params)
+    params["setup"] = forwarded_environment() + list(params.get("setup") or [])
+    made = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder", folder),
+                                 slurm_max_num_timeout=params.pop("max_num_timeout", 0))
+    common = set(OmegaConf.structured(BaseQueueConf).keys())
+    return made, {k if k in common else f"slurm_{k}": v for k, v in params.items()}
+
+
+def shown(overrides: Sequence[str]) -> str:
+    """A job's overrides as its line shows them: without Hydra's own (``hydra.*``), as Hydra's launchers print them."""
+    return " ".join(o for o in overrides if not o.startswith("hydra."))
+
+
+# Where a job's record goes, what it holds and the return Hydra's sweeper reads: ``run.describe``, passed in (this package
+# knows no Hydra job).
 Describe = Callable[[Any], tuple[Path, dict[str, Any], Any]]
 
 
@@ -116,21 +135,14 @@ def submit(fn: Callable[..., Any], args: Sequence[tuple], units: Sequence[Sequen
     """Each unit one task of a SLURM array (``params``: hydra/launcher=slurm's keys, or the vectorised launcher's
     ``hydra.launcher.slurm``), the command's environment forwarded, waited for; each task's answer, or, for one that
     gave none, its jobs recorded with SLURM's state (``outcome``)."""
-    import submitit
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-
-    params = {k: v for k, v in dict(params).items() if v is not None}
-    params["setup"] = forwarded_environment() + list(params.get("setup") or [])
-    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder", str(sweep_dir / ".submitit" / "%j")),
-                                     slurm_max_num_timeout=params.pop("max_num_timeout", 0))
-    common = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor.update_parameters(**{k if k in common else f"slurm_{k}": v for k, v in params.items()})
+    slurm, settings = executor({k: v for k, v in dict(params).items() if v is not None}, str(sweep_dir / ".submitit" / "%j"))
+    slurm.update_parameters(**settings)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     print(f"[slurm] {sum(len(u) for u in units)} job(s) into {sweep_dir}:", file=sys.stderr)
     for job in sorted((j for u in units for j in u), key=lambda j: j.num):
-        print(f"[slurm]   #{job.num}: {' '.join(filter_overrides(job.overrides))}", file=sys.stderr)
+        print(f"[slurm]   #{job.num}: {shown(job.overrides)}", file=sys.stderr)
     submitted = time.time()
-    tasks = executor.map_array(Task(fn, describe), *zip(*args))
+    tasks = slurm.map_array(Task(fn, describe), *zip(*args))
     ids = sorted({t.job_id.split("_")[0] for t in tasks})
     print(f"[slurm] submitted as SLURM job {', '.join(ids)}; waiting for it (`squeue -j {ids[0]}`)", file=sys.stderr)
     wait(tasks, ids, sweep_dir)
