@@ -406,7 +406,7 @@ def group_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[str], lis
         key = tuple(row_value(r, k) for k in keys)
         row = rows.setdefault(key, {**dict(zip(keys, key)), "seeds": [], "values": {m: [] for m in metrics}, "diverged": 0,
                                     "diverged_at": [], "failed": [], "pruned": []})
-        if r.get("status") == "pruned":  # a search's pruner stopped it on purpose (cli/search_pruning.py): not a failure
+        if r.get("status") == "pruned":  # a search's pruner stopped it on purpose (search/pruning.py): not a failure
             row["pruned"].append(f"seed {r.get('seed')} at step {r.get('steps')}")
             continue
         if r.get("status", "finished") != "finished":  # failed, or stopped by the cluster (cancelled, timeout ...)

@@ -244,7 +244,7 @@ def test_a_planted_running_trial_is_refused_and_nothing_is_launched(tmp_path, pl
     its params became `k=v` overrides unchecked. Now: exactly the space's keys, each value one the space could ask."""
     import optuna
 
-    from initnorm.cli.search_study import STUDY_FILE, open_study
+    from initnorm.search.study import STUDY_FILE, open_study
     from tests.test_search import run_search
 
     marker = tmp_path / "X"

@@ -116,7 +116,7 @@ def test_a_trial_a_killed_search_left_running_is_relaunched_with_its_value_from_
     """The study of an earlier initnorm (SQLite, search.db) is read into the journal file, its running trial included."""
     import optuna
 
-    from initnorm.cli.search_study import LEGACY_FILE, STUDY_FILE, STUDY_NAME
+    from initnorm.search.study import LEGACY_FILE, STUDY_FILE, STUDY_NAME
 
     folder = tmp_path / "killed"
     folder.mkdir()
@@ -168,7 +168,7 @@ def test_a_diverged_seed_prunes_the_trial_and_a_crash_fails_it():
 
 
 def test_the_search_figure_and_table_call_a_pruned_trial_pruned(monkeypatch):
-    """A PRUNED trial is one the pruner stopped or one with a diverged seed (search_pruning.py, search_study.py): the
+    """A PRUNED trial is one the pruner stopped or one with a diverged seed (search/pruning.py, search/study.py): the
     figure's legend and search.md say pruned, not diverged."""
     from initnorm import plots, search_report
 
@@ -263,7 +263,9 @@ def _asked(folder: Path, batches: int, told_last: bool = True) -> list[float]:
     ``told_last=False``: the last batch is asked and never told (the run was killed while it trained)."""
     from optuna.trial import TrialState
 
-    from initnorm.cli.search import SearchSweeper, distributions, resumed_trials
+    from initnorm.cli.search import SearchSweeper
+    from initnorm.cli.search_plan import distributions
+    from initnorm.search.study import resumed_trials
 
     sweeper = SearchSweeper(seed=0, n_trials=100, n_jobs=2, params={"lr": "tag(log, interval(1e-4, 1.0))"})
     space = distributions({"lr": "tag(log, interval(1e-4, 1.0))"})

@@ -1,4 +1,4 @@
-"""hydra.sweeper.workers=N (initnorm/cli/search_workers.py, search_worker.py): workers that each ask their next trial
+"""hydra.sweeper.workers=N (initnorm/cli/search_workers.py, initnorm/search/workers.py, worker.py): workers that each ask their next trial
 from one journal file; a worker killed mid-trial leaves its trial to be asked again; a rerun resumes; one worker asks
 what the batches ask; the median pruner prunes a trial at a validation point and its job is recorded pruned.
 
@@ -33,7 +33,7 @@ def search(folder: Path, *overrides: str):
 
 
 def study_of(folder: Path):
-    from initnorm.cli import search_study
+    from initnorm.search import study as search_study
 
     return search_study.existing(folder)
 
@@ -87,7 +87,8 @@ def test_one_worker_asks_the_trials_the_batches_of_one_ask(tmp_path):
     the same trials run after run (the default's seeded rerun: test_search.py)."""
     import optuna
 
-    from initnorm.cli.search import SearchSweeper, distributions
+    from initnorm.cli.search import SearchSweeper
+    from initnorm.cli.search_plan import distributions
 
     worker, _ = search(tmp_path / "w", "hydra.sweeper.workers=1", "hydra.sweeper.n_trials=3")
     assert [t["state"] for t in worker["trials"]] == ["COMPLETE"] * 3
@@ -105,7 +106,7 @@ def test_the_median_pruner_stops_a_trial_at_a_validation_point_and_its_job_says_
     says pruned (not failed, not stopped), and the command ends 0."""
     import optuna
 
-    from initnorm.cli import search_study
+    from initnorm.search import study as search_study
 
     folder = tmp_path / "p"
     folder.mkdir()
@@ -176,7 +177,7 @@ def test_the_watch_names_a_still_worker_then_ends_it(tmp_path):
     """The heartbeat's arithmetic on a clock of the test's own: a number that moves keeps a worker alive; one that stands
     still is named at half the timeout and ended at the timeout; a worker with no beat yet (starting, or a SLURM task in
     the queue) is never hung."""
-    from initnorm.cli import search_hang
+    from initnorm.search import hang as search_hang
 
     watch = search_hang.Watch(tmp_path, timeout_s=20)
     beat = search_hang.beat_file(tmp_path, "0.1")

@@ -14,7 +14,7 @@ with a grid of its own (``experiment=mup_mlp_sweep``: param, width and lr) merge
 and ``param=mup width=64`` fix those. A search runs at one size, so a width or depth left in the space
 is refused.
 
-The study lives in ``<sweep folder>/search.journal``, one Optuna journal file (``cli/search_study.py``; an
+The study lives in ``<sweep folder>/search.journal``, one Optuna journal file (``search/study.py``; an
 earlier ``search.db`` is read into it). The same command again (with ``hydra.sweep.dir`` pinned) loads it:
 trials it finished are not asked again, trials a killed run left running are launched again with their own
 values (their job folders skip or resume, as in any sweep), and it asks only the trials still missing up to
@@ -22,8 +22,8 @@ values (their job folders skip or resume, as in any sweep), and it asks only the
 keys, each value one the space could ask (``resumed_trials``): a study can never name a key or a value the
 command line did not.
 
-``hydra.sweeper.workers=N`` drops the batches: N workers (``cli/search_workers.py``: local processes, or SLURM
-tasks under ``hydra/launcher=slurm``) each ask a trial, train its jobs, tell it and ask the next, sharing the
+``hydra.sweeper.workers=N`` drops the batches: N workers (``cli/search_workers.py``, ``search/workers.py``: local
+processes, or SLURM tasks under ``hydra/launcher=slurm``) each ask a trial, train its jobs, tell it and ask the next, sharing the
 journal; an optional pruner stops a trial at a validation point (docs/search.md). Unset (the default), the
 batches above.
 """
@@ -39,11 +39,12 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from initnorm.cli import search_study
 from initnorm.cli.launchers import installed, kind
-from initnorm.cli.search_study import STUDY_FILE, STUDY_NAME, distributions, job_state, planned, resumed_trials  # noqa: F401
+from initnorm.cli.search_plan import distributions
 from initnorm.errors import ConfigError
 from initnorm.results import write_atomic
+from initnorm.search import study as search_study
+from initnorm.search.study import STUDY_FILE, job_state, resumed_trials
 
 EXTRA = "pip install 'initnorm[search]'"
 
@@ -209,7 +210,7 @@ class SearchSweeper(Sweeper):
         self.params = {str(k): str(v) for k, v in (params or {}).items()}
         self.direction = direction
         self.workers, self.pruner, self.startup_trials, self.retries = workers, str(pruner), int(startup_trials), int(retries)
-        self.hang_timeout_s = None if hang_timeout_s is None else float(hang_timeout_s)  # a worker's (cli/search_hang.py)
+        self.hang_timeout_s = None if hang_timeout_s is None else float(hang_timeout_s)  # a worker's (search/hang.py)
         self.launcher = self.config = self.hydra_context = self.task_function = None
         for key, value in (("n_trials", self.n_trials), ("n_jobs", self.n_jobs)):
             if value < 1:

@@ -1,268 +1,73 @@
-"""``hydra.sweeper.workers=N``: the sweep's process starts N workers (``cli/search_worker.py``) and waits for them.
+"""``hydra.sweeper.workers=N`` from the command line: the search's workers made from Hydra's sweeper and run by
+``search/workers.supervise`` (local processes, or SLURM tasks under ``hydra/launcher=slurm``); docs/search.md.
 
-Local processes (spawned: a fresh interpreter each, whatever threads this process runs), or SLURM tasks through
-submitit under ``hydra/launcher=slurm`` (its ``hydra.launcher.*`` settings: partition, time limit, GPUs ...).
-
-A worker that dies (any exit but 0: a signal, the OOM killer, a node lost, a time limit) leaves its trial
-RUNNING in the journal: this process records it failed and asks it again with its values (Optuna's
-``RetryFailedTrialCallback``, at most ``hydra.sweeper.retries`` times), and starts a worker in its place; its
-jobs resume from their checkpoints. A worker that dies before it asked any trial is not started again (the same
-start would fail the same way): one line names it and its log. Optuna's journal storage has no heartbeat, so
-this process, which sees its workers end, is what finds a dead one; a worker that hangs or is stopped (SIGSTOP) is
-found by a heartbeat of its own (``cli/search_hang.py``): named when it stands still, ended after
-``hydra.sweeper.hang_timeout_s``, and then its trial is asked again as a dead one's is.
-
-A rerun of the command holds the sweep folder's lock (``cli/lock.py``): any trial still RUNNING in the journal
-was left by a run that ended, and is asked again the same way before the workers start.
+What is Hydra's stays here: the space read from the command line's sweep syntax, the launcher's settings, and how a
+worker trains a trial's job (``HydraJobs``: ``run.run`` of it in the worker's process, as every launcher's job alone).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import sys
-import time
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initnorm.cli import launchers, search_hang, search_study
-from initnorm.cli.search_worker import Worker, local_main
-from initnorm.errors import ConfigError
+from initnorm.cli import launchers
+from initnorm.cli.search_plan import distributions
+from initnorm.search import study as search_study
+from initnorm.search.worker import Worker
+from initnorm.search.workers import LocalStart, SlurmStart, supervise
 
-POLL_S = 0.5  # how often the workers are looked at: a local worker's end is seen at once through its sentinel
-SLURM_POLL_S = 10.0  # submitit asks squeue/sacct: not more often than this
+
+@dataclass
+class HydraJobs:
+    """How a search worker trains a trial's job (``search/worker.Jobs``), pickled with it: Hydra's context and state, to
+    run jobs as the launcher does."""
+
+    hydra_context: Any
+    task_function: Any
+    config: Any
+    singletons: dict[str, Any] = field(default_factory=dict)  # Hydra's Singleton state (its plugins, its config store)
+    _composer: Any = None  # its jobs' configs, composed in its process (cli/composer.py)
+
+    def setup(self) -> None:
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        Singleton.set_state(self.singletons)
+        setup_globals()
+
+    def __call__(self, overrides: Sequence[str], num: int) -> str | None:
+        """One job, a unit alone, through ``cli/run.run`` in this process; its folder."""
+        from initnorm.cli import run
+        from initnorm.cli.composer import Composer
+        from initnorm.launch.executors import InProcess
+
+        if self._composer is None:  # one per worker: each composition of group choices made once
+            self._composer = Composer(self.hydra_context.config_loader, self.config)
+        job = run.PlannedJob(num, list(overrides), "a search trial's job", composer=self._composer)
+        (ret,) = run.run([[job]], InProcess(), self.hydra_context, self.config, self.task_function)
+        return ret.working_dir
 
 
 def run_workers(sweeper, study, folder: Path, fixed: list[str], space: dict[str, str], metric: str) -> list:
     """Start ``sweeper.workers`` workers on ``folder``'s study and wait for them; a dead one's trial asked again."""
     from hydra.core.singleton import Singleton
 
+    from initnorm.cli.workers import WORKER_MODULES
+
+    space = distributions(space)
     # checked: the file is data
-    left = search_study.resumed_trials(study, search_study.distributions(space), folder / search_study.STUDY_FILE)
-    for number, _ in left:
+    for number, _ in search_study.resumed_trials(study, space, folder / search_study.STUDY_FILE):
         search_study.retry(study, number, sweeper.retries)
     slurm = launchers.kind(sweeper.config.hydra.launcher) == "slurm"
+    jobs = HydraJobs(sweeper.hydra_context, sweeper.task_function, sweeper.config, Singleton.get_state())
     base = {"folder": str(folder.absolute()), "space": space, "fixed": fixed, "seeds": sweeper.seeds, "metric": metric,
             "n_trials": sweeper.n_trials, "seed": sweeper.seed, "workers": int(sweeper.workers), "direction": sweeper.direction,
-            "pruner": sweeper.pruner, "startup_trials": sweeper.startup_trials, "hydra_context": sweeper.hydra_context,
-            "task_function": sweeper.task_function, "config": sweeper.config, "singletons": Singleton.get_state()}
-    start = SlurmStart(sweeper.launcher) if slurm else LocalStart()
-    starts = {k: 0 for k in range(int(sweeper.workers))}
-    watch = search_hang.Watch(folder, sweeper.hang_timeout_s)
-
-    def launch(k: int):
-        starts[k] += 1
-        token = f"{k}.{starts[k]}"
-        watch.started(token)  # counted from its first beat
-        return token, start(Worker(index=k, token=token, parent=None if slurm else _pid(), **base))
-
-    running = {k: launch(k) for k in starts}
-    try:
-        while running:
-            for k, (token, handle) in list(running.items()):
-                code = handle.exit_code()
-                if code is None:
-                    _look(watch, study, token, k, handle)
-                    continue
-                del running[k]
-                if code != 0 and _restart(study, token, k, handle, sweeper.retries):
-                    running[k] = launch(k)
-            if not running and _unowned(study, sweeper.retries):  # a trial asked by a worker that died before it said whose
-                running[0] = launch(0)
-            start.wait(running)
-    finally:
-        for _, handle in running.values():
-            handle.stop()
+            "pruner": sweeper.pruner, "startup_trials": sweeper.startup_trials, "jobs": jobs,
+            "parent": None if slurm else os.getpid()}
+    start = SlurmStart(sweeper.launcher.params) if slurm else LocalStart(WORKER_MODULES)
+    supervise(study, folder, int(sweeper.workers), sweeper.hang_timeout_s, sweeper.retries,
+              lambda k, token: Worker(index=k, token=token, **base), start)
     return []
-
-
-def _look(watch, study, token: str, k: int, handle) -> None:
-    """Worker ``k`` (start ``token``), still running: named once it stands still, ended once it has for the timeout (its
-    end is then seen as a death: its trial asked again)."""
-    verdict = watch.verdict(token)
-    if verdict is None or handle.ended:
-        return
-    from optuna.trial import TrialState
-
-    held = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if (t.user_attrs.get("worker") or {}).get("token") == token]
-    what = f"search worker {k} ({handle.where()}{f', trial {held[0]}' if held else ''})"
-    still = f"has spent no CPU for {watch.still_for(token):.0f} s{handle.state()}"
-    if verdict == "name":
-        print(f"warning: {what} {still}; it is ended, and its trial asked again, once it has for "
-              f"hydra.sweeper.hang_timeout_s={watch.timeout_s:g}", file=sys.stderr, flush=True)
-    else:
-        print(f"{what} {still}: ended as hung (hydra.sweeper.hang_timeout_s={watch.timeout_s:g})", file=sys.stderr, flush=True)
-        handle.end()
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-
-def _restart(study, token: str, k: int, handle, retries: int) -> bool:
-    """Worker ``k`` (start ``token``) died: its trial failed and asked again; True where a worker must take its place."""
-    from optuna.trial import TrialState
-
-    held = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if (t.user_attrs.get("worker") or {}).get("token") == token]
-    if not held and not any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
-        print(f"error: search worker {k} ended ({handle.describe()}) before it asked a trial: not started again; "
-              f"its log: {handle.log()}", file=sys.stderr)
-        return False
-    for t in held:
-        again = search_study.retry(study, t.number, retries)
-        print(f"search worker {k} ended ({handle.describe()}) in trial {t.number}: "
-              + (f"asked again with its values (its jobs resume from their checkpoints); its log: {handle.log()}" if again
-                 else f"failed, asked {retries} times already (hydra.sweeper.retries={retries}); its log: {handle.log()}"),
-              file=sys.stderr, flush=True)
-    return True
-
-
-def _unowned(study, retries: int) -> bool:
-    """Once every worker has ended: trials still RUNNING (asked by a worker that died before it wrote its name on them)
-    asked again; True where any trial now waits."""
-    from optuna.trial import TrialState
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        search_study.retry(study, t.number, retries)
-    return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
-
-
-class LocalProcess:
-    def __init__(self, process):
-        self.process, self.ended = process, False
-
-    def exit_code(self) -> int | None:
-        return self.process.exitcode
-
-    def describe(self) -> str:
-        code = self.process.exitcode
-        return f"exit {code}" if code is None or code >= 0 else f"signal {-code}"
-
-    def log(self) -> str:
-        return "this command's output"
-
-    def where(self) -> str:
-        return f"pid {self.process.pid}"
-
-    def state(self) -> str:
-        """`` (stopped: ...)`` where the process is stopped (SIGSTOP, SIGTSTP), with what resumes it."""
-        from initnorm.launch.pool import stopped
-
-        pid = self.process.pid
-        return f" (stopped by SIGSTOP or SIGTSTP: `kill -CONT {pid}` resumes it)" if pid is not None and stopped([pid]) else ""
-
-    def end(self) -> None:
-        """A hung worker ended at once (SIGKILL: a stopped one would not honour SIGTERM)."""
-        self.ended = True
-        self.process.kill()
-        self.process.join(30)
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.terminate()  # SIGTERM: its job stops; a rerun resumes it from its last checkpoint
-            self._wake()
-        self.process.join(30)
-
-    def _wake(self) -> None:
-        import os
-        import signal
-
-        try:
-            os.kill(self.process.pid, signal.SIGCONT)  # a stopped worker honours the SIGTERM once woken
-        except (ProcessLookupError, TypeError):
-            pass
-
-
-class LocalStart:
-    """Local worker processes, as a parallel sweep's (``launch/workers.py``): on Linux forked from a server that has only
-    imported torch, Lightning and the library, else spawned; never a fork of this process, whose torch may have started
-    its thread pools."""
-
-    def __init__(self):
-        from initnorm.cli.workers import WORKER_MODULES
-        from initnorm.launch import workers
-
-        self.context = multiprocessing.get_context(workers.start_method())
-        if workers.start_method() == "forkserver":
-            self.context.set_forkserver_preload(list(WORKER_MODULES))
-
-    def __call__(self, worker: Worker) -> LocalProcess:
-        import cloudpickle  # submitit's dependency: the task function and Hydra's context, as submitit pickles them
-
-        process = self.context.Process(target=local_main, args=(cloudpickle.dumps(worker),), name=f"search-worker-{worker.index}")
-        process.start()
-        return LocalProcess(process)
-
-    def wait(self, running: dict[int, tuple[str, LocalProcess]]) -> None:
-        """Until a worker ends, or a stop signal to this command (which then stops the workers)."""
-        from multiprocessing.connection import wait
-
-        from initnorm.training import signals
-
-        signals.raise_if_requested()
-        if running:
-            wait([h.process.sentinel for _, h in running.values()], timeout=POLL_S)
-
-
-class SlurmJob:
-    def __init__(self, job):
-        self.job, self.ended = job, False
-
-    def exit_code(self) -> int | None:
-        if not self.job.done():
-            return None
-        try:
-            self.job.result()
-        except Exception:
-            return 1
-        return 0
-
-    def describe(self) -> str:
-        return f"SLURM job {self.job.job_id}, {self.job.state}"
-
-    def log(self) -> str:
-        return str(self.job.paths.stderr)
-
-    def where(self) -> str:
-        return f"SLURM job {self.job.job_id}"
-
-    def state(self) -> str:
-        return ""
-
-    def end(self) -> None:
-        """A hung worker's task cancelled (``scancel``): SLURM ends it, the job then reads as done."""
-        self.ended = True
-        self.job.cancel(check=False)
-
-    def stop(self) -> None:
-        if not self.job.done():
-            self.job.cancel(check=False)
-
-
-class SlurmStart:
-    """Each worker one SLURM task through submitit, with the slurm launcher's settings (``conf/hydra/launcher/slurm.yaml``)."""
-
-    def __init__(self, launcher):
-        from initnorm.launch.slurm import executor
-
-        self.executor, settings = executor(launcher.params, None)
-        try:
-            self.executor.update_parameters(**settings)
-        except Exception as exc:
-            raise ConfigError(f"hydra.launcher: {exc}; fix the setting it names (conf/hydra/launcher/slurm.yaml)") from None
-
-    def __call__(self, worker: Worker) -> SlurmJob:
-        job = self.executor.submit(worker)
-        print(f"[slurm] search worker {worker.index} submitted as SLURM job {job.job_id}", file=sys.stderr, flush=True)
-        return SlurmJob(job)
-
-    def wait(self, running: dict[int, tuple[str, Any]]) -> None:
-        from initnorm.training import signals
-
-        deadline = time.monotonic() + SLURM_POLL_S
-        while time.monotonic() < deadline:
-            signals.raise_if_requested()
-            time.sleep(POLL_S)

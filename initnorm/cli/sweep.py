@@ -158,7 +158,7 @@ class SummaryCallback(Callback):
 
         sweep_started(config.hydra.sweep.dir)  # where to resume, also when the jobs run in other processes
         os.environ[console.START_ENV] = str(time.time())  # every job's progress line estimates the time left from it
-        from initnorm.cli.search_study import planned, workers_line
+        from initnorm.cli.search_plan import planned, workers_line
 
         trials = planned(config)  # a search asks its jobs as it goes: its total is trials x seeds, known from the start
         if trials is not None:

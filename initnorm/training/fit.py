@@ -404,7 +404,7 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
         # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
         # its final loss is its last validation's (EarlyStopping stops right after one), its state kept at the stop.
         saver.save(done)
-        # a callback may say why it stopped and as what, (status, why): a search's pruner says "pruned" (cli/search_pruning.py)
+        # a callback may say why it stopped and as what, (status, why): a search's pruner says "pruned" (search/pruning.py)
         own = next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None)
         if own is None:
             early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"

@@ -77,7 +77,7 @@ def hp_metrics(metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str
 
 def status_line(metrics: Mapping[str, Any]) -> str:
     """``final validation loss 1.8157`` (the loss the sweep's table scores, named: ``results.scored``), ``diverged at
-    step 412``, ``pruned: ...`` (a search's pruner: cli/search_pruning.py) or ``early-stopped at step 60 of 200 ...:
+    step 412``, ``pruned: ...`` (a search's pruner: search/pruning.py) or ``early-stopped at step 60 of 200 ...:
     final validation loss 1.9021``."""
     # .get: a finished record written by an older version may lack keys
     if (status := metrics.get("status")) and status in metrics:  # a callback's own word and why (fit.py): pruned

@@ -13,7 +13,7 @@ from tests.slurm.test_real_slurm import output, start, wait_for
 def running_trials(sweep):
     from optuna.trial import TrialState
 
-    from initnorm.cli import search_study
+    from initnorm.search import study as search_study
 
     if not (sweep / "search.journal").is_file():
         return []

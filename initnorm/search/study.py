@@ -6,9 +6,10 @@ where SQLite's locks are not safe. A sweep folder from an earlier initnorm holds
 (SQLite): it is read once into the journal (``optuna.copy_study``, every trial in its state) and left as it was.
 
 The asking and telling live here too, so that the sweep's own process (``cli/search.py``: the default, batches
-through the launcher) and each worker (``cli/search_worker.py``: ``hydra.sweeper.workers=N``) do the same:
+through the launcher) and each worker (``worker.py``: ``hydra.sweeper.workers=N``) do the same:
 ``ask`` seeds TPE from the study's state, ``tell`` turns a trial's jobs into its objective, ``retry`` asks a
-trial again whose worker died (Optuna's ``RetryFailedTrialCallback``).
+trial again whose worker died (Optuna's ``RetryFailedTrialCallback``). The search space arrives as Optuna's
+distributions (the command line's sweep syntax read by ``cli/search_plan.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
-
-from initnorm.cli import launchers
 from initnorm.errors import ConfigError
 from initnorm.results import read_record
 from initnorm.safe_files import planted
@@ -32,46 +29,6 @@ STUDY_NAME = "search"
 LOCK_SUFFIX = ".lock"
 ASK_LOCK = "search.asking"  # workers count the trials and ask the next under it (a link search.asking.lock while held)
 OTHER_WORKER = 7919  # a prime: worker k's sampler seed is apart from every other worker's for any realistic study
-
-
-def planned(config) -> tuple[int, int] | None:
-    """(trials, seeds) of a search's command, None for any other sweep: its jobs are trials x seeds, asked as it goes,
-    so the progress lines count against that (a resumed search's finished jobs among them)."""
-    sweeper = config.hydra.get("sweeper") or {}
-    if launchers.kind(sweeper) != "search":
-        return None
-    return int(sweeper.get("n_trials", 24)), len(sweeper.get("seeds") or [1])
-
-
-
-def workers_line(config) -> str | None:
-    """``2 workers, local processes, each asking its next trial as its last one ends``: what trains a search with
-    ``hydra.sweeper.workers`` set (its header line); None for any other sweep."""
-    workers = (config.hydra.get("sweeper") or {}).get("workers") if planned(config) else None
-    if not isinstance(workers, int):
-        return None
-    where = "SLURM tasks" if launchers.kind(config.hydra.launcher) == "slurm" else "local processes"
-    return f"{workers} worker{'s' * (workers != 1)}, {where}, each asking its next trial as its last one ends"
-
-
-def distributions(params: dict[str, str]) -> dict[str, Any]:
-    """``{lr: "tag(log, interval(1e-4, 0.1))"}`` -> Optuna distributions; Hydra's sweep syntax, as its Optuna sweeper reads it."""
-    import optuna.distributions as d
-
-    out = {}
-    for key, text in params.items():
-        sweep = OverridesParser.create().parse_override(f"{key}={text}").value()
-        if isinstance(sweep, IntervalSweep):
-            log = "log" in sweep.tags
-            ints = isinstance(sweep.start, int) and isinstance(sweep.end, int)
-            out[key] = (d.IntDistribution if ints else d.FloatDistribution)(sweep.start, sweep.end, log=log)
-        elif isinstance(sweep, ChoiceSweep):
-            out[key] = d.CategoricalDistribution(list(sweep.list))
-        else:
-            raise ConfigError(f"hydra.sweeper.params.{key}={text!r} is not a search space; allowed: interval(a, b), "
-                              "tag(log, interval(a, b)), choice(a, b, ...); "
-                              f"fix it with `'hydra.sweeper.params.{key}=\"tag(log, interval(1e-4, 0.1))\"'`")
-    return out
 
 
 def _not_a_study(path: Path, exc: BaseException | str) -> ConfigError:

@@ -6,7 +6,7 @@ seconds, the CPU seconds its process has spent besides the writing thread into `
 (the sweep folder: shared by a SLURM task and the sweep's process as the journal is). The sweep's process reads it:
 a worker whose number has not moved for ``NAME_S`` seconds is named on the console (a stopped local one as stopped,
 with the command that resumes it); one that has not moved for ``hang_timeout_s`` is ended and its trial asked again,
-as a dead worker's is (``cli/search_workers.py``). A stopped process's writing thread is stopped with it, so the
+as a dead worker's is (``workers.py``). A stopped process's writing thread is stopped with it, so the
 file stays still; a process that trains moves it many times a second.
 
 A worker that waits on purpose spends no CPU (a horizon fork's provider in another worker): the timeout is long

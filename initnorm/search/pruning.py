@@ -1,6 +1,6 @@
 """``hydra.sweeper.pruner=median|successive_halving``: a search's trial stopped at a validation point.
 
-A worker (``cli/search_worker.py``) trains its trial's jobs in its own process, one after another; it adds
+A worker (``worker.py``) trains its trial's jobs in its own process, one after another; it adds
 ``Prune`` to each job's callbacks (``+callbacks.search_pruner._target_``: the callbacks are how a run is watched,
 so a folder's resume ignores them) and sets ``CURRENT`` to the trial. At each validation point the callback
 reports the job's validation loss to the trial and, where Optuna's pruner says so, stops the fit; the worker then
@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 
-TARGET = "initnorm.cli.search_pruning.Prune"
+TARGET = "initnorm.search.pruning.Prune"
 # The worker's trial in progress: {"trial": optuna.Trial, "index": the job's place among its seeds, "pruner": its name}.
 CURRENT: dict[str, Any] = {}
 
