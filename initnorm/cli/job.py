@@ -15,10 +15,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import console, forks, unit
+from initnorm.cli import console, unit
 from initnorm.cli.jobinfo import JobInfo, hparams_of, hparams_writer, job_meta, job_overrides, launch_folder, run_label
 from initnorm.cli.sweep import swept_keys
 from initnorm.config import to_plain
+from initnorm.launch import forks
 from initnorm.training.compiling import should_compile, use_cache
 from initnorm.training.devices import placement
 from initnorm.training.distributed import Placement
@@ -52,7 +53,7 @@ def preflight_checked() -> dict[str, Any] | None:
 def as_member(c: dict[str, Any], out_dir: str | Path, job: JobInfo | None = None, sweep_dir: str | Path | None = None) -> Member:
     """This job (inside Hydra's run of it, or ``job``: its overrides, number and choices) as a member to fit: its config,
     folder, label, record fields, HPARAMS and its place in a horizon fork of its sweep (``sweep_dir``, default Hydra's
-    sweep folder in a multirun: ``cli/forks.py``)."""
+    sweep folder in a multirun: ``launch/forks.py``)."""
     overrides = (job or job_overrides())[0]
     if sweep_dir is None and console.in_sweep():
         from hydra.core.hydra_config import HydraConfig

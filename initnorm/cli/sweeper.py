@@ -46,11 +46,11 @@ class CheckedSweeper(Sweeper):
         launch = self.basic.launcher.launch
 
         def forked(batch: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
-            """The batch with its horizon-fork plan written and each family's provider first (``cli/forks.py``)."""
+            """The batch with its horizon-fork plan written and each family's provider first (``launch/forks.py``)."""
             from pathlib import Path
 
-            from initnorm.cli import forks
             from initnorm.cli.composer import Composer
+            from initnorm.launch import forks
 
             basic = self.basic
             composers: list = []

@@ -28,12 +28,12 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_g
 from omegaconf import DictConfig
 
 from initnorm import schema
-from initnorm.cli import checked_plan, console, forks, launchers, run
+from initnorm.cli import checked_plan, console, launchers, run
 from initnorm.cli.composer import Composer
 from initnorm.cli.run import PlannedJob
 from initnorm.cli.workers import WORKER_MODULES
 from initnorm.errors import ConfigError
-from initnorm.launch import executors, workers
+from initnorm.launch import executors, forks, workers
 from initnorm.training.compiling import use_cache
 from initnorm.training.group import parameter_count
 from initnorm.training.grouping import place, units_of
