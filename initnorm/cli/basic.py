@@ -1,5 +1,5 @@
 """``hydra/launcher=basic``, Hydra's default launcher, through ``run.run``: its jobs one after another in this process
-(``run.InProcess``), each job a unit, as every launcher's jobs run.
+(``launch/executors.InProcess``), each job a unit, as every launcher's jobs run.
 
 Hydra keeps its part: argv -> overrides, the sweep folder, multirun.yaml, each job's folder and ``.hydra/`` files (Hydra's
 public ``run_job`` inside ``run.run_unit``), and the returns its sweeper reads. Hydra's config keeps naming its own
@@ -24,7 +24,7 @@ from initnorm.cli.hydra_adapter import BASIC_LAUNCHER
 
 
 class InProcessLauncher(Launcher):
-    """Hydra's basic launcher's jobs through ``run.run`` with ``run.InProcess``, set up as Hydra set that launcher up."""
+    """Hydra's basic launcher's jobs through ``run.run`` with ``executors.InProcess``, set up as Hydra set that launcher up."""
 
     def __init__(self, basic: Any) -> None:
         self.params = {"engine": "sequential"}
