@@ -290,29 +290,23 @@ class Buffered:
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         if step != self.step:
-            self.flush()
+            self._write()
             self.step = step
         self.values[tag] = float(value)
 
-    def flush(self) -> None:
+    def _write(self) -> None:
         if self.values:
             self.logger.log_metrics(self.values, step=self.step)
         self.values = {}
 
+    def flush(self) -> None:
+        self._write()
 
-class Written:
-    """A TensorBoard logger's ``SummaryWriter`` as a writer of one event a step: the step's scalars gathered, then written
-    as one ``Summary`` of many values (TensorBoard reads each value as ``add_scalar``'s one-value event; a measured step
-    of the default Decoder has about 60 tags, and an event costs its own proto, record and CRC), through ``_attempt``."""
 
-    def __init__(self, logger):
-        self.logger, self.step, self.values = logger, None, {}
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        if step != self.step:
-            self._write()
-            self.step = step
-        self.values[tag] = float(value)
+class Written(Buffered):
+    """A TensorBoard logger's ``SummaryWriter`` written one event a step: the step's scalars as one ``Summary`` of many
+    values (TensorBoard reads each value as ``add_scalar``'s one-value event; a measured step of the default Decoder
+    has about 60 tags, and an event costs its own proto, record and CRC), through ``_attempt``."""
 
     def _write(self) -> None:
         if self.values:
