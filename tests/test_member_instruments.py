@@ -133,3 +133,24 @@ def test_coord_check_sweep_stacks_under_the_vectorized_launcher(tmp_path):
         assert len(rows) > 50 and {r["step"] for r in rows} == {str(s) for s in range(1, 11)}
         labels.add((rows[0]["param"], rows[0]["seed"]))
     assert labels == {("sp", "1"), ("sp", "2"), ("mup", "1"), ("mup", "2")}
+
+
+def test_stacks_of_one_shape_iterate_together_and_each_gets_what_it_gets_alone(monkeypatch):
+    """``SpectralTracker.sigmas_of`` runs one batched power iteration per shape (and per cold or warm start), and each
+    stack's sigmas and warm starts are the ones it gets through ``sigmas`` on its own."""
+    from initnorm.instruments.diagnostics import callback
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(16, 16)] * 4 + [(32, 16), (16, 65)]
+    stacks = {(f"p{i}", "w"): torch.randn(3, *s, generator=g) for i, s in enumerate(shapes)}
+    alone, together = callback.SpectralTracker(), callback.SpectralTracker()
+    calls = []
+    real = callback.top_singulars
+    monkeypatch.setattr(callback, "top_singulars", lambda *a: calls.append(a[0].shape) or real(*a))
+    for _ in range(2):  # a cold start, then a warm one
+        stacks = {k: w + 0.05 * torch.randn(w.shape, generator=g) for k, w in stacks.items()}
+        calls.clear()
+        many = together.sigmas_of(stacks)
+        assert sorted(calls) == sorted([torch.Size([12, 16, 16]), torch.Size([3, 32, 16]), torch.Size([3, 16, 65])])
+        for k, w in stacks.items():
+            torch.testing.assert_close(many[k], alone.sigmas(k, w), rtol=1e-6, atol=0)

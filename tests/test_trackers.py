@@ -310,3 +310,30 @@ def test_what_the_trackers_write_at_the_launch_folder_is_ignored_by_git():
     if proc.returncode == 128:  # not a git checkout (an unpacked sdist): nothing to commit by mistake
         pytest.skip(proc.stderr.strip())
     assert proc.stdout.split() == names, proc.stdout + proc.stderr
+
+
+def test_tensorboard_gets_one_event_a_step_holding_every_tag_of_it(tmp_path):
+    """A step's scalars reach TensorBoard as one event of many values, read back tag by tag as ``add_scalar`` wrote them."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    lg = TensorBoardLogger(str(tmp_path), name="", version="")
+    (w,) = trackers.writers([lg])
+    for step, tags in ((5, ("a/x", "a/y", "b")), (10, ("a/x", "b"))):
+        for i, tag in enumerate(tags):
+            w.add_scalar(tag, step + i / 4, step)
+    w.flush()
+    (events,) = list(tmp_path.glob("events.out.tfevents.*"))
+    raw = events.read_bytes()
+    records, at = [], 0
+    while at < len(raw):  # TFRecord framing: length (8 bytes), its CRC (4), the Event, its CRC (4)
+        (n,) = struct.unpack("<Q", raw[at:at + 8])
+        records.append(Event.FromString(raw[at + 12:at + 12 + n]))
+        at += 12 + n + 4
+    scalars = [e for e in records if e.HasField("summary")]
+    assert [(e.step, [v.tag for v in e.summary.value]) for e in scalars] == [(5, ["a/x", "a/y", "b"]), (10, ["a/x", "b"])]
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert [(s.step, s.value) for s in acc.Scalars("a/x")] == [(5, 5.0), (10, 10.0)]
+    assert [(s.step, s.value) for s in acc.Scalars("b")] == [(5, 5.5), (10, 10.25)]

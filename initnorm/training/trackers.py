@@ -5,7 +5,7 @@
 options merges into one node of named loggers (a node with a ``_target_`` of its own is one logger,
 as before). Every scalar of a run (losses, learning rate, the instruments' per-layer statistics
 and diagnostics) is written through ``writers(loggers)``: a TensorBoard logger's own
-``SummaryWriter``, and for any other logger a ``Buffered`` writer that hands it one
+``SummaryWriter`` (one event a step: ``Written``), and for any other logger a ``Buffered`` writer that hands it one
 ``log_metrics`` call per step (one row of a CSV, one batch to an MLflow server instead of one
 request per tag). The record at the end (``record``) is TensorBoard's HPARAMS entry, and for the
 others the same hyperparameters (``log_hyperparams``) and final metrics (``log_metrics``). A
@@ -290,26 +290,34 @@ class Buffered:
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         if step != self.step:
-            self.flush()
+            self._write()
             self.step = step
         self.values[tag] = float(value)
 
-    def flush(self) -> None:
+    def _write(self) -> None:
         if self.values:
             self.logger.log_metrics(self.values, step=self.step)
         self.values = {}
 
+    def flush(self) -> None:
+        self._write()
 
-class Written:
-    """A TensorBoard logger's ``SummaryWriter`` as a writer whose ``add_scalar`` and ``flush`` go through ``_attempt``."""
 
-    def __init__(self, logger):
-        self.logger = logger
+class Written(Buffered):
+    """A TensorBoard logger's ``SummaryWriter`` written one event a step: the step's scalars as one ``Summary`` of many
+    values (TensorBoard reads each value as ``add_scalar``'s one-value event; a measured step of the default Decoder
+    has about 60 tags, and an event costs its own proto, record and CRC), through ``_attempt``."""
 
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        _attempt(self.logger, "add_scalar", self.logger.experiment.add_scalar, tag, value, step)
+    def _write(self) -> None:
+        if self.values:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in self.values.items()])
+            _attempt(self.logger, "add_scalar", lambda: self.logger.experiment._get_file_writer().add_summary(summary, self.step))
+        self.values = {}
 
     def flush(self) -> None:
+        self._write()
         _attempt(self.logger, "flush", self.logger.experiment.flush)
 
 

@@ -116,21 +116,31 @@ class SpectralTracker:
 
     def sigmas(self, key: tuple[str, str], w: torch.Tensor) -> torch.Tensor:
         """Top singular values of the matrices ``w`` [E, rows, columns] ([E])."""
-        v = self._v.get(key)
-        steps = None if v is None else self.steps
-        if w.shape[0] == 1:  # one model (a job alone): plain matrix-vector products, cheaper than a batch of one
-            s, v = top_singulars(w[0], None if v is None else v[0], steps)
-            s, self._v[key] = s.unsqueeze(0), v.unsqueeze(0)
-        else:
-            s, self._v[key] = top_singulars(w, v, steps)
-        return s
+        return self.sigmas_of({key: w})[key]
+
+    def sigmas_of(self, matrices: dict[tuple[str, str], torch.Tensor]) -> dict[tuple[str, str], torch.Tensor]:
+        """``sigmas`` of every stack of matrices in ``matrices`` ({key: [E, rows, columns]}): the stacks of one shape
+        iterate together, one batched product a power step for all of them (a Decoder's q, k, v and o, W and ΔW, of
+        every block: 28 small iterations of a measured step become 6), each from its own warm start or the cold one."""
+        batches: dict[tuple, list[tuple[str, str]]] = {}
+        for key, w in matrices.items():
+            batches.setdefault((tuple(w.shape[1:]), key in self._v), []).append(key)
+        out = {}
+        for (_, warm), keys in batches.items():
+            w = torch.cat([matrices[k] for k in keys])
+            v = torch.cat([self._v[k] for k in keys]) if warm else None
+            s, v = top_singulars(w, v, self.steps if warm else None)
+            E = [matrices[k].shape[0] for k in keys]
+            for k, sk, vk in zip(keys, s.split(E), v.split(E)):
+                out[k], self._v[k] = sk, vk
+        return out
 
     def member_records(self, model: nn.Module, weights: dict[str, torch.Tensor], before: dict[str, torch.Tensor] | None,
                        step: int) -> list[list[Record]]:
         """Records per member: ``weights`` and ``before`` hold every weight matrix of ``model`` (by name)
         with a leading member dimension [E, *shape]; ``model`` gives the names, layers and fans."""
         fan = fans(model)
-        rows, values = [], []
+        rows, stacks = [], {}
         for layer, named in grouped(model, weights_only=True).items():
             for name, p in named:
                 if name not in fan:
@@ -145,15 +155,16 @@ class SpectralTracker:
 
                 role = parameter_role(name)
                 w = weights[name]
-                rows.append((layer, role, "sigma_w"))
-                values.append(self.sigmas((name, "w"), matrices(w)) / scale)
+                rows.append((layer, role, "sigma_w", (name, "w"), scale))
+                stacks[(name, "w")] = matrices(w)
                 if before is not None and name in before:
-                    rows.append((layer, role, "sigma_dw"))
-                    values.append(self.sigmas((name, "dw"), matrices(w - before[name])) / scale)
+                    rows.append((layer, role, "sigma_dw", (name, "dw"), scale))
+                    stacks[(name, "dw")] = matrices(w - before[name])
         if not rows:
             return [[] for _ in range(next(iter(weights.values())).shape[0] if weights else 1)]
-        table = torch.stack(values, 1).tolist()  # [E][rows]: one transfer from the device
-        return [[Record(step, layer, role, stat, v) for (layer, role, stat), v in zip(rows, member)] for member in table]
+        sigma = self.sigmas_of(stacks)
+        table = torch.stack([sigma[key] / scale for *_, key, scale in rows], 1).tolist()  # [E][rows]: one transfer
+        return [[Record(step, layer, role, stat, v) for (layer, role, stat, *_), v in zip(rows, member)] for member in table]
 
 
 def member_lr_records(model: nn.Module, rates: dict[str, torch.Tensor], step: int, E: int) -> list[list[Record]]:
