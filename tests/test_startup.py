@@ -247,11 +247,34 @@ def test_help_and_a_bad_value_never_import_lightning(tmp_path):
         "import initnorm.cli.summarize, initnorm.cli.diagnose, initnorm.cli.coord_check, initnorm.cli.roles, initnorm.cli.probe\n"
         "print('lightning' in sys.modules)\n"
     )
+    out = fresh_python(code, tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], out[-2000:]
+
+
+def fresh_python(code: str, cwd: Path) -> str:
+    """What ``code`` prints, run by a Python of its own (nothing imported yet), which must exit 0."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], proc.stdout[-2000:]
+    return proc.stdout
+
+
+def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp_path):
+    """The sweep's own process checks every job (the memory floor counts each model's parameters), then groups them (the
+    groups' ``max_params``, horizon forks) and leaves training to its workers: it never imports Lightning, 2-5 s of CPU
+    (torchmetrics and what it finds installed) on the path to the first group."""
+    code = (
+        "import sys\n"
+        "from initnorm.cli.preflight import check_command_line\n"
+        "import initnorm.cli.vectorized, initnorm.cli.sweeper\n"
+        "from initnorm.training.group import parameter_count\n"
+        "jobs = check_command_line(['-m', 'norm=pre,post', 'seed=1,2', 'hydra/launcher=vectorized'])\n"
+        "others = check_command_line(['experiment=deep_mlp_train']) + check_command_line(['experiment=regularization'])\n"
+        "print(len(jobs), len({parameter_count(j.config) for j in [*jobs, *others]}), 'lightning' in sys.modules)\n"
+    )
+    out = fresh_python(code, tmp_path)
+    assert out.split() == ["4", "3", "False"], out[-2000:]
 
 
 def test_each_distinct_config_is_checked_once_the_seeds_copies_included(tmp_path, monkeypatch):
