@@ -277,6 +277,30 @@ def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp
     assert out.split() == ["4", "3", "False"], out[-2000:]
 
 
+def test_the_summary_after_the_last_job_finds_its_figures_imports_done_ahead_and_a_few_seeds_skip_tensorboard(tmp_path):
+    """A sweep's process draws a figure ahead while its workers train (``plots.draw_ahead``): the summary after the last job
+    imports nothing more of matplotlib, and a sweep of a handful of seeds a setting never imports TensorBoard (its
+    per-setting runs are for more seeds: tb.write_setting_runs)."""
+    code = (
+        "import sys\n"
+        "from initnorm import plots\n"
+        "from initnorm.results import write_metrics\n"
+        "from initnorm.summary import summarize\n"
+        "plots.draw_ahead().join()\n"
+        "for norm in ('pre', 'post'):\n"
+        "    for s in (1, 2):\n"
+        "        write_metrics(f'sweep/norm={norm}/seed={s}', {'overrides': {'norm': norm, 'seed': str(s)}, 'swept': ['norm', 'seed'],"
+        " 'seed': s, 'final_val_loss': 2 + s / 10, 'status': 'finished', 'summary_plots': ['val_curves'],"
+        " 'val_history': [[0, 3.0], [10, 2.5]], 'config': {'seed': s, 'norm': norm, 'steps': 10}})\n"
+        "before = set(sys.modules)\n"
+        "summarize('sweep')\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('matplotlib', 'PIL', 'cycler')),"
+        " 'tensorboard' in sys.modules)\n"
+    )
+    assert fresh_python(code, tmp_path).split() == ["[]", "False"]
+    assert (tmp_path / "sweep" / "val_curves.png").stat().st_size > 0 and not (tmp_path / "ahead.png").exists()
+
+
 def test_each_distinct_config_is_checked_once_the_seeds_copies_included(tmp_path, monkeypatch):
     """experiment=coord_check copies the seed into its callback's node (callbacks.coord.seed: ${seed}): the seeds of one
     width are one config to check, and each job still holds its own seed in both places, as its check alone gives."""
