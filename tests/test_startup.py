@@ -263,7 +263,8 @@ def fresh_python(code: str, cwd: Path) -> str:
 def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp_path):
     """The sweep's own process checks every job (the memory floor counts each model's parameters), then groups them (the
     groups' ``max_params``, horizon forks) and leaves training to its workers: it never imports Lightning, 2-5 s of CPU
-    (torchmetrics and what it finds installed) on the path to the first group."""
+    (torchmetrics and what it finds installed) on the path to the first group; nor for a decay held in tokens per parameter
+    (``optim.weight_decay_rule=tokens_per_param``), whose check counts the model at the job's and at the base's width."""
     code = (
         "import sys\n"
         "from initnorm.cli.preflight import check_command_line\n"
@@ -271,6 +272,8 @@ def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp
         "from initnorm.training.group import parameter_count\n"
         "jobs = check_command_line(['-m', 'norm=pre,post', 'seed=1,2', 'hydra/launcher=vectorized'])\n"
         "others = check_command_line(['experiment=deep_mlp_train']) + check_command_line(['experiment=regularization'])\n"
+        "check_command_line(['optim.weight_decay=0.1', 'optim.weight_decay_rule=tokens_per_param', 'width=64',"
+        " 'transfer.base.width=16', 'transfer.base.steps=1000', 'transfer.base.batch_size=32'])\n"  # a count at each point
         "print(len(jobs), len({parameter_count(j.config) for j in [*jobs, *others]}), 'lightning' in sys.modules)\n"
     )
     out = fresh_python(code, tmp_path)
