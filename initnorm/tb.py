@@ -157,15 +157,16 @@ def write_setting_runs(folder, records: list[dict[str, Any]]):
     removed: a run folder holds this summary's only). Returns the folder, or None where no setting has that many seeds."""
     from pathlib import Path
 
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
     from initnorm.results import HANDFUL, setting_keys, settings
 
     groups = settings(records)
     if all(len(runs) <= HANDFUL for runs in groups.values()):
         return None
+    # only here: the summary of a sweep of a handful of seeds a setting never imports TensorBoard (0.2-0.3 s of its end)
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
     root = Path(folder) / SETTINGS_DIR
     keys = setting_keys(records)
     for key, runs in groups.items():

@@ -171,6 +171,19 @@ def test_each_member_trains_as_its_job_alone(family, tmp_path):
         assert (tmp_path / f"group{i}" / "roles.txt").is_file() == family.startswith("custom")  # as a job alone writes it
 
 
+@pytest.mark.parametrize("overrides", [(), ("experiment=deep_mlp_train",), ("experiment=regularization",)])
+def test_a_tasks_vocabulary_read_without_its_data_module_is_the_data_modules(overrides):
+    """``Task.vocab`` (what a parameter count reads, in a sweep's own process that never imports Lightning) gives what the
+    data module set up gives, for each shipped task (char_lm, clusters, char_windows)."""
+    from initnorm.training.tasks import TASKS
+
+    c = to_plain(compose_cfg(*overrides))
+    task = TASKS.get(c["data"]["kind"])
+    data = task.make_data(c)
+    data.setup("fit")
+    assert task.vocab is not None and task.vocab(c) == data.vocab_size
+
+
 def test_big_models_are_not_stacked_past_the_parameter_budget():
     from initnorm.cli.vectorized import PlannedJob
     from initnorm.training.grouping import units_of

@@ -53,6 +53,21 @@ def test_a_unit_whose_worker_dies_is_lost_alone_and_the_others_run(how, reason):
     assert pids and gone(pids), pids  # a replacement was started, and nothing outlives close()
 
 
+def test_the_parent_sees_a_units_end_as_it_comes_not_at_its_next_look(monkeypatch):
+    """The parent waits on its units (looking for a stop signal and a stopped worker every ``POLL_S`` between), never
+    sleeps blind: the sweep's last unit's end, which the summary waits for, is seen as it comes. With a look an hour
+    apart, two units in one worker still return within the bound (a blind sleep: an hour after each)."""
+    monkeypatch.setattr(pools, "POLL_S", 3600.0)
+    pool, out = Pool(1, "spawn"), []
+    runner = threading.Thread(target=lambda: out.append(pool.run(unit, [(2, ""), (3, "")], stopping=lambda: False)), daemon=True)
+    try:
+        runner.start()
+        runner.join(300)
+        assert out == [[4, 9]], "the parent did not see its units end"
+    finally:
+        pool.close()
+
+
 def test_an_exception_a_unit_raises_past_its_jobs_stops_the_run():
     pool = Pool(1, "spawn")
     try:

@@ -249,11 +249,61 @@ def test_help_and_a_bad_value_never_import_lightning(tmp_path):
         "import initnorm.cli.summarize, initnorm.cli.diagnose, initnorm.cli.coord_check, initnorm.cli.roles, initnorm.cli.probe\n"
         "print('lightning' in sys.modules)\n"
     )
+    out = fresh_python(code, tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], out[-2000:]
+
+
+def fresh_python(code: str, cwd: Path) -> str:
+    """What ``code`` prints, run by a Python of its own (nothing imported yet), which must exit 0."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], proc.stdout[-2000:]
+    return proc.stdout
+
+
+def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp_path):
+    """The sweep's own process checks every job (the memory floor counts each model's parameters), then groups them (the
+    groups' ``max_params``, horizon forks) and leaves training to its workers: it never imports Lightning, 2-5 s of CPU
+    (torchmetrics and what it finds installed) on the path to the first group; nor for a decay held in tokens per parameter
+    (``optim.weight_decay_rule=tokens_per_param``), whose check counts the model at the job's and at the base's width."""
+    code = (
+        "import sys\n"
+        "from initnorm.cli.preflight import check_command_line\n"
+        "import initnorm.cli.vectorized, initnorm.cli.sweeper\n"
+        "from initnorm.training.group import parameter_count\n"
+        "jobs = check_command_line(['-m', 'norm=pre,post', 'seed=1,2', 'hydra/launcher=vectorized'])\n"
+        "others = check_command_line(['experiment=deep_mlp_train']) + check_command_line(['experiment=regularization'])\n"
+        "check_command_line(['optim.weight_decay=0.1', 'optim.weight_decay_rule=tokens_per_param', 'width=64',"
+        " 'transfer.base.width=16', 'transfer.base.steps=1000', 'transfer.base.batch_size=32'])\n"  # a count at each point
+        "print(len(jobs), len({parameter_count(j.config) for j in [*jobs, *others]}), 'lightning' in sys.modules)\n"
+    )
+    out = fresh_python(code, tmp_path)
+    assert out.split() == ["4", "3", "False"], out[-2000:]
+
+
+def test_the_summary_after_the_last_job_finds_its_figures_imports_done_ahead_and_a_few_seeds_skip_tensorboard(tmp_path):
+    """A sweep's process draws a figure ahead while its workers train (``plots.draw_ahead``): the summary after the last job
+    imports nothing more of matplotlib, and a sweep of a handful of seeds a setting never imports TensorBoard (its
+    per-setting runs are for more seeds: tb.write_setting_runs)."""
+    code = (
+        "import sys\n"
+        "from initnorm import plots\n"
+        "from initnorm.results import write_metrics\n"
+        "from initnorm.summary import summarize\n"
+        "plots.draw_ahead().join()\n"
+        "for norm in ('pre', 'post'):\n"
+        "    for s in (1, 2):\n"
+        "        write_metrics(f'sweep/norm={norm}/seed={s}', {'overrides': {'norm': norm, 'seed': str(s)}, 'swept': ['norm', 'seed'],"
+        " 'seed': s, 'final_val_loss': 2 + s / 10, 'status': 'finished', 'summary_plots': ['val_curves'],"
+        " 'val_history': [[0, 3.0], [10, 2.5]], 'config': {'seed': s, 'norm': norm, 'steps': 10}})\n"
+        "before = set(sys.modules)\n"
+        "summarize('sweep')\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('matplotlib', 'PIL', 'cycler')),"
+        " 'tensorboard' in sys.modules)\n"
+    )
+    assert fresh_python(code, tmp_path).split() == ["[]", "False"]
+    assert (tmp_path / "sweep" / "val_curves.png").stat().st_size > 0 and not (tmp_path / "ahead.png").exists()
 
 
 def test_each_distinct_config_is_checked_once_the_seeds_copies_included(tmp_path, monkeypatch):

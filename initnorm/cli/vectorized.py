@@ -27,7 +27,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
 from omegaconf import DictConfig
 
-from initnorm import schema
+from initnorm import plots, schema
 from initnorm.cli import checked_plan, console, launchers, run
 from initnorm.cli.composer import Composer
 from initnorm.cli.run import PlannedJob
@@ -137,4 +137,6 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         executor = executors.InProcess()
     else:
         executor = executors.Processes(params["n_jobs"], WORKER_MODULES)
+    if not isinstance(executor, executors.InProcess):  # this process only waits now: the summary's figure drawn ahead, not after the last unit
+        plots.draw_ahead()
     return run.run(units, executor, hydra_context, config, launcher.task_function, job_id)

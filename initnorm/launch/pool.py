@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
@@ -162,9 +163,9 @@ class Pool:
                 running[self.pebble.schedule(_call, (_pickle.dumps((fn, units[k])),))] = k
             if not running:
                 return results
-            done = [f for f in running if f.done()]
+            finished, _ = futures.wait(running, timeout=POLL_S, return_when=futures.FIRST_COMPLETED)  # a unit's end seen at once
+            done = [f for f in running if f in finished]
             if not done:
-                time.sleep(POLL_S)
                 self._name_stopped(named)
                 continue
             for f in done:

@@ -60,9 +60,15 @@ def group_key(c: Mapping[str, Any]) -> str:
 
 
 def parameter_count(c: Mapping[str, Any]) -> int:
-    """One member's parameter count: the family's model built on the meta device (no memory, no init)."""
-    data = TASKS.get(c["data"]["kind"]).make_data(c)
-    data.setup("fit")
+    """One member's parameter count: the family's model built on the meta device (no memory, no init), for the vocabulary
+    its task reads without a data module where it can (``Task.vocab``), else its data module's, set up."""
+    task = TASKS.get(c["data"]["kind"])
+    if task.vocab is not None:
+        vocab = task.vocab(c)
+    else:
+        data = task.make_data(c)
+        data.setup("fit")
+        vocab = data.vocab_size
     with torch.device("meta"):
-        model = MODELS.get(c["model"]["family"]).build(c["model"], data.vocab_size)
+        model = MODELS.get(c["model"]["family"]).build(c["model"], vocab)
     return sum(p.numel() for p in model.parameters())

@@ -35,6 +35,10 @@ class Task:
     # the targets one training sample has (a character model's context: each position predicts the next), so that a
     # report reads steps x batch as tokens (initnorm/transfer/axes.py)
     targets: Callable[[dict[str, Any]], int] = one_target
+    # the model's output width (the vocabulary, or the classes) read without making the data module, where the task can:
+    # a parameter count (``training/group.parameter_count``) in a sweep's own process, which then never imports Lightning
+    # (seconds of a command's start). None: the data module is made and set up for it.
+    vocab: Callable[[dict[str, Any]], int] | None = None
 
     def make_module(self, *args: Any, **kwargs: Any) -> L.LightningModule:
         """The LightningModule that trains the built members on this task's data (its class imported here if named by path)."""
@@ -77,7 +81,14 @@ def _context(c: dict[str, Any]) -> int:
     return c["data"]["context"]
 
 
-TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL, _context))
+def _corpus_vocab(c: dict[str, Any]) -> int:
+    """The symbols of the corpus (what ``CharLM`` and ``CharWindows`` read as their ``vocab_size``)."""
+    from initnorm.data.corpus import load_corpus
+
+    return load_corpus(c["data"]["name"], c["data"]["path"]).vocab_size
+
+
+TASKS.register("char_lm")(Task(_char_lm, LANGUAGE_MODEL, _context, _corpus_vocab))
 
 
 def _clusters(c: dict[str, Any]):
@@ -95,8 +106,8 @@ def _char_windows(c: dict[str, Any]):
 
 
 # Chapter 003: the deep MLP's Gaussian clusters; the char and wide MLPs' character windows.
-TASKS.register("clusters")(Task(_clusters, CLASSIFIER))
-TASKS.register("char_windows")(Task(_char_windows, CLASSIFIER))
+TASKS.register("clusters")(Task(_clusters, CLASSIFIER, vocab=lambda c: c["data"]["n_clusters"]))
+TASKS.register("char_windows")(Task(_char_windows, CLASSIFIER, vocab=_corpus_vocab))
 
 def _own(c: dict[str, Any]):
     from initnorm.data import own

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import lightning as L
 import torch
+
+if TYPE_CHECKING:  # annotations only: horizon forks read this module in a sweep's own process, which never imports Lightning
+    import lightning as L
 
 
 def validation_interval(steps: int, configured: int | None) -> int:

@@ -115,14 +115,6 @@ def parameter_count(c: Mapping[str, Any], width: int, depth: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _count(model_json: str, data_json: str) -> int:
-    import torch
+    from initnorm.training.group import parameter_count as built  # here: models.build checks with schema, which calls resolve
 
-    from initnorm.models.families import MODELS  # the registry alone: models.build's parameterize checks with schema, which calls resolve
-    from initnorm.training.tasks import TASKS
-
-    model, data_cfg = json.loads(model_json), json.loads(data_json)
-    data = TASKS.get(data_cfg["data"]["kind"]).make_data(data_cfg)
-    data.setup("fit")
-    with torch.device("meta"):
-        built = MODELS.get(model["family"]).build(model, data.vocab_size)
-    return sum(p.numel() for p in built.parameters())
+    return built({**json.loads(data_json), "model": json.loads(model_json)})
