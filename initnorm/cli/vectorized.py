@@ -137,6 +137,6 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         executor = executors.InProcess()
     else:
         executor = executors.Processes(params["n_jobs"], WORKER_MODULES)
-    if not isinstance(executor, executors.InProcess):  # this process only waits now: the summary's figure drawn ahead, not after the last unit
+    if not isinstance(executor, executors.InProcess):  # this process only waits now: the summary's figure drawn ahead
         plots.draw_ahead()
     return run.run(units, executor, hydra_context, config, launcher.task_function, job_id)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from initnorm.models.build import MODELS
+from initnorm.models.families import MODELS  # the registry alone: models.build checks with schema, which transfer.rules (a caller) serves
 from initnorm.training.tasks import TASKS
 
 __all__ = ["MEMBER_KEYS", "drop_key", "get_key", "group_key", "parameter_count"]
