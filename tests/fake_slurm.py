@@ -93,6 +93,11 @@ def srun(args: list[str]) -> None:
                 for k, v in (("%A", os.environ.get("SLURM_ARRAY_JOB_ID", "")), ("%a", os.environ.get("SLURM_ARRAY_TASK_ID", "")),
                              ("%j", os.environ["SLURM_JOB_ID"]), ("%t", "0")):
                     path = path.replace(k, v)
+                # A real queue starts a task seconds after sbatch answers, by when submitit has made the task's folder
+                # (it does so once it has the job id); this stand-in starts it at once, so it waits for the folder.
+                deadline = time.monotonic() + 30
+                while not Path(path).parent.is_dir() and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 files[flag] = opened.enter_context(open(path, "a"))
         # As srun does, pass signals on to the task; `scancel --signal` signals this step, not the batch script.
         proc = subprocess.Popen(args, stdout=files.get("--output"), stderr=files.get("--error"))
