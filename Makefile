@@ -5,6 +5,7 @@
 #   make test-slurm  the SLURM launcher against a real single-node SLURM it starts and stops (root, 5-11 min; docs/slurm.md)
 #   make test-signals  the stop-signal matrix in full: 3 launchers x 3 targets x 3 phases, whole sweeps each in a process
 #                      of its own (the tests marked `matrix`, which make test leaves out)
+#   make test-slow   the tests marked `slow`, which make test leaves out: a second case of what a cheaper test shows
 #   make test-fake-slurm  the SLURM launcher's sweeps on a stand-in cluster (tests/fake_slurm.py; no root, no daemons):
 #                      the tests marked `slurm`, which make test leaves out
 #   make gpu-check   on a GPU machine (a CUDA build of torch): the GPU's numbers in <= 10 min -> bench/RESULTS.md (docs/devices.md)
@@ -14,7 +15,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch; a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install train test test-slurm test-signals test-fake-slurm gpu-check sweep bench reproduce clean
+.PHONY: install train test test-slow test-slurm test-signals test-fake-slurm gpu-check sweep bench reproduce clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,13 +44,18 @@ reproduce: install
 # The linter first: a lint error fails `make test` (and CI) before the suite's minutes are spent.
 # TEST_WORKERS: pytest-xdist processes; worksteal hands out single tests and lets an idle worker take queued ones
 # (a module fixture is made once per worker that needs it). 2 fits a 2-core machine.
-# -m 'not matrix and not slurm' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py, and the
+# -m 'not matrix and not slurm and not slow' (pytest markers, pyproject.toml): the stop-signal matrix (tests/test_signals.py, and the
 # other whole sweeps stopped by a signal from outside) runs in `make test-signals`, the SLURM launcher's sweeps on its stand-in (tests/test_launchers.py, tests/test_ensemble.py) in
-# `make test-fake-slurm`; everything else runs here, in at most 7 min on 2 cores.
+# `make test-fake-slurm`, a second case of what a cheaper test here shows (marked slow) in `make test-slow`; everything
+# else runs here, in at most 7 min on 2 cores.
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix and not slurm"
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m "not matrix and not slurm and not slow"
+
+# Not part of `make test` (CI): each test marked slow repeats, for another case, what a cheaper test in `make test` shows.
+test-slow: install
+	$(PY) -m pytest -p no:warnings -n $(TEST_WORKERS) --dist worksteal -m slow
 
 # Not part of `make test` (CI): needs root, starts SLURM's daemons. Run it before changing the launcher.
 test-slurm: install

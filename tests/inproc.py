@@ -1,8 +1,9 @@
 """A command run inside the test process, as ``python -m ...`` or its console script would run it in a process of its own:
 for the tests whose point is what a command writes and prints, not its process (no second interpreter importing torch and
 Lightning, seconds of CPU a start). A launcher whose jobs run in worker processes (``local_parallel``, the vectorised
-launcher's joblib engine) or on SLURM is a process test (``tests.conftest.run_cli``): its workers would be children of
-this process.
+launcher's process engine) runs here too: its workers are processes forked from the fork server (initnorm/cli/workers.py),
+and a worker's death costs its own unit. A sweep on SLURM's stand-in, or one a signal from outside stops, is a process
+test (``tests.conftest.run_cli``).
 
 ``restored()`` puts back, when its block ends, everything a command changes in its process. A runner that put back less
 broke tests by their order (a sweep's HydraConfig left set: a later ``train()`` in the worker named its run after that

@@ -67,7 +67,7 @@ def _scalars(folder: Path, prefix: str) -> dict[str, list[tuple[int, float]]]:
     return {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"] if t.startswith(prefix)}
 
 
-@pytest.mark.slow  # over 20 s with the compiler's cache cold on 2 loaded cores
+# over 20 s with the compiler's cache cold on 2 loaded cores; the one test of a compiled run, so `make test` keeps it
 def test_compiled_run_matches_eager_and_keeps_its_statistics(tmp_path, monkeypatch):
     # A cache the test suite keeps between runs (`make clean` removes .pytest_cache): warm, the compile takes ~2 s.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".pytest_cache" / "torch_compile_cache"))

@@ -83,7 +83,9 @@ def assert_one_step(two, one, bound: float = BOUND) -> None:
     assert h2["train_losses"] == pytest.approx(h1["train_losses"], rel=1e-6)
 
 
-@pytest.mark.parametrize("optim", ["adamw", "muon"])
+# AdamW under ddp is `make test-slow`'s (marked slow): ddp_spawn below shows AdamW's step of one process within BOUND (the
+# same DDP in each rank), and Muon here shows the command relaunched by ddp; each case is a run of two processes, ~10 s.
+@pytest.mark.parametrize("optim", [pytest.param("adamw", marks=pytest.mark.slow), "muon"])
 def test_two_processes_take_the_step_of_one_on_the_global_batch(tmp_path, optim):
     if optim not in OPTIMIZERS.names():
         pytest.skip(f"optim={optim} is not registered on this branch")

@@ -98,20 +98,16 @@ def test_basic_launcher_runs_its_jobs_through_run_in_this_process(tmp_path, monk
 def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summary(tmp_path, launcher, how, reason):
     """os._exit in a job, SIGKILL of its worker (the OOM killer's way), a KeyboardInterrupt raised by its own code: that
     job is recorded failed with why, the other job finishes, the summary and the line that reruns it; exit 1, no
-    traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently). The basic launcher runs
-    its jobs in the command's own process, so that case runs in this one (tests/inproc.py)."""
+    traceback (joblib's pool ended every job with TerminatedWorkerError; basic ended silently). The command runs in this
+    process (tests/inproc.py); under local_parallel and the vectorised launcher the job that dies is a worker process,
+    as from a shell (a command process of its own imported torch for nothing)."""
     sweep = tmp_path / "sweep"
     die = ["+callbacks.die._target_=tests.die_at.DieAt", "+callbacks.die.step=2", f"+callbacks.die.how={how}", "+callbacks.die.seed=1"]
     chosen = [] if launcher == "basic" else [f"hydra/launcher={launcher}", "hydra.launcher.n_jobs=2"]
     chosen += ["hydra.launcher.max_group=1"] if launcher == "vectorized" else []
     args = ["-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}"]
-    if launcher == "basic":
-        ran = command(*args, cwd=tmp_path)
-        code, out = ran.returncode, ran.stdout + ran.stderr
-    else:
-        proc = start(*args, cwd=tmp_path)
-        out, _ = proc.communicate(timeout=400)
-        code = proc.returncode
+    ran = command(*args, cwd=tmp_path)
+    code, out = ran.returncode, ran.stdout + ran.stderr
     assert code == 1 and "Traceback" not in out, out[-3000:]
     failed, done = (json.loads((sweep / "default" / f"seed={s}" / "metrics.json").read_text()) for s in (1, 2))
     assert failed["status"] == "failed" and reason in failed["error"], failed.get("error")

@@ -2,8 +2,8 @@
 
 Builds a wheel of this checkout, installs it into a fresh virtual environment outside the checkout
 (the environment borrows the test environment's installed dependencies, minus the launchers extra, through a
-``.pth`` path, so nothing is downloaded), and trains three steps from another folder with ``python -m`` and with
-the console script; a sweep on a launcher that needs the extra is one line naming it.
+``.pth`` path, so nothing is downloaded), and trains three steps from another folder with ``initnorm.train.main()``
+(what ``python -m`` runs) and with the console script; a sweep on a launcher that needs the extra is one line naming it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def site_without_extras(folder: Path) -> Path:
 def plain_install(wheel, tmp_path_factory):
     """The wheel installed by the venv's own ``pip install`` (its console script too) into a fresh venv whose dependencies
     are the test environment's minus the launchers extra (a ``.pth`` path: nothing is downloaded), once for both tests
-    (each made its own venv and install, and both trained with ``python -m``); and a folder outside the checkout."""
+    (each made its own venv and install); and a folder outside the checkout."""
     tmp = tmp_path_factory.mktemp("plain")
     python, site = fresh_venv(tmp)
     Path(site, "deps.pth").write_text(f"{site_without_extras(tmp / 'base')}\n")
@@ -96,8 +96,8 @@ def train_from(work: Path, env: dict, *command: str) -> subprocess.CompletedProc
 
 
 def test_installed_wheel_trains_from_another_folder(plain_install):
-    """The installed package is the one imported there, and its console script trains (``python -m initnorm.train``
-    trains from the same folder in the next test)."""
+    """The installed package is the one imported there, and its console script trains (``initnorm.train.main()``, what
+    ``python -m initnorm.train`` runs, trains from the same folder in the next test)."""
     python, site, work, env = plain_install
     where = subprocess.run([str(python), "-c", "import initnorm; print(initnorm.__file__)"], cwd=work,
                            capture_output=True, text=True, env=env)
@@ -111,26 +111,28 @@ def test_a_plain_install_without_the_launchers_extra_trains_and_names_the_extra(
     python, _, work, env = plain_install
     missing = subprocess.run([str(python), "-c", "import joblib"], capture_output=True, text=True, env=env)
     assert missing.returncode == 1 and "No module named 'joblib'" in missing.stderr  # the extra is not there
-    run = train_from(work, env, str(python), "-m", "initnorm.train")
-    assert run.returncode == 0 and "final validation loss" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "Traceback" not in run.stderr and "Error importing" not in run.stderr, run.stderr[-2000:]
-    # The three launchers' sweeps: `python -m initnorm.train` is `initnorm.train.main()`, run here three times in one process
-    # of the installed package (three processes spent ~7 s of CPU each importing torch), each exit and stderr told apart.
-    launchers = ("slurm", "local_parallel", "vectorized")
+    # `python -m initnorm.train` is `initnorm.train.main()`: a run, then the three launchers' sweeps, each a main() in one
+    # process of the installed package (four processes spent ~7 s of CPU each importing torch), each exit and stderr told
+    # apart. The run comes first, in the process as fresh as `python -m` starts it.
+    runs = {"run": ["steps=3", "callbacks=none", "trainer.enable_progress_bar=false", f"hydra.run.dir={work}/initnorm.train"]}
+    runs |= {launcher: ["-m", "seed=1,2", "steps=3", f"hydra/launcher={launcher}", f"hydra.sweep.dir={work}/{launcher}"]
+             for launcher in ("slurm", "local_parallel", "vectorized")}
     code = ("import sys\nfrom initnorm.train import main\n"
-            f"for launcher in {launchers!r}:\n"
-            "    sys.argv = ['initnorm.train', '-m', 'seed=1,2', 'steps=3', 'hydra/launcher=' + launcher,\n"
-            f"                'hydra.sweep.dir={work}/' + launcher]\n"
+            f"for name, args in {runs!r}.items():\n"
+            "    sys.argv = ['initnorm.train', *args]\n"
             "    try:\n        main()\n        code = 0\n    except SystemExit as exc:\n        code = exc.code\n"
-            "    print('exit', launcher, code, flush=True)\n    print('-- end of', launcher, file=sys.stderr, flush=True)\n")
-    sweeps = subprocess.run([str(python), "-c", code], cwd=work, capture_output=True, text=True, timeout=600, env=env)
-    exits = [line for line in sweeps.stdout.splitlines() if line.startswith("exit ")]
-    assert sweeps.returncode == 0 and exits == [f"exit {name} 2" for name in launchers], sweeps.stdout[-2000:]
-    errs = sweeps.stderr.split("-- end of ")
-    for launcher, err in zip(launchers, [errs[0], *(e.partition("\n")[2] for e in errs[1:-1])]):
-        lines = err.strip().splitlines()
-        assert len(lines) == 1, sweeps.stderr[-2000:]
-        assert "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], sweeps.stderr[-2000:]
+            "    print('exit', name, code, flush=True)\n    print('-- end of', name, file=sys.stderr, flush=True)\n")
+    ran = subprocess.run([str(python), "-c", code], cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    exits = [line for line in ran.stdout.splitlines() if line.startswith("exit ")]
+    assert ran.returncode == 0 and exits == ["exit run 0", *(f"exit {name} 2" for name in list(runs)[1:])], ran.stdout[-2000:]
+    assert "final validation loss" in ran.stdout.partition("exit run 0")[0], ran.stdout[-2000:]
+    errs = ran.stderr.split("-- end of ")
+    err_of = dict(zip(runs, [errs[0], *(e.partition("\n")[2] for e in errs[1:-1])]))
+    assert "Traceback" not in err_of["run"] and "Error importing" not in err_of["run"], ran.stderr[-2000:]
+    for launcher in list(runs)[1:]:
+        lines = err_of[launcher].strip().splitlines()
+        assert len(lines) == 1, ran.stderr[-2000:]
+        assert "pip install 'initnorm[launchers]'" in lines[0] and f"hydra/launcher={launcher}" in lines[0], ran.stderr[-2000:]
 
 
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
