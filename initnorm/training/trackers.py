@@ -317,7 +317,7 @@ class Written(Buffered):
         self.values = {}
 
     def flush(self) -> None:
-        self._write()
+        super().flush()
         _attempt(self.logger, "flush", self.logger.experiment.flush)
 
 
