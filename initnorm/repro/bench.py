@@ -124,7 +124,7 @@ def group_steps(size: int, steps: int, compiled: bool, workdir: Path) -> dict[st
     torch.set_num_threads(1)
     g, _, _ = assemble(group_members(size, steps, workdir, ("compile=true",) if compiled else ("compile=false",)))
     streams = [iter(d.train_dataloader().dataset) for d in g.datas]
-    fn = g._fast if compiled else (lambda xs, ys: g.stack.losses(g.loss, xs, ys)[0])
+    fn = (lambda xs, ys: g._fast(xs, ys, None)) if compiled else (lambda xs, ys: g.stack.losses(g.loss, xs, ys)[0])
 
     def step(s: int) -> None:
         xs, ys = stack_batches([next(t) for t in streams], g.stack.flat.device)
