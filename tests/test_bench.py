@@ -185,3 +185,24 @@ def test_vectorized_only_runs_the_canonical_sweep_and_the_group_sizes_alone(tmp_
     bench.main(["--vectorized-only", "--out", str(tmp_path / "r.md")])
     assert ran == ["sweep canonical", "groups"], ran
 
+
+
+def test_the_warm_compiled_row_runs_once_untimed_before_its_repeats_and_is_held_to_the_target(tmp_path, monkeypatch):
+    """The compiled row fills the compiler cache with a run that no median sees: its repeats are what a second sweep of
+    the same shapes costs; the cold run is reported apart, and the row is held to the same 0.35x target."""
+    walls = {bench_sweeps.PLAIN: [100.0, 100.0], bench_sweeps.COMPILED: [60.0, 30.0, 34.0]}
+    calls = []
+
+    def run_row(sweep, how, p, tail, workdir):
+        calls.append(how)
+        wall = walls[how].pop(0)
+        return {"wall_s": wall, "cpu_s": wall, "load": (0.0, 0.0), "losses": {"seed=1": 1.8}, "train_s": wall, "per_job_s": {},
+                "command": how, "root_mb": 1.0, "children_mb": []}
+
+    monkeypatch.setattr(bench_sweeps, "run_row", run_row)
+    res = bench_sweeps.measure(bench_sweeps.SWEEPS["canonical"], 2, [], 2, [bench_sweeps.PLAIN, bench_sweeps.COMPILED], tmp_path)
+    assert calls[0] == bench_sweeps.COMPILED and calls.count(bench_sweeps.COMPILED) == 3
+    assert [r["wall_s"] for r in res["runs"][bench_sweeps.COMPILED]] == [30.0, 34.0] and res["cold"] == {bench_sweeps.COMPILED: 60.0}
+    lines = bench_sweeps.report(res, workers=2)
+    assert "- vectorised, compiled on a warm cache / plain loops, wall: 0.320 (issue 14's target ≤ 0.35: met)" in lines
+    assert any("cold compiler cache, took 60.0 s" in line for line in lines)

@@ -140,3 +140,26 @@ def test_the_engines_former_name_joblib_still_runs_the_pool_with_one_warning(mon
     assert launchers.engine_name("sequential") == "sequential"
     err = capsys.readouterr().err
     assert err.count("warning: hydra.launcher.engine=joblib is deprecated") == 1 and err.count("\n") == 1, err
+
+
+def bar_locks() -> list[str]:
+    """The modules of the locks tqdm's bars take in this process, after one bar."""
+    import io
+
+    from tqdm import tqdm
+
+    with tqdm(total=1, file=io.StringIO()) as bar:
+        bar.update()
+    lock = tqdm.get_lock()
+    return [type(one).__module__ for one in getattr(lock, "locks", [lock])]
+
+
+def test_a_workers_bars_take_no_semaphore_that_its_sigkill_at_close_would_leak():
+    """A cold ``compile=true`` sweep ended with the resource tracker's "2 leaked semaphore objects" warning: the compiler's
+    tqdm bar took a multiprocessing lock in each worker, and ``close`` ends workers by SIGKILL."""
+    pool = Pool(1, "forkserver")
+    try:
+        [locks] = pool.run(bar_locks, [()], stopping=lambda: False)
+    finally:
+        pool.close()
+    assert locks and not any(m.startswith("multiprocessing") for m in locks), locks

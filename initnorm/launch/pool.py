@@ -77,11 +77,23 @@ def n_workers(n_jobs: int, units: int) -> int:
 
 
 def _worker_start(modules: Sequence[str]) -> None:
-    """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported."""
+    """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported, and tqdm's lock a
+    thread lock (``_thread_bars``)."""
     signals.install()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
     for name in modules:
         importlib.import_module(name)
+    _thread_bars()
+
+
+def _thread_bars() -> None:
+    """tqdm takes a multiprocessing lock, a named semaphore, at its first bar (Lightning's bars; the compiler's wait for
+    its kernels under ``compile=true``). ``close`` ends a worker by SIGKILL once its units answered, so that semaphore
+    outlived it and the sweep's exit printed the resource tracker's "There appear to be 2 leaked semaphore objects"
+    warning. A worker's bars are its own: a thread lock is enough."""
+    from tqdm import tqdm  # Lightning's dependency: a worker trains through Lightning, which imports it anyway
+
+    tqdm.set_lock(threading.RLock())
 
 
 def _call(payload: bytes) -> bytes:

@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): "
                         f"{','.join(bench_sweeps.ROWS)}")
     p.add_argument("--vectorized-only", action="store_true",
-                   help="only the canonical sweep's plain loops and vectorised run, the group sizes and a group's RSS")
+                   help="only the canonical sweep's plain loops and vectorised runs (eager, and compiled on a warm cache), the group sizes and a group's RSS")
     p.add_argument("--compile-sizes", type=comma_list(int), default=[1, 12], help="group sizes to time compiled too (default 1,12)")
     p.add_argument("--group-steps", type=int, default=200, help="training steps per group-size measurement (default 200)")
     p.add_argument("--flops-seconds", type=float, default=5.0, help="seconds of matmuls per throughput measurement (default 5)")
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.vectorized_only:
         chosen = True  # a named part: the Muon rows and the --scale sweeps run only when asked (they ran here, an hour)
         per_step_on, sweeps, flops = False, ["canonical"], False
-        groups, rows = args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED]
+        groups, rows = args.groups or [1, 2, 4, 8, 16, 32], [bench_sweeps.PLAIN, bench_sweeps.VECTORIZED, bench_sweeps.COMPILED]
     elif chosen:
         per_step_on, sweeps, flops, groups = args.per_step, [*(args.sweeps or []), *["muon"] * args.muon], args.flops, args.groups or []
     else:
