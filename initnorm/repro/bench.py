@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="each sweep's rows (default plain,vectorized,local_parallel; also: sequential, submitit): "
                         f"{','.join(bench_sweeps.ROWS)}")
     p.add_argument("--vectorized-only", action="store_true",
-                   help="only the canonical sweep's plain loops and vectorised runs (eager, and compiled on a warm cache), the group sizes and a group's RSS")
+                   help="only the canonical sweep's plain loops and vectorised runs (eager, and compiled on a warm cache), "
+                        "the group sizes and a group's RSS")
     p.add_argument("--compile-sizes", type=comma_list(int), default=[1, 12], help="group sizes to time compiled too (default 1,12)")
     p.add_argument("--group-steps", type=int, default=200, help="training steps per group-size measurement (default 200)")
     p.add_argument("--flops-seconds", type=float, default=5.0, help="seconds of matmuls per throughput measurement (default 5)")
