@@ -23,7 +23,8 @@ from tests.conftest import CONF, ROOT, TINY
 from tests.fake_slurm import install
 from tests.inproc import command
 
-SWEEP = ["-m", "norm=pre,post", "seed=1", *TINY]  # two jobs: one per worker of the parallel sweep
+# two jobs: one per worker of the parallel sweep; the summaries' tables are compared, their figures not drawn (0.5 s of CPU each)
+SWEEP = ["-m", "norm=pre,post", "seed=1", *TINY, "summary.plots=[]"]
 
 
 def start(*args: str, cwd, env=None) -> subprocess.Popen:
@@ -105,7 +106,8 @@ def test_a_job_whose_process_dies_fails_alone_and_the_sweep_ends_with_its_summar
     die = ["+callbacks.die._target_=tests.die_at.DieAt", "+callbacks.die.step=2", f"+callbacks.die.how={how}", "+callbacks.die.seed=1"]
     chosen = [] if launcher == "basic" else [f"hydra/launcher={launcher}", "hydra.launcher.n_jobs=2"]
     chosen += ["hydra.launcher.max_group=1"] if launcher == "vectorized" else []
-    args = ["-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", *die, *chosen, f"hydra.sweep.dir={sweep}"]
+    args = ["-m", "seed=1,2", *TINY, "steps=4", "trainer.val_check_interval=2", "summary.plots=[]", *die, *chosen,
+            f"hydra.sweep.dir={sweep}"]
     ran = command(*args, cwd=tmp_path)
     code, out = ran.returncode, ran.stdout + ran.stderr
     assert code == 1 and "Traceback" not in out, out[-3000:]
