@@ -20,9 +20,10 @@ from initnorm.training import forks
 from initnorm.training.optim import schedule_factor
 from tests.inproc import command
 
-# three horizons of the default Decoder under wsd:0.25, validated every 8 steps (the same points in every run)
+# three horizons of the default Decoder under wsd:0.25, validated every 8 steps (the same points in every run); no summary
+# figure (0.5 s of CPU a sweep, none of these tests reads one: test_mlp and test_train check that a sweep draws them)
 SWEEP = ["-m", "schedule=wsd:0.25", "steps=16,32,64", "seed=1", "trainer.val_check_interval=8", "log_every=2", "callbacks=none",
-         "checkpoint.every_n_steps=0", "trainer.enable_progress_bar=false"]
+         "checkpoint.every_n_steps=0", "trainer.enable_progress_bar=false", "summary.plots=[]"]
 BRANCH = {16: 13, 32: 25}  # the decay of 16 steps starts at 12 (factor 1 there, below it from 13); of 32 at 24
 
 
@@ -202,7 +203,7 @@ def test_a_branch_waits_while_its_provider_trains_and_not_after_it_ended(tmp_pat
 
 def test_a_sweep_whose_validations_part_its_horizons_says_how_to_share_the_stable_phase(tmp_path):
     ran = command("-m", "schedule=wsd:0.25", "steps=16,32", "seed=1", "callbacks=none", "checkpoint.every_n_steps=0",
-                  "trainer.enable_progress_bar=false", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+                  "trainer.enable_progress_bar=false", "summary.plots=[]", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "horizon forks: none, though the horizons share their first steps" in ran.stdout, ran.stdout
     assert "`trainer.val_check_interval=${steps}`" in ran.stdout and not (tmp_path / "sweep" / forks.STORE / forks.PLAN).exists()

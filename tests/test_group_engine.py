@@ -228,7 +228,7 @@ def test_jobs_checkpointed_alone_resume_inside_a_group(tmp_path):
         folder = sweep / "default" / f"seed={seed}"
         alone[f"seed={seed}"] = train(compose_cfg(*SHARED, f"seed={seed}"), folder)["final_val_loss"]
         (folder / "metrics.json").unlink()  # the checkpoint of step 8 is left to resume from
-    proc = command("-m", "seed=1,2", *SHARED, "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+    proc = command("-m", "seed=1,2", *SHARED, "summary.plots=[]", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
                    f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("metrics.json")}

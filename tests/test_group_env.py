@@ -19,7 +19,7 @@ class SeeEnv(L.Callback):
 
 def test_env_set_reaches_a_groups_callback_and_its_relative_write_lands_in_a_job_folder(tmp_path):
     ran = command("-m", "seed=1,2", "steps=2", "trainer.val_check_interval=1", "callbacks=none", "trainer.enable_progress_bar=false",
-                  "checkpoint.every_n_steps=0", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
+                  "checkpoint.every_n_steps=0", "summary.plots=[]", "hydra/launcher=vectorized", "hydra.launcher.engine=sequential",
                   "+callbacks.see._target_=tests.test_group_env.SeeEnv", "+hydra.job.env_set.MYVAR=hello",
                   "hydra.sweep.dir=sweep", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-2000:]

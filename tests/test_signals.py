@@ -42,7 +42,7 @@ def test_a_signal_checkpoints_stops_the_sweep_and_the_printed_command_resumes(tm
     sweep = tmp_path / "sweep"
     kill = ["+callbacks.kill._target_=tests.test_signals.SignalAt", "+callbacks.kill.step=4", f"+callbacks.kill.signum={int(signum)}",
             f"+callbacks.kill.marker={tmp_path / 'fired'}"]
-    args = ["-m", "seed=1,2", *TINY, "steps=8", "checkpoint.every_n_steps=0", f"hydra.sweep.dir={sweep}", *kill]
+    args = ["-m", "seed=1,2", *TINY, "steps=8", "checkpoint.every_n_steps=0", "summary.plots=[]", f"hydra.sweep.dir={sweep}", *kill]
     first = in_process(*args, cwd=tmp_path)
     assert first.returncode == status, first.stderr[-2000:]
     assert f"stopped by {signum.name}" in first.stderr and "saved a checkpoint at step 4" in first.stderr

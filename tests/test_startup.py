@@ -232,9 +232,16 @@ def test_workers_stop_when_the_sweep_process_is_killed_alone(tmp_path, forkserve
     assert len(logs) == 4 and all("the sweep's process is gone" in t for t in logs)
 
 
-def test_help_and_a_bad_value_never_import_lightning(tmp_path):
+def test_help_a_bad_value_and_a_vectorised_sweeps_checks_never_import_lightning(tmp_path):
     """Lightning (with torchmetrics) is most of a command's start: ``--help``, a bad value and the commands that only read
-    finished folders answer without it (cli/job.py, training/checkpoints.py and the instruments' callbacks load it)."""
+    finished folders answer without it (cli/job.py, training/checkpoints.py and the instruments' callbacks load it).
+
+    And the vectorised sweep's own process checks every job (the memory floor counts each model's parameters), then groups
+    them (the groups' ``max_params``, horizon forks) and leaves training to its workers: it never imports Lightning, 2-5 s of
+    CPU (torchmetrics and what it finds installed) on the path to the first group; nor for a decay held in tokens per
+    parameter (``optim.weight_decay_rule=tokens_per_param``), whose check counts the model at the job's and at the base's
+    width. Both in one fresh Python (each was a process of its own, ~2 s of CPU importing torch): the checks run after the
+    commands above, and Lightning is still not imported at the end."""
     code = (
         "import sys\n"
         "import initnorm.cli.summarize\n"
@@ -248,27 +255,6 @@ def test_help_and_a_bad_value_never_import_lightning(tmp_path):
         "        print('exit', exc.code)\n"
         "import initnorm.cli.summarize, initnorm.cli.diagnose, initnorm.cli.coord_check, initnorm.cli.roles, initnorm.cli.probe\n"
         "print('lightning' in sys.modules)\n"
-    )
-    out = fresh_python(code, tmp_path)
-    lines = out.splitlines()
-    assert lines[0] == "False" and lines[-4:] == ["exit 0", "exit 2", "exit 2", "False"], out[-2000:]
-
-
-def fresh_python(code: str, cwd: Path) -> str:
-    """What ``code`` prints, run by a Python of its own (nothing imported yet), which must exit 0."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
-def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp_path):
-    """The sweep's own process checks every job (the memory floor counts each model's parameters), then groups them (the
-    groups' ``max_params``, horizon forks) and leaves training to its workers: it never imports Lightning, 2-5 s of CPU
-    (torchmetrics and what it finds installed) on the path to the first group; nor for a decay held in tokens per parameter
-    (``optim.weight_decay_rule=tokens_per_param``), whose check counts the model at the job's and at the base's width."""
-    code = (
-        "import sys\n"
         "from initnorm.cli.preflight import check_command_line\n"
         "import initnorm.cli.vectorized, initnorm.cli.sweeper\n"
         "from initnorm.training.group import parameter_count\n"
@@ -279,7 +265,17 @@ def test_a_vectorised_sweeps_own_process_checks_and_groups_without_lightning(tmp
         "print(len(jobs), len({parameter_count(j.config) for j in [*jobs, *others]}), 'lightning' in sys.modules)\n"
     )
     out = fresh_python(code, tmp_path)
-    assert out.split() == ["4", "3", "False"], out[-2000:]
+    lines = out.splitlines()
+    assert lines[0] == "False" and lines[-5:-1] == ["exit 0", "exit 2", "exit 2", "False"], out[-2000:]
+    assert lines[-1].split() == ["4", "3", "False"], out[-2000:]
+
+
+def fresh_python(code: str, cwd: Path) -> str:
+    """What ``code`` prints, run by a Python of its own (nothing imported yet), which must exit 0."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
 
 
 def test_the_summary_after_the_last_job_finds_its_figures_imports_done_ahead_and_a_few_seeds_skip_tensorboard(tmp_path):
