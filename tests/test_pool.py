@@ -157,7 +157,7 @@ def bar_locks() -> list[str]:
 def test_a_workers_bars_take_no_semaphore_that_its_sigkill_at_close_would_leak():
     """A cold ``compile=true`` sweep ended with the resource tracker's "2 leaked semaphore objects" warning: the compiler's
     tqdm bar took a multiprocessing lock in each worker, and ``close`` ends workers by SIGKILL."""
-    pool = Pool(1, "forkserver")
+    pool = Pool(1, "spawn")  # not the fork server: one started here with no preload would serve the next test's pool
     try:
         [locks] = pool.run(bar_locks, [()], stopping=lambda: False)
     finally:
