@@ -54,3 +54,14 @@ def test_an_eager_fit_counts_every_step_as_before(monkeypatch, tmp_path):
 def test_a_compiled_job_alone_says_it_compiles_first(monkeypatch, tmp_path):
     lines = run(monkeypatch, tmp_path, compiled=True, E=1)
     assert lines[0] == "seed=1 .. seed=2: 100 steps, its step compiled first (torch.compile)"
+
+
+def test_a_foreign_modules_attribute_named_compiled_is_not_taken_for_the_engines_flag(monkeypatch, tmp_path):
+    """A LightningModule of one's own may have a ``compiled`` method or property of another meaning."""
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    view = SimpleNamespace(E=2, folders=[tmp_path, tmp_path], configs=[None, None], active=lambda: [True, True])
+    out = io.StringIO()
+    cb = progress.GroupProgress("mine", 10, stream=out)
+    cb.on_train_start(SimpleNamespace(global_step=0), SimpleNamespace(compiled=lambda: None, member_view=lambda: view))
+    assert out.getvalue() == "group of 2 (mine): 10 steps\n"

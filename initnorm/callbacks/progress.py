@@ -56,7 +56,7 @@ class GroupProgress(L.Callback):
         self._view = members_of(pl_module, trainer)
         self._start = self._last = self._prev = time.monotonic()
         self._from = trainer.global_step
-        self._compiled = bool(getattr(pl_module, "compiled", False))
+        self._compiled = getattr(pl_module, "compiled", False) is True  # the engine's flag, not another module's attribute
         first = ", its step compiled first (torch.compile)" if self._compiled else ""
         if self._view.E > 1:  # the members' start lines came as the group was assembled; this one says it trains now
             self._next_pct = self._mark_after(self._from)

@@ -167,7 +167,7 @@ def measure(sweep: Sweep, steps: int | None, sets: list[str], repeats: int, rows
     tail = [*(["--steps", str(steps)] if steps is not None else []), *(a for s in sets for a in ("--set", s))]
     rows = [r for r in rows if r != PLAIN or not sweep.plain]
     runs: dict[str, list] = {r: [] for r in rows}
-    cold = {how: run_row(sweep, how, p, tail, workdir)["wall_s"] for how in rows if how in WARMED}
+    cold = {how: run_row(sweep, how, p, tail, workdir)["wall_s"] for how in rows if how in WARMED and repeats}
     for how, wall in cold.items():
         print(f"  [{sweep.key}] untimed warm-up {how}: {wall:.1f} s wall (compiler cache cold)", file=sys.stderr, flush=True)
     for rep in range(repeats if rows else 0):
