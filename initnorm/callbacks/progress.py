@@ -91,20 +91,20 @@ class GroupProgress(L.Callback):
             except OSError:  # only an estimate: a full disk is reported where the results are written
                 pass
         alive, ended = sum(self._view.active()), sum(h < step for h in horizons)
-        done = step - self._from
-        if self._compiled and done > 1:  # the compile left out: it is not paid again
-            per_step = (now - self._start - self._slowest) / (done - 1)
-        else:
-            per_step = (now - self._start) / max(1, done)
         E = self._view.E
         who = f"group of {E} ({self.label}): step {step}/{self.steps} ({pct:.0f}%), {alive}/{E} alive" if E > 1 else \
             f"{self.label}: step {step}/{self.steps}"
         who += f", {ended} done at {'its' if ended == 1 else 'their'} last step" if ended else ""
-        if self._compiled and done <= 1:  # one step, the compile: no rate yet
+        done = step - self._from
+        if not self._compiled:
+            per_step = (now - self._start) / max(1, done)
+        elif done <= 1:  # one step, the compile: no rate yet
             self._write(f"{who}, estimating time left")
             return
-        if self._compiled and not self._said_compile:
-            self._said_compile = True
-            who += f", compiled in {duration(self._slowest)}"
+        else:  # the compile left out: it is not paid again
+            per_step = (now - self._start - self._slowest) / (done - 1)
+            if not self._said_compile:
+                self._said_compile = True
+                who += f", compiled in {duration(self._slowest)}"
         left = per_step * (self.steps - step)
         self._write(f"{who}, about {duration(left)} left", left)
