@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from initnorm.nn.layers import Embedding, Linear, is_one
+from initnorm.nn.narrow import matmul
 from initnorm.nn.norms import NORMS
 from initnorm.nn.roles import Role
 
@@ -63,9 +64,10 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = (proj(x).view(B, T, self.n_heads, self.d_k).transpose(1, 2) for proj in (self.q, self.k, self.v))
-        scores = (q @ k.transpose(-2, -1)) * (self.forward_mult / math.sqrt(self.d_k))
+        # matmul is torch's `@` eager; compiled, products with few columns take their faster form (nn/narrow.py)
+        scores = matmul(q, k.transpose(-2, -1)) * (self.forward_mult / math.sqrt(self.d_k))
         weights = (scores + self.causal_bias[:T, :T]).softmax(dim=-1)
-        heads = weights @ v
+        heads = matmul(weights, v)
         if not (isinstance(self.output_power, float) and self.output_power == 0.0):
             heads = heads * (T / math.log(max(T, 2))) ** (self.output_power / 2)
         return self.o(heads.transpose(1, 2).reshape(B, T, D))

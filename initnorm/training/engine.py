@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +41,9 @@ from torch import nn
 
 from initnorm import tb
 from initnorm.errors import ConfigError
+from initnorm.training import vec_isa
 from initnorm.training.checkpoints import resume_loop_at
-from initnorm.training.compiling import hooked
+from initnorm.training.compiling import CACHE_ENV, hooked
 from initnorm.training.distributed import check_same, mean_over_ranks, shard
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
@@ -136,6 +138,8 @@ class Engine(L.LightningModule):
         self.writers: list[list] = [[] for _ in range(self.E)]  # each member's tracker writers (training/trackers.py), set by fit
         self.resumed = 0
         self.compiled = compiled
+        if compiled:
+            vec_isa.settle(os.environ.get(CACHE_ENV))  # the compiler's CPU check answered once per machine, not per process
         self._fast = torch.compile(lambda xs, ys, live: self.stack.losses(self.loss, xs, ys, live=live)[0]) if compiled else None
         self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
         self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with

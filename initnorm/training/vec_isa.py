@@ -1,0 +1,98 @@
+"""The compiler's check of the CPU's vector instructions, answered once per machine instead of once per process.
+
+Before its first C++ kernel, every process that compiles asks which of the CPU's vector instruction sets
+(AVX2, AVX-512, ...) the C++ compiler can build for and load: one fresh process per set, about 1 s on a
+2-core AMD EPYC (torch 2.13; ``torch._inductor.cpu_vec_isa.valid_vec_isa_list``). A sweep's every worker
+paid it again on a warm compile cache, on its critical path. The answer depends only on the CPU, the C++
+compiler and torch, so it is kept beside the compile cache, under a key naming those three; a process
+whose answer (kept, or checked now and kept) is that every set the CPU advertises passed tells the compiler
+so (``cpp.vec_isa_ok``), which then picks exactly what its own check would have picked. The process that
+checks says so too: the setting is part of the compile cache's key, so every process must compile under the
+same one, or the first to find the answer kept would miss the cache the checking one filled. Any other
+answer (a set failed, a key differs, a file unreadable) leaves the check to the compiler, as before.
+
+torch's private names, read from torch 2.13: ``torch._inductor.cpu_vec_isa`` and ``config.cpp.vec_isa_ok``.
+A torch without them skips all of this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+FILE = "initnorm-vec-isa.json"
+
+
+def _key(isa) -> str:
+    """What the answer depends on: torch, the C++ compiler (its path, size and time) and the CPU's flags."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    compiler = get_cpp_compiler()
+    try:
+        st = os.stat(compiler if os.path.isabs(compiler) else _which(compiler))
+        stamp = f"{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, TypeError):
+        stamp = "?"
+    flags = " ".join(sorted(isa.x86_isa_checker()))
+    text = f"{torch.__version__}|{sys.version}|{platform.machine()}|{compiler}|{stamp}|{flags}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+def _advertised(isa) -> list[str]:
+    """The sets whose flags the CPU advertises: the compiler's candidates before its own check."""
+    flags = isa.x86_isa_checker()
+    return [str(s) for s in isa.supported_vec_isa_list if all(f in flags for f in str(s).split())]
+
+
+def settle(cache_dir: str | None) -> str:
+    """Before a process's first compile: trust a kept answer, or check now and keep it. Returns what was done
+    (``"kept"``, ``"checked"``, ``"skipped"``), for the tests."""
+    try:
+        from torch._inductor import config
+        from torch._inductor import cpu_vec_isa as isa
+    except ImportError:
+        return "skipped"
+    if platform.machine() not in ("x86_64", "AMD64") or config.cpp.vec_isa_ok is not None:
+        return "skipped"  # another architecture, or the user (TORCHINDUCTOR_VEC_ISA_OK) already answered
+    path = Path(cache_dir or _default_dir()) / FILE
+    key, advertised = _key(isa), _advertised(isa)
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = None
+    if isinstance(kept, dict) and kept.get("key") == key:
+        done, valid = "kept", kept.get("valid")
+    else:
+        done, valid = "checked", [str(s) for s in isa.valid_vec_isa_list()]  # the compiler's own check
+        _keep(path, {"key": key, "valid": valid})
+    if valid == advertised and advertised:
+        config.cpp.vec_isa_ok = True
+    return done
+
+
+def _keep(path: Path, answer: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(answer))
+        os.replace(tmp, path)  # whole or not at all: another worker may be reading it
+    except OSError:
+        pass  # a read-only cache: the next process checks again
+
+
+def _default_dir() -> str:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()

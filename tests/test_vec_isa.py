@@ -1,0 +1,73 @@
+"""training/vec_isa.py: the compiler's CPU check answered once per machine, and only where it would answer the same."""
+
+import json
+import platform
+
+import pytest
+
+from initnorm.training import vec_isa
+
+pytest.importorskip("torch._inductor.cpu_vec_isa")
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the check is x86's")
+
+from torch._inductor import config
+from torch._inductor import cpu_vec_isa as isa
+
+
+class _Isa:
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return self.name
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """The compiler's own check, counted and answering ``answer`` (default: every advertised set passes)."""
+    state = {"calls": 0, "answer": None}
+
+    def valid():
+        state["calls"] += 1
+        names = state["answer"] if state["answer"] is not None else vec_isa._advertised(isa)
+        return [_Isa(n) for n in names]
+
+    monkeypatch.setattr(isa, "valid_vec_isa_list", valid)
+    with config.patch({"cpp.vec_isa_ok": None}):  # as a fresh process starts; restored after the test
+        yield state
+
+
+def test_checked_once_then_kept_for_every_later_process(tmp_path, probe):
+    assert vec_isa.settle(str(tmp_path)) == "checked" and probe["calls"] == 1
+    assert config.cpp.vec_isa_ok is True  # the checking process compiles under the same setting (the cache's key)
+    kept = json.loads((tmp_path / vec_isa.FILE).read_text())
+    assert kept["valid"] == vec_isa._advertised(isa) and len(kept["key"]) == 64
+    config.cpp.vec_isa_ok = None  # a new process
+    assert vec_isa.settle(str(tmp_path)) == "kept" and probe["calls"] == 1
+    assert config.cpp.vec_isa_ok is True
+
+
+def test_a_set_that_failed_leaves_the_check_to_the_compiler(tmp_path, probe):
+    probe["answer"] = vec_isa._advertised(isa)[1:]  # the widest set failed to build or load here
+    assert vec_isa.settle(str(tmp_path)) == "checked"
+    assert config.cpp.vec_isa_ok is None
+    assert vec_isa.settle(str(tmp_path)) == "kept" and config.cpp.vec_isa_ok is None and probe["calls"] == 1
+
+
+@pytest.mark.parametrize("text", ["not json", json.dumps({"key": "another machine", "valid": []}), json.dumps([1])])
+def test_an_unreadable_or_foreign_answer_is_checked_again(tmp_path, probe, text):
+    (tmp_path / vec_isa.FILE).write_text(text)
+    assert vec_isa.settle(str(tmp_path)) == "checked" and probe["calls"] == 1
+    assert json.loads((tmp_path / vec_isa.FILE).read_text())["valid"] == vec_isa._advertised(isa)
+
+
+def test_the_users_own_answer_wins(tmp_path, probe):
+    config.cpp.vec_isa_ok = False  # TORCHINDUCTOR_VEC_ISA_OK=0
+    assert vec_isa.settle(str(tmp_path)) == "skipped" and probe["calls"] == 0
+    assert config.cpp.vec_isa_ok is False and not (tmp_path / vec_isa.FILE).exists()
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_next_check(tmp_path, probe):
+    (tmp_path / "file").write_text("")
+    assert vec_isa.settle(str(tmp_path / "file" / "below")) == "checked"  # a folder under a file: not made
+    assert config.cpp.vec_isa_ok is True
