@@ -44,10 +44,12 @@ def compose(*overrides: str):
 
     from initnorm.cli.compose import CONF_DIR
     from initnorm.cli.composer import Composer
+    from initnorm.cli.hydra_adapter import parse_configs_once
     from initnorm.cli.sweep import register_resolvers
 
     if _COMPOSER is None:
         register_resolvers()
+        parse_configs_once()
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()

@@ -36,6 +36,9 @@ def compose_train(overrides: list[str]):
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
+        from initnorm.cli.hydra_adapter import parse_configs_once
+
+        parse_configs_once()
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             _COMPOSED[key] = compose(config_name="train", overrides=list(key))

@@ -38,7 +38,7 @@ from initnorm.cli.argv import CommandLine, parse
 from initnorm.cli.compose import CONF_DIR, compose_train
 from initnorm.cli.composer import Composer
 from initnorm.cli.disk import check_compiler_cache, check_writable
-from initnorm.cli.hydra_adapter import BASIC_SWEEPER, basic_sweeper
+from initnorm.cli.hydra_adapter import BASIC_SWEEPER, basic_sweeper, parse_configs_once
 from initnorm.cli.sweep import SWEPT_ENV, parse_sweep, register_resolvers, sweep_overrides
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
@@ -391,6 +391,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
     if chosen and (problem := launchers.missing_extra(chosen)):  # before composing: its config needs the extra's
         raise ConfigError(problem)
     register_resolvers()
+    parse_configs_once()  # each config file parsed once for every composition from here on, Hydra's run of the command too
     saved_env = os.environ.get(SWEPT_ENV)
     GlobalHydra.instance().clear()
     try:
