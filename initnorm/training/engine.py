@@ -138,8 +138,8 @@ class Engine(L.LightningModule):
         self.writers: list[list] = [[] for _ in range(self.E)]  # each member's tracker writers (training/trackers.py), set by fit
         self.resumed = 0
         self.compiled = compiled
-        if compiled:
-            vec_isa.settle(os.environ.get(CACHE_ENV))  # the compiler's CPU check answered once per machine, not per process
+        if compiled and torch.device(device).type == "cpu":  # the compiler's CPU check, once per machine (training/vec_isa.py)
+            vec_isa.settle(os.environ.get(CACHE_ENV))
         self._fast = torch.compile(lambda xs, ys, live: self.stack.losses(self.loss, xs, ys, live=live)[0]) if compiled else None
         self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
         self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with
