@@ -71,3 +71,12 @@ def test_a_cache_that_cannot_be_written_costs_only_the_next_check(tmp_path, prob
     (tmp_path / "file").write_text("")
     assert vec_isa.settle(str(tmp_path / "file" / "below")) == "checked"  # a folder under a file: not made
     assert config.cpp.vec_isa_ok is True
+
+
+def test_a_key_that_cannot_be_made_leaves_everything_to_the_compiler(tmp_path, monkeypatch, probe):
+    def no_compiler(_isa):
+        raise RuntimeError("no C++ compiler")  # the compiler's own check then fails, and says so, at the first compile
+
+    monkeypatch.setattr(vec_isa, "_key", no_compiler)
+    assert vec_isa.settle(str(tmp_path)) == "skipped" and probe["calls"] == 0
+    assert config.cpp.vec_isa_ok is None and not (tmp_path / vec_isa.FILE).exists()

@@ -67,7 +67,10 @@ def settle(cache_dir: str | None) -> str:
     if platform.machine() not in ("x86_64", "AMD64") or config.cpp.vec_isa_ok is not None:
         return "skipped"  # another architecture, or the user (TORCHINDUCTOR_VEC_ISA_OK) already answered
     path = Path(cache_dir or _default_dir()) / FILE
-    key, advertised = _key(isa), _advertised(isa)
+    try:
+        key, advertised = _key(isa), _advertised(isa)
+    except Exception:  # torch's internals moved, no compiler found: the compiler checks, and says so, as before
+        return "skipped"
     try:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
