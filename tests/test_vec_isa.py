@@ -14,6 +14,10 @@ from torch._inductor import config
 from torch._inductor import cpu_vec_isa as isa
 
 
+def _advertised() -> list[str]:
+    return vec_isa._advertised(isa, isa.x86_isa_checker())
+
+
 class _Isa:
     def __init__(self, name):
         self.name = name
@@ -29,7 +33,7 @@ def probe(monkeypatch):
 
     def valid():
         state["calls"] += 1
-        names = state["answer"] if state["answer"] is not None else vec_isa._advertised(isa)
+        names = state["answer"] if state["answer"] is not None else _advertised()
         return [_Isa(n) for n in names]
 
     monkeypatch.setattr(isa, "valid_vec_isa_list", valid)
@@ -41,14 +45,14 @@ def test_checked_once_then_kept_for_every_later_process(tmp_path, probe):
     assert vec_isa.settle(str(tmp_path)) == "checked" and probe["calls"] == 1
     assert config.cpp.vec_isa_ok is True  # the checking process compiles under the same setting (the cache's key)
     kept = json.loads((tmp_path / vec_isa.FILE).read_text())
-    assert kept["valid"] == vec_isa._advertised(isa) and len(kept["key"]) == 64
+    assert kept["valid"] == _advertised() and len(kept["key"]) == 64
     config.cpp.vec_isa_ok = None  # a new process
     assert vec_isa.settle(str(tmp_path)) == "kept" and probe["calls"] == 1
     assert config.cpp.vec_isa_ok is True
 
 
 def test_a_set_that_failed_leaves_the_check_to_the_compiler(tmp_path, probe):
-    probe["answer"] = vec_isa._advertised(isa)[1:]  # the widest set failed to build or load here
+    probe["answer"] = _advertised()[1:]  # the widest set failed to build or load here
     assert vec_isa.settle(str(tmp_path)) == "checked"
     assert config.cpp.vec_isa_ok is None
     assert vec_isa.settle(str(tmp_path)) == "kept" and config.cpp.vec_isa_ok is None and probe["calls"] == 1
@@ -58,7 +62,7 @@ def test_a_set_that_failed_leaves_the_check_to_the_compiler(tmp_path, probe):
 def test_an_unreadable_or_foreign_answer_is_checked_again(tmp_path, probe, text):
     (tmp_path / vec_isa.FILE).write_text(text)
     assert vec_isa.settle(str(tmp_path)) == "checked" and probe["calls"] == 1
-    assert json.loads((tmp_path / vec_isa.FILE).read_text())["valid"] == vec_isa._advertised(isa)
+    assert json.loads((tmp_path / vec_isa.FILE).read_text())["valid"] == _advertised()
 
 
 def test_the_users_own_answer_wins(tmp_path, probe):
@@ -74,9 +78,15 @@ def test_a_cache_that_cannot_be_written_costs_only_the_next_check(tmp_path, prob
 
 
 def test_a_key_that_cannot_be_made_leaves_everything_to_the_compiler(tmp_path, monkeypatch, probe):
-    def no_compiler(_isa):
+    def no_compiler(_isa, _flags):
         raise RuntimeError("no C++ compiler")  # the compiler's own check then fails, and says so, at the first compile
 
     monkeypatch.setattr(vec_isa, "_key", no_compiler)
     assert vec_isa.settle(str(tmp_path)) == "skipped" and probe["calls"] == 0
     assert config.cpp.vec_isa_ok is None and not (tmp_path / vec_isa.FILE).exists()
+
+
+def test_by_default_the_answer_is_kept_in_the_compilers_own_cache_folder(tmp_path, monkeypatch, probe):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # as compiling.use_cache sets it
+    assert vec_isa.settle() == "checked"
+    assert (tmp_path / "cache" / vec_isa.FILE).is_file()

@@ -52,6 +52,12 @@ def cache_folder(folder: str | Path) -> str:
     return current
 
 
+def compiler_cache() -> str | None:
+    """Where the compiler keeps its cache in this process: the environment's folder (``use_cache``'s, or the user's),
+    else torch's own default."""
+    return os.environ.get(CACHE_ENV) or _torch_default()
+
+
 def _torch_default() -> str | None:
     """torch's own cache folder: importing Lightning writes it into the environment (torch's
     ``cache_dir()`` does), so a value equal to it was not set by the user."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ from initnorm import tb
 from initnorm.errors import ConfigError
 from initnorm.training import vec_isa
 from initnorm.training.checkpoints import resume_loop_at
-from initnorm.training.compiling import CACHE_ENV, hooked
+from initnorm.training.compiling import hooked
 from initnorm.training.distributed import check_same, mean_over_ranks, shard
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
@@ -139,7 +138,7 @@ class Engine(L.LightningModule):
         self.resumed = 0
         self.compiled = compiled
         if compiled and torch.device(device).type == "cpu":  # the compiler's CPU check, once per machine (training/vec_isa.py)
-            vec_isa.settle(os.environ.get(CACHE_ENV))
+            vec_isa.settle()
         self._fast = torch.compile(lambda xs, ys, live: self.stack.losses(self.loss, xs, ys, live=live)[0]) if compiled else None
         self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
         self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with

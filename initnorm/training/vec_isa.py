@@ -21,44 +21,39 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 
 import torch
 
+from initnorm.training.compiling import compiler_cache
+
 FILE = "initnorm-vec-isa.json"
 
 
-def _key(isa) -> str:
+def _key(isa, flags: list[str]) -> str:
     """What the answer depends on: torch, the C++ compiler (its path, size and time) and the CPU's flags."""
     from torch._inductor.cpp_builder import get_cpp_compiler
 
     compiler = get_cpp_compiler()
     try:
-        st = os.stat(compiler if os.path.isabs(compiler) else _which(compiler))
+        st = os.stat(compiler if os.path.isabs(compiler) else shutil.which(compiler))
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
-    except (OSError, TypeError):
+    except (OSError, TypeError):  # TypeError: not on PATH (which gave None)
         stamp = "?"
-    flags = " ".join(sorted(isa.x86_isa_checker()))
-    text = f"{torch.__version__}|{sys.version}|{platform.machine()}|{compiler}|{stamp}|{flags}"
+    text = f"{torch.__version__}|{sys.version}|{platform.machine()}|{compiler}|{stamp}|{' '.join(sorted(flags))}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
-
-
-def _advertised(isa) -> list[str]:
+def _advertised(isa, flags: list[str]) -> list[str]:
     """The sets whose flags the CPU advertises: the compiler's candidates before its own check."""
-    flags = isa.x86_isa_checker()
     return [str(s) for s in isa.supported_vec_isa_list if all(f in flags for f in str(s).split())]
 
 
-def settle(cache_dir: str | None) -> str:
-    """Before a process's first compile: trust a kept answer, or check now and keep it. Returns what was done
-    (``"kept"``, ``"checked"``, ``"skipped"``), for the tests."""
+def settle(cache_dir: str | None = None) -> str:
+    """Before a process's first compile: trust a kept answer, or check now and keep it, in ``cache_dir`` (default: the
+    compiler's own cache folder). Returns what was done (``"kept"``, ``"checked"``, ``"skipped"``), for the tests."""
     try:
         from torch._inductor import config
         from torch._inductor import cpu_vec_isa as isa
@@ -66,9 +61,13 @@ def settle(cache_dir: str | None) -> str:
         return "skipped"
     if platform.machine() not in ("x86_64", "AMD64") or config.cpp.vec_isa_ok is not None:
         return "skipped"  # another architecture, or the user (TORCHINDUCTOR_VEC_ISA_OK) already answered
-    path = Path(cache_dir or _default_dir()) / FILE
+    folder = cache_dir or compiler_cache()
+    if folder is None:
+        return "skipped"  # another torch: no folder to keep the answer in
+    path = Path(folder) / FILE
     try:
-        key, advertised = _key(isa), _advertised(isa)
+        flags = isa.x86_isa_checker()
+        key, advertised = _key(isa, flags), _advertised(isa, flags)
     except Exception:  # torch's internals moved, no compiler found: the compiler checks, and says so, as before
         return "skipped"
     try:
@@ -93,9 +92,3 @@ def _keep(path: Path, answer: dict) -> None:
         os.replace(tmp, path)  # whole or not at all: another worker may be reading it
     except OSError:
         pass  # a read-only cache: the next process checks again
-
-
-def _default_dir() -> str:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return cache_dir()
