@@ -62,9 +62,10 @@ CASES = {
                                                                   "the closest: mlflow", "`logger=[tensorboard,mlflow]`"]),
     "unknown option close to none": (["optim=quux"], ["optim='quux'", "known: adadelta", "muon",
                                      "no option is close to 'quux', the default: adamw",
-                                                      "`optim=adamw`"]),
+                                                      "`optim=adamw`", "or your own: `optim=custom optim._target_=<module>.<name>`"]),
     "unknown registered name close to none": (["param.name=ntk"], ["param='ntk'", "no known name is close to 'ntk'"]),
     "bad choice close to none": (["norm=mid"], ["norm='mid'", "one of pre, post", "`norm=pre`"]),
+    "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 
 

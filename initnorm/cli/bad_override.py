@@ -36,6 +36,18 @@ def default_choice(group: str) -> str | None:
     return None
 
 
+@functools.cache
+def own_route(group: str) -> str | None:
+    """``optim=custom optim._target_=<module>.<name>``: how a group that takes one's own (``conf/<group>/custom.yaml``) is
+    given it, for a name that is none of its options (``optim=lion``: a user's own Lion is one override away)."""
+    path = Path(CONF_DIR, group, "custom.yaml")
+    if not path.is_file():
+        return None
+    node = OmegaConf.load(path)
+    key = next((k for k in ("_target_", "fn") if k in node.keys()), None)  # `in` is False for a ??? value
+    return f"{group}=custom {group}.{key}=<module>.<name>" if key else None
+
+
 def written(overrides: Sequence[str], key: str) -> tuple[str, str] | None:
     """The override of ``key`` as the user wrote it (``+nrom=post``): its prefix and its value."""
     for override in overrides:
@@ -54,7 +66,8 @@ def unknown_option(group: str, value: str, known: list[str], overrides: Sequence
     fix = f"{group}={pick}"
     if (mine := written(overrides, group)) is not None and value in mine[1]:  # a list or a sweep: only the bad name replaced
         fix = f"{mine[0]}{group}=" + re.sub(rf"(?<![\w.-]){re.escape(value)}(?![\w.-])", pick, mine[1])
-    return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(known) or 'none'}; {said}; fix it with `{fix}`")
+    own = f"; or your own: `{route}`" if not best and (route := own_route(group)) else ""
+    return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(known) or 'none'}; {said}; fix it with `{fix}`{own}")
 
 
 @functools.cache
