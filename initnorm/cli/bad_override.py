@@ -44,7 +44,8 @@ def own_route(group: str) -> str | None:
     if not path.is_file():
         return None
     node = OmegaConf.load(path)
-    key = next((k for k in ("_target_", "fn") if k in node.keys()), None)  # `in` is False for a ??? value
+    keys = set(node)  # its keys, ??? ones included (`in` on the config is False for a ??? value)
+    key = next((k for k in ("_target_", "fn") if k in keys), None)
     return f"{group}=custom {group}.{key}=<module>.<name>" if key else None
 
 
