@@ -79,6 +79,9 @@ def test_a_sweep_refuses_several_devices_per_job(devices_):
     (trainer("cpu", 2, strategy="fsdp"), 0, False, r"trainer\.strategy='fsdp' is invalid.*docs/devices\.md"),
     (trainer("gpu", 4, strategy="ddp"), 2, False, r"trainer\.devices=4 is invalid: this machine has cpu and cuda \(2 GPUs\)"),
     (trainer("cpu", "two"), 0, False, r"trainer\.devices='two' is invalid"),
+    (trainer("cpu", 0), 0, False, r"trainer\.devices=0 is invalid: 1 or more devices.*`trainer\.devices=1`"),
+    (trainer("gpu", -2), 2, False, r"trainer\.devices=-2 is invalid: 1 or more devices"),
+    (trainer("gpu", []), 2, False, r"trainer\.devices=\[\] is invalid: 1 or more devices"),
 ])
 def test_what_this_machine_cannot_run_is_one_line(asked, n_gpus, mps, match):
     with pytest.raises(ConfigError, match=match) as err:

@@ -70,6 +70,8 @@ def choose(trainer: dict[str, Any], job_num: int, multirun: bool, n_gpus: int, m
                         "trainer.devices=1 hydra/launcher=local_parallel")
     if count is None and not isinstance(devices, (list, tuple)) and devices not in (None, "auto", -1, "-1"):
         raise bad_value("trainer.devices", devices, "a number of devices, or a list of GPU indices", "trainer.devices=1")
+    if count is not None and count < 1:  # Lightning's own refusal of 0 or [] is a traceback from inside its Trainer
+        raise bad_value("trainer.devices", devices, "1 or more devices (auto or -1: every visible GPU)", "trainer.devices=1")
     if accelerator == "auto":
         accelerator = "cuda" if n_gpus else "mps" if mps else "cpu"
     if accelerator in GPU:
