@@ -36,11 +36,14 @@ def distance(a: str, b: str) -> int:
 
 def closest(word, names) -> str | None:
     """The known name a typo most likely meant: the fewest edits, at most a third of the word's letters (one for a
-    short word), or a name the word starts (``rms`` -> ``rmsnorm``); None when no name is that close (``lion``
-    among ``adam, adamw, sgd``), so that an error never suggests an arbitrary name as if it were the meant one."""
+    short word), a name the word starts (``rms`` -> ``rmsnorm``), or a name the word is a whole part of
+    (``heads`` -> ``n_heads``, ``decay`` -> ``weight_decay``: four letters at least, one such name); None when no name is that close
+    (``lion`` among ``adam, adamw, sgd``), so that an error never suggests an arbitrary name as if it were the meant one."""
     word, names = str(word), [str(n) for n in names]
     near = [(distance(word, n), n) for n in names
             if distance(word, n) <= max(1, len(word) // 3) or (len(word) >= 2 and n.startswith(word))]
+    parts = [n for n in names if len(word) >= 4 and word in n.split("_")]
+    near += [(distance(word, parts[0]), parts[0])] if len(parts) == 1 else []  # two names with that part: neither is meant
     return min(near)[1] if near else None
 
 

@@ -65,6 +65,8 @@ CASES = {
                                                       "`optim=adamw`", "or your own: `optim=custom optim._target_=<module>.<name>`"]),
     "unknown registered name close to none": (["param.name=ntk"], ["param='ntk'", "no known name is close to 'ntk'"]),
     "bad choice close to none": (["norm=mid"], ["norm='mid'", "one of pre, post", "`norm=pre`"]),
+    "a group's key named by a part of it": (["model.heads=4"], ["model.heads is not a key", "the closest: n_heads",
+                                                               "`model.n_heads=4`"]),
     "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 
@@ -179,6 +181,10 @@ def test_the_closest_name_is_a_near_one_or_none():
     assert closest("rms", ["layernorm", "none", "rmsnorm"]) == "rmsnorm"  # a name the word starts
     assert closest("adamm", ["adam", "adamw", "sgd"]) == "adam"
     assert closest("lion", ["adam", "adamw", "sgd"]) is None  # once `optim=sgd`: an arbitrary name offered as the meant one
+    assert closest("heads", ["mlp_ratio", "n_heads", "width"]) == "n_heads"  # a whole part of the name
+    assert closest("lr", ["adamw_lr", "betas"]) is None  # too short a part to say it is the one meant
+    assert closest("head", ["n_heads"]) is None  # a part, not a piece of one
+    assert closest("windows", ["alice", "char_windows", "text_windows"]) is None  # two names with that part
 
 
 def test_the_missing_interpolation_key_is_read_from_the_node_not_from_the_message():
