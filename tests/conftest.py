@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -29,36 +27,17 @@ def compose_cfg(*overrides: str):
     return compose(*overrides)
 
 
-_COMPOSER = None
-
-
 def compose(*overrides: str):
-    """The training config with ``overrides``, as ``compose_cfg`` gives it (no ``hydra`` node), made by the library's
-    Composer (initnorm/cli/composer.py): Hydra composes once per distinct choice of config groups, and each list's value
-    overrides are applied to a copy with Hydra's own function, in Hydra's order (tests/test_composer.py holds the two
-    equal). Hydra's composition costs ~0.4 s of CPU a list; a test module that composes dozens of lists pays that once per
-    choice of groups."""
-    global _COMPOSER
-    from hydra.types import RunMode
-    from omegaconf import open_dict
-
-    from initnorm.cli.compose import CONF_DIR
-    from initnorm.cli.composer import Composer
-    from initnorm.cli.hydra_adapter import parse_configs_once
+    """The training config with ``overrides``, as ``compose_cfg`` gives it (no ``hydra`` node): the library's
+    ``compose_train`` (initnorm/cli/compose.py), one Composer per process (initnorm/cli/composer.py): Hydra composes once
+    per distinct choice of config groups, and each list's value overrides are applied to a copy with Hydra's own function,
+    in Hydra's order (tests/test_composer.py holds the two equal). Hydra's composition costs ~0.4 s of CPU a list; a test
+    module that composes dozens of lists pays that once per choice of groups."""
+    from initnorm.cli.compose import compose_train
     from initnorm.cli.sweep import register_resolvers
 
-    if _COMPOSER is None:
-        register_resolvers()
-        parse_configs_once()
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            loader = GlobalHydra.instance().config_loader()
-            _COMPOSER = Composer(loader, loader.load_configuration("train", [], run_mode=RunMode.RUN))
-        GlobalHydra.instance().clear()
-    cfg = _COMPOSER.job_config(list(overrides))
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    register_resolvers()
+    return compose_train(list(overrides))
 
 
 def run_cli(*args: str, cwd: Path, module: str = "initnorm.train", timeout: int = 600,

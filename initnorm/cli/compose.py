@@ -6,9 +6,7 @@ installed wheel (pyproject.toml maps it there); this module finds it once for ev
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 
 def _find_conf_dir() -> str:
@@ -23,26 +21,38 @@ def _find_conf_dir() -> str:
 CONF_DIR = _find_conf_dir()
 
 
-_COMPOSED: dict[tuple[str, ...], Any] = {}
+_COMPOSER = None  # initnorm.cli.composer.Composer of the training config, made at the first composition
 
 
 def compose_train(overrides: list[str]):
     """The training config with ``overrides``, composed outside a Hydra app (for commands such as
-    ``initnorm.probe`` and ``initnorm.coord_check`` that build or train several models in one process).
-    Each distinct list is composed once per process and every caller gets its own deep copy: coord_check
-    composed every job twice (checked before the first trains, then trained), ~0.4 s of CPU each time."""
-    key = tuple(overrides)
-    if key not in _COMPOSED:
-        from hydra import compose, initialize_config_dir
-        from hydra.core.global_hydra import GlobalHydra
+    ``initnorm.probe`` and ``initnorm.coord_check`` that build or train several models in one process), as Hydra's
+    ``compose`` gives it (no ``hydra`` node). Made by one Composer per process (``cli/composer.py``; tests/test_composer.py
+    holds it equal to Hydra's own composition): Hydra composes once per distinct choice of config groups and each list's
+    value overrides are applied to a copy, with Hydra's own function. Hydra's composition of each list cost ~0.1-0.4 s of
+    CPU: a coordinate check composes every job (widths x parameterisations x seeds) before the first trains. Every caller
+    gets its own config."""
+    global _COMPOSER
+    from omegaconf import open_dict
 
+    if _COMPOSER is None:
+        from hydra import initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.types import RunMode
+
+        from initnorm.cli.composer import Composer
         from initnorm.cli.hydra_adapter import parse_configs_once
 
         parse_configs_once()
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            _COMPOSED[key] = compose(config_name="train", overrides=list(key))
-    return copy.deepcopy(_COMPOSED[key])
+            loader = GlobalHydra.instance().config_loader()
+            _COMPOSER = Composer(loader, loader.load_configuration("train", [], run_mode=RunMode.RUN))
+        GlobalHydra.instance().clear()
+    cfg = _COMPOSER.job_config(list(overrides))
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
