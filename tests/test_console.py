@@ -88,6 +88,21 @@ def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
     assert "drop -m" in line and "`initnorm-train norm=pre seed=1 --cfg job`" in line
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--config-dir", "/no/such/folder", "steps=5"], ["--config-dir '/no/such/folder' is not a folder", "leave --config-dir out"]),
+    (["--config-name", "trian"], ["--config-name 'trian' is not a config of initnorm's (known: train)", "`--config-name train`"]),
+])
+def test_a_config_flag_naming_nothing_is_one_line(argv, said):
+    """Hydra's own answers: a line and a HYDRA_FULL_ERROR hint (a missing --config-dir), a search path (a missing config)."""
+    from initnorm.cli.argv import parse
+    from initnorm.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        console.check_flags(parse(argv))
+    assert all(s in str(err.value) for s in said) and "\n" not in str(err.value)
+    console.check_flags(parse(["--config-dir", str(ROOT / "conf"), "--config-name", "train"]))  # both there: nothing said
+
+
 def ended_at(folder: Path, when: float, status: str = "finished") -> None:
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text(json.dumps({"status": status}))

@@ -67,6 +67,8 @@ CASES = {
     "bad choice close to none": (["norm=mid"], ["norm='mid'", "one of pre, post", "`norm=pre`"]),
     "a group's key named by a part of it": (["model.heads=4"], ["model.heads is not a key", "the closest: n_heads",
                                                                "`model.n_heads=4`"]),
+    "a search range in a grid sweep": (["-m", "lr=interval(0.001,0.1)"], ["lr=interval(0.001,0.1) is a range to search",
+                                                                          "`lr=0.001,0.1`", "hparams_search=lr_base"]),
     "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 

@@ -20,6 +20,7 @@ class CommandLine:
     cfg: str | None  # --cfg job|hydra|all
     config_name: str | None
     runs_jobs: bool  # False for --help, --cfg, --info ..., and a command line that names its own config folder
+    config_dir: str | None = None  # --config-dir: a folder added to the config search path
 
     def value(self, key: str, default: str | None = None) -> str | None:
         """The last value given to ``key`` (``+key=``, ``++key=`` and ``~key=`` count), else ``default``."""
@@ -34,4 +35,5 @@ def parse(argv: list[str] | tuple[str, ...]) -> CommandLine:
     args = get_args_parser().parse_args(list(argv))
     elsewhere = (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun
                  or args.config_dir or args.config_path)
-    return CommandLine(tuple(argv), tuple(args.overrides), bool(args.multirun), args.cfg, args.config_name, not elsewhere)
+    return CommandLine(tuple(argv), tuple(args.overrides), bool(args.multirun), args.cfg, args.config_name, not elsewhere,
+                       args.config_dir)

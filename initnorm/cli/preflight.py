@@ -27,6 +27,7 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -133,6 +134,12 @@ def expand(primary: DictConfig) -> list[list[str]]:
     if primary.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return [[str(o) for o in primary.hydra.overrides.task]]  # another sweeper picks its own jobs: check the primary only
     parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
+    for o in parsed:  # Hydra's basic sweeper says only "does not support sweep type : INTERVAL_SWEEP"
+        if o.value_type == ValueType.INTERVAL_SWEEP:
+            key, span = o.get_key_element(), o.value()
+            raise ConfigError(f"{key}={o.input_line.partition('=')[2]} is a range to search, and a grid sweep takes values: give them "
+                              f"(`{key}={span.start:g},{span.end:g}`), or search the range with a search sweeper "
+                              "(conf/hparams_search/, as `hparams_search=lr_base`)")
     return [list(job) for batch in basic_sweeper().split_arguments(parsed, None) for job in batch]
 
 
