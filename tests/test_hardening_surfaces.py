@@ -293,9 +293,18 @@ def test_probe_and_coord_check_say_the_memory_needed_before_any_folder(tmp_path,
     assert "needs about" in err and "GiB of memory" in err and "--mlp-width 256" in err
     assert coord_check.main(["--widths", "16,1000000", "--out", str(tmp_path / "cc")]) == 2
     err = capsys.readouterr().err
-    assert "width-1000000" in err and "GiB of memory" in err and "--widths 16" in err
+    assert "width-1000000" in err and "GiB of memory" in err and "--widths 16,32,64,128,256`" in err  # one width: no exponent
+    assert coord_check.main(["--widths", "16,32,1000000", "--out", str(tmp_path / "cc")]) == 2
+    assert "`--widths 16,32`" in capsys.readouterr().err
     assert coord_check.main(["--tolerance", "-1", "--out", str(tmp_path / "cc")]) == 2
     assert "--tolerance=-1.0 is invalid" in capsys.readouterr().err
+    for bad, said in ((["--widths", "16"], "--widths='16' is invalid: two widths or more"), (["--seeds", "1,1"], "`--seeds 1`"),
+                      (["--steps", "0"], "--steps=0 is invalid: a positive integer"), (["--lr", "-1"], "--lr=-1.0 is invalid")):
+        assert coord_check.main([*bad, "--out", str(tmp_path / "cc")]) == 2
+        assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's own line, naming the value (it said "invalid <lambda> value")
+        coord_check.main(["--widths", "16,abc"])
+    assert "'abc' in '16,abc' is not an integer" in capsys.readouterr().err
     assert not (tmp_path / "pr").exists() and not (tmp_path / "cc").exists()
 
 

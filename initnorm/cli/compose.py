@@ -63,6 +63,28 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return list(argv[:i]), list(argv[i + 1 :])
 
 
+KIND_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), str: ("a name", "names")}
+
+
 def comma_list(kind=str):
-    """An argparse type for ``16,32,64``."""
-    return lambda text: [kind(x) for x in text.split(",") if x]
+    """An argparse type for ``16,32,64``: a value that is not one of ``kind``, or none at all, is argparse's one line
+    naming it (``argument --widths: 'abc' in '16,abc' is not an integer: give comma-separated integers, as 16,32``),
+    not ``invalid <lambda> value``."""
+    import argparse
+
+    one, many = KIND_NAMES.get(kind, (f"a {kind.__name__}", f"{kind.__name__} values"))
+    what = f"comma-separated {many}"
+
+    def convert(text: str) -> list:
+        values = []
+        for x in (x.strip() for x in text.split(",")):
+            try:
+                values.append(kind(x)) if x else None
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{x!r} in {text!r} is not {one}: give {what}, as 16,32") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} holds none: give {what}, as 16,32")
+        return values
+
+    convert.__name__ = what
+    return convert

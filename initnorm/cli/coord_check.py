@@ -83,7 +83,8 @@ def check_training_memory(configs: list[dict], widths: list[int]) -> None:
 
     biggest = max(configs, key=lambda c: c["model"]["width"] * c["model"]["depth"])
     need = TRAIN_BYTES_PER_PARAM * parameter_count(biggest)
-    smaller = ",".join(str(w) for w in widths if w < biggest["model"]["width"]) or "16,32,64,128,256"
+    kept = [w for w in widths if w < biggest["model"]["width"]]
+    smaller = ",".join(map(str, kept if len(kept) > 1 else [w for w in WIDTHS if w < biggest["model"]["width"]] or WIDTHS))
     check_memory(need, f"the width-{biggest['model']['width']}, depth-{biggest['model']['depth']} job", f"--widths {smaller}")
 
 
@@ -124,8 +125,17 @@ def main(argv: list[str] | None = None) -> int:
         if a.source:
             folder = Path(a.source)
         else:
-            if a.steps <= 0 or not (a.lr > 0 and math.isfinite(a.lr)):
-                raise bad_value("--steps/--lr", f"{a.steps}/{a.lr}", "positive finite numbers", "--steps 10 --lr 0.01")
+            if a.steps <= 0:
+                raise bad_value("--steps", a.steps, "a positive integer", f"--steps {STEPS}")
+            if not (a.lr > 0 and math.isfinite(a.lr)):
+                raise bad_value("--lr", a.lr, "a finite positive number", f"--lr {LR}")
+            for flag, values in (("--widths", a.widths), ("--depths", a.depths), ("--params", a.params), ("--seeds", a.seeds)):
+                if len(set(values)) < len(values):  # a seed twice would narrow the bootstrap's interval with no new evidence
+                    once = ",".join(map(str, dict.fromkeys(values)))
+                    raise bad_value(flag, ",".join(map(str, values)), "each value once", f"{flag} {once}")
+            if len(a.widths) < 2 and len(a.depths) < 2:  # an exponent on width (depth) needs two of them at least
+                raise bad_value("--widths", ",".join(map(str, a.widths)), "two widths or more (or several --depths: the check across "
+                                "depth)", f"--widths {','.join(map(str, WIDTHS))}")
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
             todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seeds, extra)
             configs = check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains
