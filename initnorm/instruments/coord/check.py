@@ -18,6 +18,7 @@ same model, batches and inputs give initnorm-coord-check's numbers (tests/test_c
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -82,6 +83,7 @@ def coord_check(
     if "width" in model_kw or (depths is not None and "depth" in model_kw):
         raise TypeError("coord_check takes widths=[...] and depths=[...] (or one depth=), not width=")
     depths = [model_kw.pop("depth", None)] if depths is None else list(depths)
+    _check_axes(list(widths), depths, list(params), [seed] if seeds is None else list(seeds), steps, lr)
     taken = list(itertools.islice(iter(batches), steps))
     if len(taken) < steps:
         raise ConfigError(f"batches gave {len(taken)} batches, and the coordinate check takes {steps} steps; give at least {steps} "
@@ -100,6 +102,20 @@ def coord_check(
         records += [{**meta, "step": r.step, "layer": r.layer, "role": r.role, "statistic": r.stat, "value": r.value}
                     for r in _trained(net, opt, taken, loss_fn, fixed)]
     return judge(records, tolerance, optimizer)
+
+
+def _check_axes(widths: list, depths: list, params: list, seeds: list, steps: int, lr: float) -> None:
+    """What no exponent can be read from, in one line each (as ``initnorm-coord-check`` says it of its flags)."""
+    if not (isinstance(steps, int) and steps > 0):
+        raise ConfigError(f"steps={steps!r} is invalid: a positive integer; fix it with `steps={STEPS}`")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"lr={lr!r} is invalid: a finite positive number; fix it with `lr={LR}`")
+    for name, values in (("widths", widths), ("depths", depths), ("params", params), ("seeds", seeds)):
+        if len(set(map(repr, values))) < len(values):  # a seed twice narrows the bootstrap's interval with no new evidence
+            raise ConfigError(f"{name}={values} is invalid: each value once; fix it with `{name}={list(dict.fromkeys(values))}`")
+    if len(widths) < 2 and len(depths) < 2:  # an exponent on width (depth) needs two of them at least
+        raise ConfigError(f"widths={widths} is invalid: two widths or more (or depths=[...] at one width: the check across depth); "
+                          f"fix it with `widths={list(WIDTHS)}`")
 
 
 def _trained(net: nn.Module, opt: torch.optim.Optimizer, batches: list, loss_fn: Callable, inputs: torch.Tensor) -> list[Record]:
