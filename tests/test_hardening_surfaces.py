@@ -302,6 +302,8 @@ def test_probe_and_coord_check_say_the_memory_needed_before_any_folder(tmp_path,
                       (["--steps", "0"], "--steps=0 is invalid: a positive integer"), (["--lr", "-1"], "--lr=-1.0 is invalid")):
         assert coord_check.main([*bad, "--out", str(tmp_path / "cc")]) == 2
         assert said in capsys.readouterr().err
+    assert probe.main(["mlp", "--mlp-width", "0", "--out", str(tmp_path / "pr")]) == 2
+    assert "--mlp-width=0 is invalid: a positive integer; fix it with `--mlp-width 256`" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse's own line, naming the value (it said "invalid <lambda> value")
         coord_check.main(["--widths", "16,abc"])
     assert "'abc' in '16,abc' is not an integer" in capsys.readouterr().err

@@ -63,7 +63,7 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return list(argv[:i]), list(argv[i + 1 :])
 
 
-KIND_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), str: ("a name", "names")}
+KIND_NAMES = {int: ("an integer", "integers", "16,32"), float: ("a number", "numbers", "0.02,0.25"), str: ("a name", "names", "pre,post")}
 
 
 def comma_list(kind=str):
@@ -72,7 +72,7 @@ def comma_list(kind=str):
     not ``invalid <lambda> value``."""
     import argparse
 
-    one, many = KIND_NAMES.get(kind, (f"a {kind.__name__}", f"{kind.__name__} values"))
+    one, many, example = KIND_NAMES.get(kind, (f"a {kind.__name__}", f"{kind.__name__} values", "a,b"))
     what = f"comma-separated {many}"
 
     def convert(text: str) -> list:
@@ -81,9 +81,9 @@ def comma_list(kind=str):
             try:
                 values.append(kind(x)) if x else None
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{x!r} in {text!r} is not {one}: give {what}, as 16,32") from None
+                raise argparse.ArgumentTypeError(f"{x!r} in {text!r} is not {one}: give {what}, as {example}") from None
         if not values:
-            raise argparse.ArgumentTypeError(f"{text!r} holds none: give {what}, as 16,32")
+            raise argparse.ArgumentTypeError(f"{text!r} holds none: give {what}, as {example}")
         return values
 
     convert.__name__ = what
