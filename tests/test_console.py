@@ -95,12 +95,13 @@ def test_cfg_with_multirun_is_one_line_saying_what_to_do(tmp_path):
 def test_a_config_flag_naming_nothing_is_one_line(argv, said):
     """Hydra's own answers: a line and a HYDRA_FULL_ERROR hint (a missing --config-dir), a search path (a missing config)."""
     from initnorm.cli.argv import parse
+    from initnorm.cli.preflight import check_config_flags
     from initnorm.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
-        console.check_flags(parse(argv))
+        check_config_flags(parse(argv))
     assert all(s in str(err.value) for s in said) and "\n" not in str(err.value)
-    console.check_flags(parse(["--config-dir", str(ROOT / "conf"), "--config-name", "train"]))  # both there: nothing said
+    check_config_flags(parse(["--config-dir", str(ROOT / "conf"), "--config-name", "train"]))  # both there: nothing said
 
 
 def ended_at(folder: Path, when: float, status: str = "finished") -> None:

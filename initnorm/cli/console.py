@@ -190,16 +190,8 @@ def in_sweep() -> bool:
 
 def check_flags(cmd) -> None:
     """Flag combinations Hydra refuses with a traceback, as one line that says what to do (``cmd``: ``argv.CommandLine``)."""
-    from initnorm.cli.compose import CONF_DIR
     from initnorm.errors import ConfigError
 
-    if cmd.config_dir and not Path(cmd.config_dir).expanduser().is_dir():  # Hydra: its own line and a HYDRA_FULL_ERROR hint
-        raise ConfigError(f"--config-dir {cmd.config_dir!r} is not a folder: it adds a folder of YAML configs to initnorm's own; "
-                          "give an existing one, or leave --config-dir out")
-    if cmd.config_name and not cmd.config_dir and cmd.runs_jobs and not Path(CONF_DIR, f"{cmd.config_name}.yaml").is_file():
-        known = sorted(p.stem for p in Path(CONF_DIR).glob("*.yaml"))
-        raise ConfigError(f"--config-name {cmd.config_name!r} is not a config of initnorm's (known: {', '.join(known)}); fix it with "
-                          f"`--config-name {known[0] if len(known) == 1 else 'train'}`, or leave --config-name out")
     if cmd.multirun and cmd.cfg:
         first = [o.split("=", 1)[0] + "=" + o.split("=", 1)[1].split(",")[0] if "=" in o and "," in o else o for o in cmd.overrides]
         raise ConfigError(

@@ -390,7 +390,20 @@ def check_command_line(argv: list[str] | CommandLine, progress: Callable[[int, i
         raise unexpected(exc) from exc
 
 
+def check_config_flags(cmd: CommandLine) -> None:
+    """``--config-dir`` and ``--config-name`` that name nothing, before Hydra answers them in its own words (a line and a
+    HYDRA_FULL_ERROR hint; a search path)."""
+    if cmd.config_dir and not Path(cmd.config_dir).expanduser().is_dir():  # Hydra: its own line and a HYDRA_FULL_ERROR hint
+        raise ConfigError(f"--config-dir {cmd.config_dir!r} is not a folder: it adds a folder of YAML configs to initnorm's own; "
+                          "give an existing one, or leave --config-dir out")
+    if cmd.config_name and not cmd.config_dir and cmd.runs_jobs and not Path(CONF_DIR, f"{cmd.config_name}.yaml").is_file():
+        known = sorted(p.stem for p in Path(CONF_DIR).glob("*.yaml"))
+        raise ConfigError(f"--config-name {cmd.config_name!r} is not a config of initnorm's (known: {', '.join(known)}); fix it with "
+                          f"`--config-name {known[0] if len(known) == 1 else 'train'}`, or leave --config-name out")
+
+
 def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) -> list[CheckedJob] | None:
+    check_config_flags(cmd)
     if not cmd.runs_jobs:
         return None
     multirun = cmd.multirun
