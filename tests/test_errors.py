@@ -69,6 +69,12 @@ CASES = {
                                                                "`model.n_heads=4`"]),
     "a search range in a grid sweep": (["-m", "lr=interval(0.001,0.1)"], ["lr=interval(0.001,0.1) is a range to search",
                                                                           "`lr=0.001,0.1`", "hparams_search=lr_base"]),
+    "a search range in one run": (["lr=interval(0.001,0.1)"], ["lr=interval(0.001,0.1) is a range to search"]),
+    "several values without -m": (["seed=1,2", "steps=5"], ["seed=1,2 gives 2 values to one run",
+                                                           "`initnorm-train -m seed=1,2 steps=5`", "one value: `seed=1`"]),
+    "several values without -m, for a list key": (["summary.plots=val_curves,train_curves"],
+                                                   ["one value: `summary.plots=val_curves`",
+                                                    "a list: `summary.plots=[val_curves,train_curves]`"]),
     "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 

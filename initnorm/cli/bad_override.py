@@ -71,6 +71,22 @@ def unknown_option(group: str, value: str, known: list[str], overrides: Sequence
     return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(known) or 'none'}; {said}; fix it with `{fix}`{own}")
 
 
+def search_range(key: str, text: str, span) -> ConfigError:
+    """``lr=interval(1e-3,1e-1)`` outside a search: a grid sweep and a run take values (``span``: Hydra's interval)."""
+    return ConfigError(f"{key}={text} is a range to search, and a grid sweep takes values: give them (`{key}={span.start:g},"
+                       f"{span.end:g}`), or search the range with a search sweeper (conf/hparams_search/, as `hparams_search=lr_base`)")
+
+
+def several_values(key: str, text: str, values: list, overrides: Sequence[str], listed: bool) -> ConfigError:
+    """``seed=1,2`` without ``-m``: Hydra's "Ambiguous value" with its three readings, as the project's line: the sweep
+    (the whole command with ``-m``), one value, and a list only where the key holds one (``listed``)."""
+    one = f"`{key}={values[0]}`"
+    ways = [f"a sweep of them takes -m (`initnorm-train -m {' '.join(overrides)}`)", f"one value: {one}"]
+    if listed:
+        ways.append(f"a list: `{key}=[{text}]`")
+    return ConfigError(f"{key}={text} gives {len(values)} values to one run; " + "; ".join(ways))
+
+
 @functools.cache
 def trainer_arguments() -> tuple[str, ...]:
     """What Lightning's Trainer takes (``strategy``, ``precision`` ...): the keys a ``+trainer.<key>=`` may add."""

@@ -136,10 +136,7 @@ def expand(primary: DictConfig) -> list[list[str]]:
     parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
     for o in parsed:  # Hydra's basic sweeper says only "does not support sweep type : INTERVAL_SWEEP"
         if o.value_type == ValueType.INTERVAL_SWEEP:
-            key, span = o.get_key_element(), o.value()
-            raise ConfigError(f"{key}={o.input_line.partition('=')[2]} is a range to search, and a grid sweep takes values: give them "
-                              f"(`{key}={span.start:g},{span.end:g}`), or search the range with a search sweeper "
-                              "(conf/hparams_search/, as `hparams_search=lr_base`)")
+            raise bad_override.search_range(o.get_key_element(), o.input_line.partition("=")[2], o.value())
     return [list(job) for batch in basic_sweeper().split_arguments(parsed, None) for job in batch]
 
 
@@ -418,6 +415,8 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             try:
+                if not multirun:
+                    check_one_value(loader, cmd)
                 primary = loader.load_configuration(cmd.config_name or "train", list(cmd.overrides),
                                                     run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
                 job_lists = expand(primary) if multirun else [list(cmd.overrides)]
@@ -442,6 +441,27 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             os.environ.pop(SWEPT_ENV, None)
         else:
             os.environ[SWEPT_ENV] = saved_env
+
+
+def check_one_value(loader, cmd: CommandLine) -> None:
+    """A run's override with several values (``seed=1,2`` without ``-m``) in one line (``bad_override.several_values``);
+    an override Hydra cannot parse is left to its composition, which names it."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(cmd.overrides))
+    except HydraException:
+        return
+    for o in parsed:
+        if o.value_type == ValueType.INTERVAL_SWEEP:
+            raise bad_override.search_range(o.get_key_element(), o.input_line.partition("=")[2], o.value())
+        if o.is_sweep_override():
+            key, text = o.get_key_element(), o.input_line.partition("=")[2]
+            try:  # whether the key holds a list: the config without this override
+                rest = [x for x in cmd.overrides if x != o.input_line]
+                base = loader.load_configuration(cmd.config_name or "train", rest, run_mode=RunMode.RUN)
+                listed = OmegaConf.is_list(OmegaConf.select(base, key.lstrip("+~"), default=None))
+            except (HydraException, OmegaConfBaseException):
+                listed = False
+            raise bad_override.several_values(key, text, list(o.sweep_string_iterator()), cmd.overrides, listed)
 
 
 def meant(loader, cmd: CommandLine, exc: BaseException) -> DictConfig | None:
