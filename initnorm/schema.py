@@ -402,6 +402,8 @@ def unknown_key(key: str, rules: Mapping[str, KeyRule] = RULES, c: Mapping[str, 
         own = f" (initnorm does not instantiate a {top} by _target_: name your own by `{top}.{REGISTERED[top]}=mypkg.module:Thing`)"
     fixed = f"{group}.{near}" if group else near
     fix = f"the closest: {near}; fix it with `{fixed}={value}`" if near else f"fix it: drop `+{key}={value}`{own}"
+    if not near and group and rest in rules:  # +optim.lr: the run's rate is the top-level lr
+        fix = f"{rest} is a top-level key: fix it with `{rest}={value}`"
     return ConfigError(f"{key} is not a key initnorm reads ({where}: {', '.join(siblings) or 'none'}); " + fix)
 
 

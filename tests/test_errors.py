@@ -75,6 +75,8 @@ CASES = {
     "several values without -m, for a list key": (["summary.plots=val_curves,train_curves"],
                                                    ["one value: `summary.plots=val_curves`",
                                                     "a list: `summary.plots=[val_curves,train_curves]`"]),
+    "a top-level key under a group": (["optim.lr=0.02"], ["optim.lr is not a key", "lr is a top-level key: fix it with `lr=0.02`"]),
+    "a top-level key under a group, with its +": (["+data.batch_size=8"], ["batch_size is a top-level key", "`batch_size=8`"]),
     "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 

@@ -118,7 +118,7 @@ def not_in_config(key: str, value: str, prefix: str, config: Any) -> ConfigError
             return ConfigError(f"{key} is not in the chosen config, and Hydra adds a key only with a +; fix it with `+{key}={value}`")
         inside = [k[len(group) + 1 :] for k in rules if k.startswith(f"{group}.")] if group else [*rules, *schema.PASSED_ON]
         known = sorted({k.split(".")[0] for k in inside if k[:1].isalpha()} | {k for k in present if k != "hydra"})
-        return _typo(key, value, known, whose, present, prefix, known)
+        return _typo(key, value, known, whose, present, prefix, known, _node_keys(config, ""))
     if rest in known:
         return ConfigError(f"{key} is not in the trainer config ({', '.join(present)}), and Hydra adds a key only with a +: "
                            f"{whose} takes {rest}; fix it with `+{key}={value}`")
@@ -126,11 +126,14 @@ def not_in_config(key: str, value: str, prefix: str, config: Any) -> ConfigError
     return _typo(key, value, known, whose, present, prefix, listed)
 
 
-def _typo(key: str, value: str, known: list[str], whose: str, present: list[str], prefix: str, listed: list[str]) -> ConfigError:
+def _typo(key: str, value: str, known: list[str], whose: str, present: list[str], prefix: str, listed: list[str],
+          top: Sequence[str] = ()) -> ConfigError:
     group, _, rest = key.rpartition(".")
     near = closest(rest, known)
     where = f"the keys of {group}" if group else "the top-level keys"
     head = f"{key} is not a key {whose} reads ({where}: {', '.join(listed)})"
+    if near is None and group and rest in top:  # optim.lr: the run's rate is the top-level lr
+        return ConfigError(f"{head}; {rest} is a top-level key: fix it with `{rest}={value}`")
     if near is None:
         return ConfigError(f"{head}; fix it: drop `{prefix}{key}={value}`")
     plus = "" if near in present else "+"
