@@ -77,6 +77,8 @@ CASES = {
                                                     "a list: `summary.plots=[val_curves,train_curves]`"]),
     "a top-level key under a group": (["optim.lr=0.02"], ["optim.lr is not a key", "lr is a top-level key: fix it with `lr=0.02`"]),
     "a top-level key under a group, with its +": (["+data.batch_size=8"], ["batch_size is a top-level key", "`batch_size=8`"]),
+    "a top-level key under a group, in a sweep": (["-m", "seed=1,2", "optim.lr=0.1"], ["lr is a top-level key", "`lr=0.1`"]),
+    "typo'd key in a sweep": (["-m", "seed=1,2", "nrom=post"], ["the closest: norm", "fix it with `norm=post`"]),  # no + there
     "unknown init close to none: one's own named": (["init=fancy"], ["init='fancy'", "or your own: `init=custom init.fn=<module>.<name>`"]),
 }
 

@@ -468,7 +468,8 @@ def meant(loader, cmd: CommandLine, exc: BaseException) -> DictConfig | None:
     """The config the command line composes without the override ``exc`` is about (None if that fails too): which
     keys a fix needs a ``+`` for."""
     try:
-        return loader.load_configuration(cmd.config_name or "train", bad_override.without(cmd.overrides, exc), run_mode=RunMode.RUN)
+        return loader.load_configuration(cmd.config_name or "train", bad_override.without(cmd.overrides, exc),
+                                         run_mode=RunMode.MULTIRUN if cmd.multirun else RunMode.RUN)  # a sweep's a,b composes
     except (HydraException, OmegaConfBaseException):
         return None
 
