@@ -27,6 +27,8 @@ def test_help_starts_with_what_it_does_the_common_commands_and_the_launchers(tmp
     assert order == sorted(order)
     launchers = out[out.index("== Launchers"):out.index("== Configuration groups")]
     assert all(f"hydra/launcher={name}" in launchers for name in ("local_parallel", "vectorized", "slurm")), launchers
+    own = out[out.index("== Your own"):out.index("== Configuration groups")]
+    assert all(f"{group}=custom {group}." in own for group in ("optim", "model", "data", "init")), own
 
 
 HELPED = ("initnorm.summarize", "initnorm.coord_check", "initnorm.probe", "initnorm.diagnose", "initnorm.reproduce", "initnorm.roles",
