@@ -71,10 +71,16 @@ def unknown_option(group: str, value: str, known: list[str], overrides: Sequence
     return ConfigError(f"unknown option {group}={value!r}; known: {', '.join(known) or 'none'}; {said}; fix it with `{fix}`{own}")
 
 
-def search_range(key: str, text: str, span) -> ConfigError:
-    """``lr=interval(1e-3,1e-1)`` outside a search: a grid sweep and a run take values (``span``: Hydra's interval)."""
-    return ConfigError(f"{key}={text} is a range to search, and a grid sweep takes values: give them (`{key}={span.start:g},"
-                       f"{span.end:g}`), or search the range with a search sweeper (conf/hparams_search/, as `hparams_search=lr_base`)")
+def refuse_search_range(override) -> None:
+    """``lr=interval(1e-3,1e-1)`` outside a search (``override``: Hydra's parsed one): a grid sweep and a run take values.
+    Hydra's basic sweeper says only "does not support sweep type : INTERVAL_SWEEP"."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type == ValueType.INTERVAL_SWEEP:
+        key, text, span = override.get_key_element(), override.input_line.partition("=")[2], override.value()
+        raise ConfigError(f"{key}={text} is a range to search, and a grid sweep takes values: give them (`{key}={span.start:g},"
+                          f"{span.end:g}`), or search the range with a search sweeper (conf/hparams_search/, as "
+                          "`hparams_search=lr_base`)")
 
 
 def several_values(key: str, text: str, values: list, overrides: Sequence[str], listed: bool) -> ConfigError:

@@ -77,9 +77,9 @@ def comma_list(kind=str):
 
     def convert(text: str) -> list:
         values = []
-        for x in (x.strip() for x in text.split(",")):
+        for x in filter(None, (x.strip() for x in text.split(","))):
             try:
-                values.append(kind(x)) if x else None
+                values.append(kind(x))
             except ValueError:
                 raise argparse.ArgumentTypeError(f"{x!r} in {text!r} is not {one}: give {what}, as {example}") from None
         if not values:

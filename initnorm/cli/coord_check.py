@@ -38,7 +38,7 @@ from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
 from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord import display_name, summarize
-from initnorm.instruments.coord.check import LR, PARAMS, SEED, STEPS, TOLERANCE, WIDTHS  # the library's defaults: one copy
+from initnorm.instruments.coord.check import LR, PARAMS, SEED, STEPS, TOLERANCE, WIDTHS, check_axes  # the library's: one copy
 from initnorm.registry import is_dotted
 from initnorm.training.devices import check_memory
 
@@ -125,17 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.source:
             folder = Path(a.source)
         else:
-            if a.steps <= 0:
-                raise bad_value("--steps", a.steps, "a positive integer", f"--steps {STEPS}")
-            if not (a.lr > 0 and math.isfinite(a.lr)):
-                raise bad_value("--lr", a.lr, "a finite positive number", f"--lr {LR}")
-            for flag, values in (("--widths", a.widths), ("--depths", a.depths), ("--params", a.params), ("--seeds", a.seeds)):
-                if len(set(values)) < len(values):  # a seed twice would narrow the bootstrap's interval with no new evidence
-                    once = ",".join(map(str, dict.fromkeys(values)))
-                    raise bad_value(flag, ",".join(map(str, values)), "each value once", f"{flag} {once}")
-            if len(a.widths) < 2 and len(a.depths) < 2:  # an exponent on width (depth) needs two of them at least
-                raise bad_value("--widths", ",".join(map(str, a.widths)), "two widths or more (or several --depths: the check across "
-                                "depth)", f"--widths {','.join(map(str, WIDTHS))}")
+            check_axes(a.widths, a.depths, a.params, a.seeds, a.steps, a.lr, flags=True)
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
             todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seeds, extra)
             configs = check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains

@@ -27,7 +27,6 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -134,9 +133,8 @@ def expand(primary: DictConfig) -> list[list[str]]:
     if primary.hydra.sweeper.get("_target_") not in BASIC_SWEEPERS:
         return [[str(o) for o in primary.hydra.overrides.task]]  # another sweeper picks its own jobs: check the primary only
     parsed = OverridesParser.create().parse_overrides(sweep_overrides(primary))
-    for o in parsed:  # Hydra's basic sweeper says only "does not support sweep type : INTERVAL_SWEEP"
-        if o.value_type == ValueType.INTERVAL_SWEEP:
-            raise bad_override.search_range(o.get_key_element(), o.input_line.partition("=")[2], o.value())
+    for o in parsed:
+        bad_override.refuse_search_range(o)
     return [list(job) for batch in basic_sweeper().split_arguments(parsed, None) for job in batch]
 
 
@@ -451,8 +449,7 @@ def check_one_value(loader, cmd: CommandLine) -> None:
     except HydraException:
         return
     for o in parsed:
-        if o.value_type == ValueType.INTERVAL_SWEEP:
-            raise bad_override.search_range(o.get_key_element(), o.input_line.partition("=")[2], o.value())
+        bad_override.refuse_search_range(o)
         if o.is_sweep_override():
             key, text = o.get_key_element(), o.input_line.partition("=")[2]
             try:  # whether the key holds a list: the config without this override

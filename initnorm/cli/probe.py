@@ -101,11 +101,10 @@ def init_options(extra: list[str], kind: str) -> dict[str, Any]:
 
 
 def check_args(a: argparse.Namespace) -> None:
-    defaults, _ = parse_args([])  # the fix: the flag's own default
     for key in ("depth", "mlp_depth", "mlp_width", "batch"):
         if getattr(a, key) <= 0:
             flag = f"--{key.replace('_', '-')}"
-            raise bad_value(flag, getattr(a, key), "a positive integer", f"{flag} {getattr(defaults, key)}")
+            raise bad_value(flag, getattr(a, key), "a positive integer", f"{flag} {getattr(parse_args([])[0], key)}")  # its default
     for act in a.activations:
         if act not in PROBE_ACTIVATIONS:
             raise bad_value("--activations", act, f"one of {', '.join(PROBE_ACTIVATIONS)}", "--activations tanh,relu")

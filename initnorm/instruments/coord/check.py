@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from initnorm.callbacks.probes import Record, eval_forward
-from initnorm.errors import ConfigError
+from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.analysis import TOLERANCE, CoordReport, judge
 from initnorm.instruments.coord.record import clone, member_records, watched_points
 from initnorm.models.parameterize import parameterize
@@ -83,7 +83,7 @@ def coord_check(
     if "width" in model_kw or (depths is not None and "depth" in model_kw):
         raise TypeError("coord_check takes widths=[...] and depths=[...] (or one depth=), not width=")
     depths = [model_kw.pop("depth", None)] if depths is None else list(depths)
-    _check_axes(list(widths), depths, list(params), [seed] if seeds is None else list(seeds), steps, lr)
+    check_axes(list(widths), depths, list(params), [seed] if seeds is None else list(seeds), steps, lr)
     taken = list(itertools.islice(iter(batches), steps))
     if len(taken) < steps:
         raise ConfigError(f"batches gave {len(taken)} batches, and the coordinate check takes {steps} steps; give at least {steps} "
@@ -104,18 +104,28 @@ def coord_check(
     return judge(records, tolerance, optimizer)
 
 
-def _check_axes(widths: list, depths: list, params: list, seeds: list, steps: int, lr: float) -> None:
-    """What no exponent can be read from, in one line each (as ``initnorm-coord-check`` says it of its flags)."""
+def check_axes(widths: list, depths: list, params: list, seeds: list, steps: int, lr: float, flags: bool = False) -> None:
+    """What no exponent can be read from, in one line each, before any job trains: the library's keywords
+    (``widths=[16, 32]``) or, with ``flags``, ``initnorm-coord-check``'s (``--widths 16,32``)."""
+
+    def spelt(value):
+        return ",".join(map(str, value)) if flags and isinstance(value, list) else value
+
+    def bad(key: str, value, allowed: str, fix) -> ConfigError:
+        if flags:
+            return bad_value(f"--{key}", spelt(value), allowed, f"--{key} {spelt(fix)}")
+        return bad_value(key, value, allowed, f"{key}={fix}")
+
     if not (isinstance(steps, int) and steps > 0):
-        raise ConfigError(f"steps={steps!r} is invalid: a positive integer; fix it with `steps={STEPS}`")
+        raise bad("steps", steps, "a positive integer", STEPS)
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ConfigError(f"lr={lr!r} is invalid: a finite positive number; fix it with `lr={LR}`")
-    for name, values in (("widths", widths), ("depths", depths), ("params", params), ("seeds", seeds)):
+        raise bad("lr", lr, "a finite positive number", LR)
+    for key, values in (("widths", widths), ("depths", depths), ("params", params), ("seeds", seeds)):
         if len(set(map(repr, values))) < len(values):  # a seed twice narrows the bootstrap's interval with no new evidence
-            raise ConfigError(f"{name}={values} is invalid: each value once; fix it with `{name}={list(dict.fromkeys(values))}`")
+            raise bad(key, values, "each value once", list(dict.fromkeys(values)))
     if len(widths) < 2 and len(depths) < 2:  # an exponent on width (depth) needs two of them at least
-        raise ConfigError(f"widths={widths} is invalid: two widths or more (or depths=[...] at one width: the check across depth); "
-                          f"fix it with `widths={list(WIDTHS)}`")
+        several = "several --depths" if flags else "depths=[...] at one width"
+        raise bad("widths", widths, f"two widths or more (or {several}: the check across depth)", list(WIDTHS))
 
 
 def _trained(net: nn.Module, opt: torch.optim.Optimizer, batches: list, loss_fn: Callable, inputs: torch.Tensor) -> list[Record]:
