@@ -68,12 +68,18 @@ def _torch_default() -> str | None:
     return os.path.abspath(default_cache_dir())
 
 
-def hooked(model: torch.nn.Module) -> bool:
-    """Whether a forward hook sits on ``model`` or any submodule (or globally): the per-layer
-    statistics measure through hooks, which a compiled graph does not see once it is built, so such
-    a step runs eager."""
+def hooked(modules: list[torch.nn.Module]) -> bool:
+    """Whether a forward hook sits on any of ``modules`` (every submodule, listed once: ``submodules``) or globally: the
+    per-layer statistics measure through hooks, which a compiled graph does not see once it is built, so such a step
+    runs eager. Asked at every training step, hence the flat list: walking each member's ``modules()`` again cost
+    about 1.4% of a compiled group's step (py-spy, a group of 6 Decoders)."""
     from torch.nn.modules import module as nn_module
 
     if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks:
         return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
+
+def submodules(models: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Every module of ``models``, for ``hooked``."""
+    return [m for model in models for m in model.modules()]

@@ -42,7 +42,7 @@ from initnorm import tb
 from initnorm.errors import ConfigError
 from initnorm.training import vec_isa
 from initnorm.training.checkpoints import resume_loop_at
-from initnorm.training.compiling import hooked
+from initnorm.training.compiling import hooked, submodules
 from initnorm.training.distributed import check_same, mean_over_ranks, shard
 from initnorm.training.divergence import Divergence
 from initnorm.training.optim import optimiser_groups, overwritten_rate, schedule_factor
@@ -140,6 +140,7 @@ class Engine(L.LightningModule):
         if compiled and torch.device(device).type == "cpu":  # the compiler's CPU check, once per machine (training/vec_isa.py)
             vec_isa.settle()
         self._fast = torch.compile(lambda xs, ys, live: self.stack.losses(self.loss, xs, ys, live=live)[0]) if compiled else None
+        self._watched = submodules(self.members) if compiled else []  # where an instrument's hook would make a step eager
         self._capture: tuple | None = None  # an instrument's request for the next training forward (training/view.py)
         self._rates_at: torch.Tensor | None = None  # the schedule factors the groups' rates were last set with
         self._sums: list[dict[str, torch.Tensor]] = []
@@ -235,7 +236,7 @@ class Engine(L.LightningModule):
             return None
         request = self._capture
         live = self._live(self.active)  # only the members still training are computed
-        if self._fast is not None and request is None and not any(hooked(m) for m in self.members):
+        if self._fast is not None and request is None and not hooked(self._watched):
             losses, seen = self._fast(xs, ys, live), {}
         else:
             losses, seen = self.stack.losses(self.loss, xs, ys, *(request[:2] if request else (None, None)), live=live)
