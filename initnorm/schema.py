@@ -443,9 +443,10 @@ def check_relations(c: dict[str, Any], data_options: Mapping[str, list[str]]) ->
 
     optim = c["optim"]
     check_decay_mode(optim, optim.get("weight_decay_mode"), optim.get("weight_decay"))
-    from initnorm.training.optimizers import entry, keywords
+    from initnorm.training.optimizers import entry, keywords, probe
 
     keywords(entry(optim), optim)  # an optim.* key the optimiser does not take: refused here, before any job trains
+    probe(optim)  # one's own optimiser: built and stepped once on tiny groups (what cannot train is refused here too)
     resolve(c["init"])
     # width below µP's base width, an optimiser without a µP table
     make_table(c["param"], width=c["model"]["width"], depth=c["model"]["depth"])

@@ -131,3 +131,39 @@ def test_several_optimisers_save_and_load_as_one():
         x.grad, y.grad = g[0].clone(), g[1].clone()
         o.step()
     assert torch.equal(a, a2) and torch.equal(b, b2)
+
+
+class _NotAnOptimiser:
+    def __init__(self, groups, lr):
+        self.groups = groups
+
+
+@pytest.mark.parametrize("target, says", [
+    ("torch.optim.LBFGS", "ValueError: LBFGS doesn't support per-parameter options"),  # one group only, and a closure
+    ("torch.optim.SparseAdam", "RuntimeError: SparseAdam does not support dense gradients"),
+    ("torch.nn.Linear", "TypeError: Linear.__init__() got an unexpected keyword argument 'lr'"),
+    ("torch.optim.Muon", "ValueError: Muon only supports 2D parameters"),  # optim=muon splits the roles; alone it cannot
+    ("tests.test_optimizers._NotAnOptimiser", "built a _NotAnOptimiser, which is not an optimiser (it has no step, zero_grad"),
+])
+def test_ones_own_optimiser_that_cannot_train_here_is_refused_before_any_job_in_one_line(target, says):
+    """The preflight's schema check builds and steps one's own optimiser on tiny groups (issue 45, found as a new user:
+    `optim=custom optim._target_=torch.optim.LBFGS` ended each job in a traceback)."""
+    from initnorm import schema
+    from initnorm.cli.compose import compose_train
+    from initnorm.config import to_plain
+
+    config = to_plain(compose_train(["optim=custom", f"optim._target_={target}"]))
+    with pytest.raises(ConfigError) as err:
+        schema.check(config)
+    line = str(err.value)
+    assert "\n" not in line and f"optim._target_={target}" in line and says in line and "`optim" in line
+    assert ("fix it with `optim=muon`" in line) == (target == "torch.optim.Muon")
+
+
+def test_ones_own_optimiser_that_trains_passes_the_probe_untouched():
+    from initnorm import schema
+    from initnorm.cli.compose import compose_train
+    from initnorm.config import to_plain
+
+    for target in ("torch.optim.NAdam", "tests.own_optim.Lion"):
+        assert schema.check(to_plain(compose_train(["optim=custom", f"optim._target_={target}"])))["optim"]["_target_"] == target

@@ -124,6 +124,38 @@ def entry(optim_cfg: Mapping[str, Any]) -> Optimiser:
     return Optimiser(make, family, elementwise=bool(optim_cfg.get("elementwise", True)))
 
 
+def probe(optim_cfg: Mapping[str, Any]) -> None:
+    """``optim=custom``: the user's optimiser built over two tiny parameter groups as initnorm hands them (one group per
+    role, each its own rate) and stepped once, before any job trains. What cannot train here is refused in one line:
+    a class that is no optimiser, one that takes a single group (torch's LBFGS), one whose ``step`` needs a closure or
+    sparse gradients (LBFGS, SparseAdam). A job found it out only after its set-up, with a traceback."""
+    if optim_cfg["name"] != "custom":
+        return
+    e = entry(optim_cfg)
+    target = optim_cfg.get("_target_")
+    params = [torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))]
+    groups = [{"params": [params[0]], "lr": 1e-3}, {"params": [params[1]], "lr": 2e-3}]
+    for p in params:
+        p.grad = torch.full_like(p, 0.1)
+    try:
+        opt = e.make(groups, lr=1e-3, **keywords(e, optim_cfg))
+        missing = [a for a in ("step", "zero_grad", "param_groups", "state_dict", "load_state_dict") if not hasattr(opt, a)]
+        if not missing:
+            opt.step()
+    except ConfigError:
+        raise
+    except Exception as exc:
+        # torch's Muon takes matrices only: ``optim=muon`` gives it the hidden ones and AdamW the rest
+        fix = "`optim=muon`" if e.make is getattr(torch.optim, "Muon", None) else "an optimiser that takes parameter groups " \
+            "and steps on dense gradients, e.g. `optim=adamw`"
+        raise ConfigError(f"optim._target_={target} cannot train here: built over initnorm's parameter groups (one per role, "
+                          f"each with its own learning rate) and stepped without a closure, it raised {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}; fix it with {fix}") from None
+    if missing:
+        raise ConfigError(f"optim._target_={target} built a {type(opt).__name__}, which is not an optimiser (it has no "
+                          f"{', '.join(missing)}); fix it with a torch.optim.Optimizer class, e.g. `optim._target_=torch.optim.NAdam`")
+
+
 def family(optim_cfg: Mapping[str, Any], table: str) -> str:
     """The optimiser's family, for a µP-family table ``table``; an undeclared one is refused in one line."""
     fam = optim_cfg.get("family") if optim_cfg["name"] == "custom" else OPTIMIZERS.get(optim_cfg["name"], "optim.name").family
