@@ -1,7 +1,8 @@
 """The µP coordinate check (deck §7d): ``python -m initnorm.coord_check``.
 
 Trains the model the overrides name (the Decoder by default; any built-in family, or your own with
-``-- model=custom ...``) for ``--steps`` AdamW steps (10) at a constant ``--lr`` (0.01) for every
+``-- model=custom ...``) for ``--steps`` optimiser steps (10; AdamW unless ``-- optim=...`` names another) at a
+constant ``--lr`` (0.01) for every
 (parameterisation, width) pair, with the ``CoordCheck`` callback recording how far the logits,
 the last residual stream and every block's output move from step 0 on 16 fixed windows
 (``experiment=coord_check``; each job is an ordinary training run in its own folder). Then:
@@ -101,7 +102,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--widths", type=comma_list(int), default=",".join(map(str, WIDTHS)), help="model widths, comma-separated")
     p.add_argument("--depths", type=comma_list(int), default="2", help="blocks, comma-separated (several: the check across depth)")
     p.add_argument("--params", type=comma_list(), default=",".join(PARAMS), help="parameterisations, comma-separated")
-    p.add_argument("--steps", type=int, default=STEPS, help="AdamW steps per job")
+    p.add_argument("--steps", type=int, default=STEPS, help="optimiser steps per job (AdamW, or what -- optim=... names)")
     p.add_argument("--lr", type=float, default=LR, help="constant learning rate")
     p.add_argument("--seeds", type=comma_list(int), default=str(SEED), metavar="S",
                    help="seeds, comma-separated: every job once per seed; the exponents' intervals are a bootstrap over them")
