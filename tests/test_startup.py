@@ -2,6 +2,7 @@
 line (initnorm/cli/workers.py, initnorm/launch/workers.py) and still get what the parent set later, and neither Hydra's sweeper
 nor the vectorised launcher composes again the jobs the preflight checked (initnorm/cli/sweeper.py)."""
 
+import gc
 import json
 import os
 import subprocess
@@ -122,12 +123,14 @@ def test_early_workers_get_what_the_parent_set_after_they_started(parallel_sweep
     assert "leaked semaphore" not in proc.stderr and "could not start the workers" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
 
 
-def _where_am_i() -> tuple[int, str, int, bool]:
-    """In a worker: the parent process, its command line, its thread count, whether the library is imported."""
+def _where_am_i() -> tuple[int, str, int, bool, bool, int]:
+    """In a worker: the parent process, its command line, its thread count, whether the library is imported, whether
+    the garbage collector runs and how many objects it leaves frozen (initnorm/collector.py)."""
     parent = os.getppid()
     with open(f"/proc/{parent}/cmdline", "rb") as f:
         cmdline = f.read().replace(b"\0", b" ").decode()
-    return parent, cmdline, len(os.listdir(f"/proc/{parent}/task")), all(m in sys.modules for m in early.WORKER_MODULES)
+    return (parent, cmdline, len(os.listdir(f"/proc/{parent}/task")), all(m in sys.modules for m in early.WORKER_MODULES),
+            gc.isenabled(), gc.get_freeze_count())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is used on Linux only")
@@ -142,7 +145,9 @@ def test_workers_are_forked_from_one_single_threaded_server_that_imported_the_li
         workers.end()
     parents = {p for p, *_ in seen}
     assert len(parents) == 1 and os.getpid() not in parents, seen
-    assert all("forkserver" in cmd and threads == 1 and imported for _, cmd, threads, imported in seen), seen
+    assert all("forkserver" in cmd and threads == 1 and imported for _, cmd, threads, imported, *_ in seen), seen
+    # the server imported with the collector off; each worker runs it, over the server's objects frozen (not walked)
+    assert all(collecting and frozen > 100_000 for *_, collecting, frozen in seen), [s[-2:] for s in seen]
     assert not workers.alive(parents.pop()), "the fork server outlived the sweep"  # killed by end()
     monkeypatch.setenv(workers.FORKSERVER_ENV, "0")
     assert workers.start_method() == "spawn"

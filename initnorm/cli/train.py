@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from initnorm import collector
 from initnorm.cli import checked_plan, console, disk, launchers, plan, sweep
 from initnorm.cli import signals as cli_signals
 from initnorm.cli.argv import CommandLine, parse
@@ -32,8 +33,10 @@ from initnorm.training import signals
 
 def train(cfg: DictConfig, out_dir: str | Path = ".") -> dict[str, Any]:
     """Run one job in ``out_dir`` and return its metrics (also written to ``metrics.json`` there): ``cli/job.py``,
-    imported here at the first job so that ``--help`` and a bad value never wait for Lightning's import."""
-    from initnorm.cli import job
+    imported here at the first job so that ``--help`` and a bad value never wait for Lightning's import (made with the
+    garbage collector paused: ``initnorm/collector.py``)."""
+    with collector.paused():
+        from initnorm.cli import job
 
     return job.train(cfg, out_dir)
 

@@ -6,9 +6,15 @@ Ctrl-C during its imports printed a ``KeyboardInterrupt`` traceback. Blocking th
 hold: the server ran with SIGTERM and SIGINT unblocked. Ignored, they stay ignored in each worker it forks until pebble
 and the pool's initializer (``pool._worker_start``) set the worker's own handlers; only the sweep's process ends the
 server (``workers.end``).
+
+Python's garbage collector is off in the server from here on: it imports and forks, nothing else, and each worker
+turns it back on over a frozen heap (``initnorm/collector.py``: the imports' CPU 4.5 s -> 3.4 s).
 """
 
+import gc
 import signal
+
+gc.disable()
 
 for _name in ("SIGTERM", "SIGINT", "SIGUSR2"):
     signal.signal(getattr(signal, _name), signal.SIG_IGN)

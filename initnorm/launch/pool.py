@@ -38,6 +38,7 @@ from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
+from initnorm import collector
 from initnorm.errors import DiskError
 from initnorm.training import signals
 
@@ -77,13 +78,16 @@ def n_workers(n_jobs: int, units: int) -> int:
 
 
 def _worker_start(modules: Sequence[str]) -> None:
-    """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported, and tqdm's lock a
-    thread lock (``_thread_bars``)."""
+    """pebble's initializer: the stop signals handled (blocked until now), then ``modules`` imported, tqdm's lock a
+    thread lock (``_thread_bars``), and the garbage collector on over a frozen heap (``collector.settle``: the fork
+    server imported with it off)."""
     signals.install()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED)
-    for name in modules:
-        importlib.import_module(name)
+    with collector.paused():
+        for name in modules:
+            importlib.import_module(name)
     _thread_bars()
+    collector.settle()
 
 
 def _thread_bars() -> None:
