@@ -20,7 +20,7 @@ sweep's job). What it keeps:
 - the warning filters and ``showwarning`` (``console.quiet``);
 - torch's thread count (a job's ``threads``, the bench), denormal flushing (a job's ``flush_denormal``, initnorm-probe;
   torch has no getter: put back to its default, off), the random generators of torch, numpy and ``random``
-  (``seed_everything``), and the garbage collector's frozen objects (``initnorm/train.py`` freezes them at its end);
+  (``seed_everything``), and the garbage collector (``initnorm/train.py`` freezes every object at its end: a no-op here);
 - initnorm's own process state: the sweep's failed and stopped jobs, the latest job's folder, and what the process's exit
   would end: the folder locks the command took (closed, so that a later command, here or in another process, may take
   them), the tracker runs it left open (a stopped job's: ended as failed) and a pool of workers it started.
@@ -134,17 +134,24 @@ def _logging() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _torch_and_gc() -> Iterator[None]:
+    """torch's threads and generators as they were; and the command's last ``gc.freeze()`` (``initnorm/train.py``, for a
+    process about to exit) made a no-op, which here would freeze the test's garbage for good; what the suite froze after
+    collecting (tests/conftest.py) stays frozen."""
     threads, generators = torch.get_num_threads(), (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    enabled, freeze = gc.isenabled(), gc.freeze
+    gc.freeze = lambda: None
     try:
         yield
     finally:
+        gc.freeze = freeze
+        if enabled:
+            gc.enable()
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
         torch.set_flush_denormal(False)
         torch.set_rng_state(generators[0])
         np.random.set_state(generators[1])
         random.setstate(generators[2])
-        gc.unfreeze()
 
 
 @contextlib.contextmanager
