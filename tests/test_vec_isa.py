@@ -90,3 +90,28 @@ def test_by_default_the_answer_is_kept_in_the_compilers_own_cache_folder(tmp_pat
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # as compiling.use_cache sets it
     assert vec_isa.settle() == "checked"
     assert (tmp_path / "cache" / vec_isa.FILE).is_file()
+
+
+def test_avx512s_bf16_load_check_is_answered_from_the_kept_answer_not_a_new_process(tmp_path, probe, monkeypatch):
+    """With ``vec_isa_ok`` the AVX-512 sets still build and load a bf16 probe, each in a fresh process (torch 2.13's
+    ``VecAVX512.__bool__``); a kept answer says what that load gave, so no process starts (a compiled group's first step:
+    three processes, about 0.35 s, fewer)."""
+    sets = [s for s in isa.supported_vec_isa_list if hasattr(s, "_is_avx512_bf16_supported")]
+    assert sets, "torch's AVX-512 sets carry _is_avx512_bf16_supported"
+    assert vec_isa.settle(str(tmp_path)) == "checked"
+    kept = json.loads((tmp_path / vec_isa.FILE).read_text())
+    assert set(kept["bf16"]) == {str(s) for s in sets}  # what the check found, per set
+    kept["bf16"] = {str(s): i % 2 == 0 for i, s in enumerate(sets)}
+    (tmp_path / vec_isa.FILE).write_text(json.dumps(kept))
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: pytest.fail("a process started to load the bf16 probe"))
+    config.cpp.vec_isa_ok = None  # a new process
+    try:
+        assert vec_isa.settle(str(tmp_path)) == "kept"
+        assert [s._probe_load("any.so") for s in sets] == [i % 2 == 0 for i in range(len(sets))]
+    finally:
+        for s in sets:
+            s.__dict__.pop("_probe_load", None)
+    old = {k: v for k, v in kept.items() if k != "bf16"}  # an answer kept before the bf16 field: torch checks as before
+    (tmp_path / vec_isa.FILE).write_text(json.dumps(old))
+    config.cpp.vec_isa_ok = None
+    assert vec_isa.settle(str(tmp_path)) == "kept" and all("_probe_load" not in s.__dict__ for s in sets)
