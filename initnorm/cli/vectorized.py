@@ -58,10 +58,10 @@ def classify(hydra_context, config: DictConfig, job_overrides,
     for idx, overrides in enumerate(job_overrides):
         num = initial_job_idx + idx
         known = checked.get(tuple(overrides))
-        if known is not None and known.folder is None:  # a folder the sweep made just now: it holds nothing
-            c, folder = known.config, None
+        if known is not None:  # the preflight's config and folder (None: one the sweep made just now, holding nothing);
+            c, folder = known.config, known.folder  # naming it again here composed each group choice a second time
         else:
-            c = known.config if known is not None else composer.task(overrides)[0]
+            c = composer.task(overrides)[0]
             folder = sweep_dir / composer.subdir(overrides, c)
 
         def resume_step(known=known, folder=folder, c=c) -> int:  # a member's checkpoint or a job alone's
