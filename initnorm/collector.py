@@ -2,7 +2,8 @@
 
 Those imports make millions of objects that live as long as the process, and the collector, started every few hundred
 allocations, walks the growing heap again and again while they load: about a quarter of the imports' CPU. A sweep
-worker's imports took 4.5 s of CPU with it on and 3.4 s with it off (AMD EPYC family 26, 2026-12-04, two runs each).
+worker's imports took 5.1-5.3 s of CPU with it on and 3.9-4.1 s with it off (AMD EPYC family 26, 2026-12-04, three
+quiet pairs).
 
 - ``paused()``: off for the duration of an import, then as it was (the command line's imports, a job's first import
   of Lightning in the command's own process). What the imports leave is collected later as usual.

@@ -8,7 +8,7 @@ and the pool's initializer (``pool._worker_start``) set the worker's own handler
 server (``workers.end``).
 
 Python's garbage collector is off in the server from here on: it imports and forks, nothing else, and each worker
-turns it back on over a frozen heap (``initnorm/collector.py``: the imports' CPU 4.5 s -> 3.4 s).
+turns it back on over a frozen heap (``initnorm/collector.py``: the imports' CPU 5.1-5.3 s -> 3.9-4.1 s).
 """
 
 import gc
