@@ -128,8 +128,9 @@ def probe(optim_cfg: Mapping[str, Any]) -> None:
     """``optim=custom``: the user's optimiser built over two tiny parameter groups as initnorm hands them (one group per
     role, each its own rate) and stepped once, before any job trains. What cannot train here is refused in one line:
     a class that is no optimiser, one that takes a single group (torch's LBFGS), one whose ``step`` needs a closure or
-    sparse gradients (LBFGS, SparseAdam). A job found it out only after its set-up, with a traceback."""
-    if optim_cfg["name"] != "custom":
+    sparse gradients (LBFGS, SparseAdam). A job found it out only after its set-up, with a traceback. Once per distinct
+    ``optim`` node in a process: a sweep's jobs mostly share one (their rates are the top-level ``lr``)."""
+    if optim_cfg["name"] != "custom" or (seen := repr(sorted(optim_cfg.items()))) in _PROBED:
         return
     e = entry(optim_cfg)
     target = optim_cfg.get("_target_")
@@ -154,6 +155,10 @@ def probe(optim_cfg: Mapping[str, Any]) -> None:
     if missing:
         raise ConfigError(f"optim._target_={target} built a {type(opt).__name__}, which is not an optimiser (it has no "
                           f"{', '.join(missing)}); fix it with a torch.optim.Optimizer class, e.g. `optim._target_=torch.optim.NAdam`")
+    _PROBED.add(seen)
+
+
+_PROBED: set[str] = set()  # the optim nodes ``probe`` found to train
 
 
 def family(optim_cfg: Mapping[str, Any], table: str) -> str:
