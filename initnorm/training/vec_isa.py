@@ -84,7 +84,7 @@ def settle(cache_dir: str | None = None) -> str:
         _keep(path, {"key": key, "valid": valid, "bf16": bf16})
     if valid == advertised and advertised:
         config.cpp.vec_isa_ok = True
-        if done == "kept" and isinstance(bf16, dict):
+        if done == "kept" and isinstance(bf16, dict) and all(isinstance(v, bool) for v in bf16.values()):  # a file: data
             _answer_bf16(isa, bf16)
     return done
 
