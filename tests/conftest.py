@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
+_CHECKOUT = pytest.StashKey[set]()
 
 # Short enough that a test pays for what it checks, not for steps: validations at 0, 4, 8 and 12, a loss point every 2.
 TINY = ["steps=12", "trainer.val_check_interval=4", "log_every=2", "callbacks=none", "trainer.enable_progress_bar=false"]
@@ -79,8 +80,24 @@ def pytest_collection_finish(session):
     gc.enable()
 
 
+def _checkout_entries() -> set[str]:
+    return {p.name for p in ROOT.iterdir() if not p.name.startswith(".")}
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_CHECKOUT] = _checkout_entries()
+
+
 def pytest_sessionfinish(session):
+    """Fail a suite that left a file or folder in the checkout (``outputs/`` from a run or a resolver evaluated outside
+    its test's folder): every test writes under its own tmp_path. Checked once, by xdist's controller or a plain run."""
     gc.enable()  # a collection that failed before pytest_collection_finish
+    if hasattr(session.config, "workerinput"):
+        return
+    left = sorted(_checkout_entries() - session.config.stash.get(_CHECKOUT, set()))
+    if left:
+        print(f"\nerror: the tests left {', '.join(left)} in the checkout {ROOT}; a test must write under its tmp_path")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

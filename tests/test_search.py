@@ -227,6 +227,7 @@ def test_mup_mults_searches_lr_and_both_multipliers_and_each_trial_job_gets_them
     from initnorm.errors import ConfigError
 
     monkeypatch.setattr(search_report, "figure", lambda *a: None)  # drawn in the test above; a second of matplotlib here
+    monkeypatch.chdir(tmp_path)  # the merge below resolves hydra.sweep.dir, whose resolver makes the folder: here, not in the checkout
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="train", overrides=["hparams_search=mup_mults", "param=mup", "width=64"], return_hydra_config=True)
