@@ -45,11 +45,26 @@ def refused(argv) -> str:
     (["width=16.0"], "fix it with `width=16`"),
     (["seed=-1"], "seed=-1 is invalid"),
     (["data.path=/dev/null/x.txt"], "does not exist"),
+    # two jobs with one folder, on any launcher: a value listed twice, a subdir without the swept keys
+    (["-m", "seed=1,2,1", "norm=pre,post", "hydra/launcher=vectorized"], "fix it with `seed=1,2` (each value once)"),
+    (["-m", "seed=1,2", "hydra.sweep.subdir=x", "hydra/launcher=local_parallel"], "no `hydra.sweep.subdir=` override"),
 ])
 def test_the_preflight_refuses_before_any_folder_exists(tmp_path, monkeypatch, argv, says):
     monkeypatch.chdir(tmp_path)
     assert says in refused([*argv, f"hydra.sweep.dir={tmp_path}/sweep" if "-m" in argv else f"hydra.run.dir={tmp_path}/run"])
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_two_jobs_with_one_folder_are_refused_before_the_sweep_folder_is_made(tmp_path, monkeypatch):
+    """``seed=1,1``: basic ran the second as the first's finished job, local_parallel trained both into one folder at
+    once, a stacked group stacked them; the generated sweep folder is named as such, and not made."""
+    monkeypatch.chdir(tmp_path)
+    line = refused(["-m", "seed=1,1", "steps=3"])
+    assert "two jobs of this sweep have one folder, <the sweep folder>/default/seed=1 (seed=1 steps=3; seed=1 steps=3)" in line
+    assert line.endswith("fix it with `seed=1` (each value once)") and os.listdir(tmp_path) == []
+    check_command_line(["-m", "seed=1,2", "lr=0.01,0.02", "steps=3"])  # distinct values: a folder each
+    with pytest.raises(ConfigError, match="fix it with `lr=0.01,0.02`"):  # 1e-2 is 0.01 to Hydra: one folder
+        check_command_line(["-m", "seed=1,2", "lr=0.01,1e-2,0.02", "steps=3"])
 
 
 def test_a_gpu_without_a_gpu_is_refused_first(monkeypatch):

@@ -70,6 +70,7 @@ class CheckedJob:
     config: dict[str, Any]
     folder: Path | None
     prior: Prior
+    subdir: str | None = None  # a sweep's job: its folder within the sweep's (known before the sweep's own is made)
 
 
 REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # a plain interpolation of a config value: ${data.dim}
@@ -289,6 +290,7 @@ def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any,
     try:
         try:
             folder = job_folder(cfg, multirun)
+            subdir = str(cfg.hydra.sweep.subdir) if multirun else None
             task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
             num = OmegaConf.select(cfg, "hydra.job.num", default=0, throw_on_missing=False)
             c = check_config(to_plain(task), seen, num if isinstance(num, int) else 0, multirun)
@@ -301,7 +303,7 @@ def check_job(cfg: DictConfig, overrides: list[str], label: str, seen: dict[Any,
             raise ConfigError(where + str(unexpected(exc))) from exc
     finally:
         HydraConfig.instance().cfg = previous
-    return CheckedJob(overrides, c, folder, prior)
+    return CheckedJob(overrides, c, folder, prior, subdir)
 
 
 def output_base(node: DictConfig) -> Path:
@@ -432,6 +434,7 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
                 named = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in swept)
                 jobs.append(check_sweep_job(composer, overrides, num, f"job {named or num}", sweep_dir, seen))
                 progress(num + 1, len(job_lists))
+            check_one_folder_each(jobs, sweep_overrides(primary))
             return Checked(memory.fits(jobs, launcher), launcher, sweep=primary.hydra.sweeper.get("_target_") in BASIC_SWEEPERS)
     finally:
         GlobalHydra.instance().clear()
@@ -439,6 +442,28 @@ def _check_command_line(cmd: CommandLine, progress: Callable[[int, int], None]) 
             os.environ.pop(SWEPT_ENV, None)
         else:
             os.environ[SWEPT_ENV] = saved_env
+
+
+def check_one_folder_each(jobs: list[CheckedJob], overrides: list[str]) -> None:
+    """Two jobs of a sweep whose folder is one (a value listed twice, ``seed=1,1``, or a ``hydra.sweep.subdir`` that leaves
+    a swept key out) are refused before any trains, on every launcher: at once (local_parallel's workers, a stacked
+    group) they would write the same checkpoint and event files; one after another the second would take the first's
+    record for its own."""
+    first: dict[str, CheckedJob] = {}
+    for job in jobs:
+        other = first.setdefault(job.subdir, job) if job.subdir is not None else job
+        if other is job:
+            continue
+        # each value as Hydra writes it in the job's overrides (``1e-2`` is ``0.01``)
+        listed = [(o.get_key_element(), list(o.sweep_string_iterator()))
+                  for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
+        fix = next((f"`{key}={','.join(dict.fromkeys(values))}` (each value once)" for key, values in listed
+                    if len(set(values)) < len(values)),
+                   "the default folders: no `hydra.sweep.subdir=` override (each swept value in the name)")
+        both = "; ".join(" ".join(j.overrides) or "no overrides" for j in (other, job))
+        where = job.folder or f"<the sweep folder>/{job.subdir}"
+        raise ConfigError(f"two jobs of this sweep have one folder, {where} ({both}): they would write the same files; "
+                          f"fix it with {fix}")
 
 
 def check_one_value(loader, cmd: CommandLine) -> None:
@@ -485,7 +510,8 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
         return check_job(cfg, overrides, label, seen)
     try:
         c = check_config(task, seen, num, True, composer.seeded(overrides))
-        folder = sweep_dir / composer.subdir(overrides, task) if sweep_dir is not None else None
+        subdir = composer.subdir(overrides, task)
+        folder = sweep_dir / subdir if sweep_dir is not None else None
         prior = inspect_folder(folder, c) if folder is not None else Prior()
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{label}: {one_line(exc)}") from exc
@@ -493,4 +519,4 @@ def check_sweep_job(composer: Composer, overrides: list[str], num: int, label: s
         raise ConfigError(f"{label}: {exc}") from exc
     except Exception as exc:
         raise ConfigError(f"{label}: {unexpected(exc)}") from exc
-    return CheckedJob(overrides, c, folder, prior)
+    return CheckedJob(overrides, c, folder, prior, subdir)
