@@ -137,12 +137,13 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
         return ""
     c = records[0].get("config") or {}
     given = set(records[0].get("swept") or records[0].get("overrides", {}))
-    # a key that differs between the runs is theirs, not shared, though no one command swept it (a sweep run in parts)
+    # a key that differs between the runs is theirs, not shared, though no one command swept it (a sweep run in parts,
+    # separate runs summarised together: their table's keys)
     differ = {k for k in ("width", "depth", "steps", "batch_size") if len({(r.get("config") or {}).get(k) for r in records}) > 1}
-    swept = given | differ | set(leave_out)
-    model, data, optim = c.get("model") or {}, c.get("data") or {}, c.get("optim") or {}
-    family = model.get("family", "")
-    parts = [display("model", family) or family.replace("_", " ")] if family else []
+    swept = given | differ | set(leave_out) | set(results.setting_keys(records))
+    data, optim = (c.get(g) or {} if g not in swept else {} for g in ("data", "optim"))
+    family = (c.get("model") or {}).get("family", "")
+    parts = [display("model", family) or family.replace("_", " ")] if family and "model" not in swept else []
     if "width" not in swept and c.get("width") is not None:
         parts.append(f"width {c['width']}")
     if "depth" not in swept and c.get("depth") is not None:
@@ -158,9 +159,9 @@ def setup_title(records: list[Record], leave_out: tuple[str, ...] = ()) -> str:
         parts.append(f"steps x batch {held.pop():,}" if len(held) == 1 else "")
     if "batch_size" not in swept and c.get("batch_size"):  # the optimum moves with it: a figure alone must say it
         parts.append(f"batch {c['batch_size']}")
-    if optim.get("name"):
-        rate = "" if "lr" in swept or c.get("lr") is None else f" {'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
-        parts.append((display("optim", optim["name"]) or optim["name"]) + rate)
+    rate = "" if "lr" in swept or c.get("lr") is None else f"{'lr' if c.get('schedule') == 'constant' else 'peak lr'} {c['lr']:g}"
+    name = (display("optim", optim["name"]) or optim["name"]) if optim.get("name") else ""
+    parts.append(" ".join(p for p in (name, rate) if p))  # the rate alone where the runs' optimisers differ
     seeds = {r.get("seed") for r in records if r.get("status") == "finished"}
     parts.append(f"{len(seeds)} seed{'s' * (len(seeds) != 1)}")
     return ", ".join(p for p in parts if p)

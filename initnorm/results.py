@@ -317,6 +317,8 @@ def row_value(record: Mapping[str, Any], key: str) -> str:
     if key in overrides:
         return setting_value(overrides, key)
     value = recorded(record, key)
+    if isinstance(value, Mapping):  # a config group the job left at its default: its choice (``alice``), not its node
+        value = (record.get("choices") or {}).get(key, value)
     return "" if value is None else value if isinstance(value, str) else _canonical(value)
 
 

@@ -87,3 +87,19 @@ def test_the_lr_axis_names_the_reference_of_a_table_without_a_base_size(monkeypa
     monkeypatch.setitem(PARAMS._about, "mup", About("µP", "width", absolute=True))
     assert lr_axis_label("mup", "depth", 2) == "peak learning rate (no base depth; reference: depth 2, the smallest)"
     assert lr_axis_label("sp", "width", 16) == "peak learning rate"
+
+
+def test_separate_runs_summarised_together_name_a_group_left_at_its_default_by_its_choice():
+    """``initnorm-summarize outputs/runs``: one run set ``data=shakespeare``, another ``optim=sgd``; the others' data and
+    optimiser were their config nodes, printed as JSON in the table and legend, and the title named the first run's corpus
+    and optimiser as if every run shared them."""
+    def run(overrides, data, optim):
+        config = {"model": {"family": "decoder"}, "data": {"name": data, "context": 32}, "optim": {"name": optim, "eps": 1e-8},
+                  "width": 16, "depth": 2, "steps": 3, "lr": 0.01}
+        return {"status": "finished", "seed": 1, "overrides": overrides, "config": config, "final_val_loss": 3.0,
+                "choices": {"data": data, "optim": optim, "model": "decoder"}, "val_history": [[0, 3.3], [3, 3.0]]}
+
+    recs = [run({"data": "shakespeare"}, "shakespeare", "adamw"), run({"optim": "sgd"}, "alice", "sgd")]
+    svg = PLOTS.get("val_curves")(recs).files["val_curves.svg"].decode()
+    assert "data shakespeare, AdamW" in svg and "data alice, SGD" in svg and '"context"' not in svg
+    assert setup_title(recs) == "Decoder, width 16, 2 blocks, 3 steps, peak lr 0.01, 1 seed"
