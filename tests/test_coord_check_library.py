@@ -62,7 +62,8 @@ def test_batches_inputs_and_keywords_it_refuses():
         coord_check(Net, two, next_token_loss, width=16, steps=2, base_width=16, vocab_size=28, **NANOGPT)
     for bad, said in (({"widths": [16]}, r"widths=\[16\] is invalid: two widths or more"),
                       ({"widths": [16, 32], "seeds": [1, 1]}, r"`seeds=\[1\]`"), ({"widths": [16, 32], "steps": 0}, "steps=0"),
-                      ({"widths": [16, 32], "lr": float("nan")}, "lr=nan is invalid")):
+                      ({"widths": [16, 32], "lr": float("nan")}, "lr=nan is invalid"),
+                      ({"widths": [16, 32], "params": ["sp", "bogus"]}, r"'bogus' is neither; fix it with `params=\['sp'\]`")):
         with pytest.raises(ConfigError, match=said):  # as initnorm-coord-check refuses them, before any job trains
             coord_check(Net, two, next_token_loss, **({"steps": 2} | bad), base_width=16, vocab_size=28, **NANOGPT)
     with pytest.raises(TypeError, match="pass inputs="):

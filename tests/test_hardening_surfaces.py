@@ -299,7 +299,8 @@ def test_probe_and_coord_check_say_the_memory_needed_before_any_folder(tmp_path,
     assert coord_check.main(["--tolerance", "-1", "--out", str(tmp_path / "cc")]) == 2
     assert "--tolerance=-1.0 is invalid" in capsys.readouterr().err
     for bad, said in ((["--widths", "16"], "--widths='16' is invalid: two widths or more"), (["--seeds", "1,1"], "`--seeds 1`"),
-                      (["--steps", "0"], "--steps=0 is invalid: a positive integer"), (["--lr", "-1"], "--lr=-1.0 is invalid")):
+                      (["--steps", "0"], "--steps=0 is invalid: a positive integer"), (["--lr", "-1"], "--lr=-1.0 is invalid"),
+                      (["--params", "sp,bogus"], "'bogus' is neither; fix it with `--params sp`")):  # not the job's `param=sp`
         assert coord_check.main([*bad, "--out", str(tmp_path / "cc")]) == 2
         assert said in capsys.readouterr().err
     assert probe.main(["mlp", "--mlp-width", "0", "--out", str(tmp_path / "pr")]) == 2

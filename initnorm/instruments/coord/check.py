@@ -30,6 +30,8 @@ from initnorm.errors import ConfigError, bad_value
 from initnorm.instruments.coord.analysis import TOLERANCE, CoordReport, judge
 from initnorm.instruments.coord.record import clone, member_records, watched_points
 from initnorm.models.parameterize import parameterize
+from initnorm.nn.param import PARAMS as TABLES
+from initnorm.registry import is_dotted
 from initnorm.training.optimizers import build_named
 
 __all__ = ["LR", "PARAMS", "SEED", "STEPS", "TOLERANCE", "WIDTHS", "WINDOWS", "coord_check"]
@@ -120,6 +122,10 @@ def check_axes(widths: list, depths: list, params: list, seeds: list, steps: int
         raise bad("steps", steps, "a positive integer", STEPS)
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise bad("lr", lr, "a finite positive number", LR)
+    unknown = [p for p in params if not (callable(p) or isinstance(p, str) and (p in TABLES.names() or is_dotted(p)))]
+    if unknown:  # before any job: the command named the job that met it and offered `param=sp`, not a flag
+        raise bad("params", params, f"parameterisations by name ({', '.join(TABLES.names())}) or a dotted path of one's "
+                  f"own (mypkg.tables:mine); {unknown[0]!r} is neither", [p for p in params if p not in unknown] or list(PARAMS))
     for key, values in (("widths", widths), ("depths", depths), ("params", params), ("seeds", seeds)):
         if len(set(map(repr, values))) < len(values):  # a seed twice narrows the bootstrap's interval with no new evidence
             raise bad(key, values, "each value once", list(dict.fromkeys(values)))
