@@ -206,6 +206,7 @@ def test_roles_command_prints_the_table(capsys):
     row = next(line.split() for line in out.splitlines() if line.startswith("h.0.mlp.c_fc.weight"))
     assert row[1:7] == ["64x16", "256x64", "hidden", "0.5", "0.25", "4"]  # base, target, role, init, lr, wd multipliers
     assert main(["init=xavir"]) == 2 and "fix it with `init=xavier`" in capsys.readouterr().err
+    assert main(["--", *GPT, "param=mup", "width=64"]) == 0 and capsys.readouterr().out == out  # coord-check's `--` form
 
 
 def test_depth_rules_on_marked_branch_outputs():

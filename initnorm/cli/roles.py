@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from initnorm import schema
-from initnorm.cli.compose import compose_train
+from initnorm.cli.compose import compose_train, split_overrides
 from initnorm.cli.preflight import one_line
 from initnorm.config import to_plain
 from initnorm.errors import ConfigError
@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m initnorm.roles [key=value ...]   (initnorm-roles: the same)\n")
         print(__doc__.strip().replace("``", "`"))
         return 0
+    before, after = split_overrides(argv)  # `initnorm-roles -- optim=muon`, as initnorm-coord-check takes overrides
     try:
-        print(table_text(argv), end="")
+        print(table_text(before + after), end="")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
