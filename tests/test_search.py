@@ -83,6 +83,23 @@ def write_grid(folder: Path, x0: float, metric: str) -> None:
     (folder / "runs.csv").write_text(render_runs_csv(records))
 
 
+def test_the_report_says_what_the_searchs_rate_was_carried_to_not_a_check_grids_other_rates(tmp_path):
+    """``initnorm-transfer SEARCH depth=4 --check`` trains the transferred rate and a grid around it in one folder; the
+    line that says where the rules carried the rate read every job and named the grid's highest (4x) as the carried one."""
+    from initnorm.transfer.grid import report
+
+    for k, lr in enumerate((0.001, 0.002, 0.004, 0.008)):  # the search's rate is 0.002; a rule halves every rate at depth 4
+        job = tmp_path / f"lr={lr}" / "seed=1"
+        job.mkdir(parents=True)
+        record = {"status": "finished", "seed": 1, "job_num": k, "overrides": {"lr": str(lr), "depth": "4", "seed": "1"},
+                  "config": {"lr": lr, "depth": 4}, "final_val_loss": 2.0 + k / 10,
+                  "resolved": {"applied": {"from": {"depth": 2}, "lr_factor": 0.5}, "lr": lr / 2}}
+        (job / "metrics.json").write_text(json.dumps(record))
+    summary = {"best": {"params": {"lr": 0.002}, "loss": 2.05}, "objective": "mean final_val_loss over seeds [1]"}
+    text = report(summary, tmp_path, "depth", 2, None, "")
+    assert "The rules carried the lr to 0.001 at depth 4 " in text and "| 4 | 2.1000 | 2.0500 |" in text
+
+
 def test_transfer_refuses_a_grid_the_search_did_not_score_and_a_missing_target(tmp_path):
     from initnorm.cli.transfer import grid_curves
     from initnorm.errors import ConfigError

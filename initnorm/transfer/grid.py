@@ -47,15 +47,20 @@ def grid_curves(records: list[dict], where: str, axis: str, param: str, metric: 
     return curves
 
 
+def given(record: dict) -> float | None:
+    """The lr a job was given: its override (the search's, which a rule may have carried to another number, ``resolved``
+    in its record), else its config's."""
+    overrides = record.get("overrides") or {}
+    return float(overrides["lr"]) if "lr" in overrides else (record.get("config") or {}).get("lr")
+
+
 def means(folder: Path, axis: str, metric: str) -> dict[tuple[float, float], float]:
-    """(target, lr given) -> mean ``metric`` over seeds (nan where a seed diverged). The lr is the one the job was given
-    (its override: the search's, which a rule may have carried to another number, ``resolved`` in its record)."""
+    """(target, lr ``given``) -> mean ``metric`` over seeds (nan where a seed diverged)."""
     cells: dict[tuple[float, float], list[float]] = {}
     for r in read_metrics(folder):
         c = r.get("config") or {}
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
-        given = float(r["overrides"]["lr"]) if "lr" in (r.get("overrides") or {}) else c.get("lr")
-        cells.setdefault((c.get(axis), given), []).append(loss)
+        cells.setdefault((c.get(axis), given(r)), []).append(loss)
     return {k: (statistics.fmean(v) if all(math.isfinite(x) for x in v) else math.nan) for k, v in cells.items()}
 
 
@@ -95,10 +100,11 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
     for target in sorted({t for t, _ in cells}):
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
         lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
+    # the jobs that trained the search's rate (a --check grid's other rates are beside them in the folder)
     moved = {(r.get("config") or {}).get(axis): (r.get("resolved") or {}).get("lr") for r in read_metrics(folder)
-             if (r.get("resolved") or {}).get("applied")}
+             if (r.get("resolved") or {}).get("applied") and math.isclose(given(r) or math.nan, lr, rel_tol=1e-12)}
     if moved:  # a rule carried the search's rate: what each target trained at
-        lines += ["", "The rules carried the lr to " + ", ".join(f"{lr:.4g} at {axis} {t:g}" for t, lr in sorted(moved.items()))
+        lines += ["", "The rules carried the lr to " + ", ".join(f"{x:.4g} at {axis} {t:g}" for t, x in sorted(moved.items()))
                   + " (each job's resolved numbers are in its metrics.json)."]
     if curves:
         lines += ["", (f"Own optimum: the vertex of the transfer report's parabola on the grid's seed means (initnorm/transfer/); "
