@@ -305,8 +305,9 @@ def test_probe_and_coord_check_say_the_memory_needed_before_any_folder(tmp_path,
         assert said in capsys.readouterr().err
     assert probe.main(["mlp", "--mlp-width", "0", "--out", str(tmp_path / "pr")]) == 2
     assert "--mlp-width=0 is invalid: a positive integer; fix it with `--mlp-width 256`" in capsys.readouterr().err
-    for own, flag in (("norm=post", "--norms post"), ("init.std=0.1", "--stds 0.1"), ("depth=4", "--depth 4")):
-        assert probe.main(["decoder", "--out", str(tmp_path / "pr"), "--", own]) == 2  # every row would be that value
+    for main, own, flag in ((probe.main, "norm=post", "--norms post"), (probe.main, "init.std=0.1", "--stds 0.1"),
+                            (coord_check.main, "width=64", "--widths 64"), (coord_check.main, "+lr=0.1", "--lr 0.1")):
+        assert main(["decoder"] * (main is probe.main) + ["--out", str(tmp_path / "pr"), "--", own]) == 2  # every job that value
         assert f"fix it with `{flag}`" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse's own line, naming the value (it said "invalid <lambda> value")
         coord_check.main(["--widths", "16,abc"])

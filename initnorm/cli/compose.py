@@ -63,6 +63,19 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return list(argv[:i]), list(argv[i + 1 :])
 
 
+def refuse_own_keys(extra: list[str], flags: dict[str, str], command: str) -> None:
+    """An override after ``--`` of a key ``command`` sets from a flag of its own (``flags``: key -> flag): every job
+    would take that one value under the labels of the flag's values (``initnorm-probe -- norm=post`` printed a "pre"
+    row that was post-LN; ``initnorm-coord-check -- width=64`` trained every width at 64). One line naming the flag."""
+    from initnorm.errors import bad_value
+
+    for o in extra:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key in flags:
+            raise bad_value("override after --", o, f"a key {command} does not set itself ({key} is its {flags[key]})",
+                            f"{flags[key]} {value}")
+
+
 KIND_NAMES = {int: ("an integer", "integers", "16,32"), float: ("a number", "numbers", "0.02,0.25"), str: ("a name", "names", "pre,post")}
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from initnorm.cli import console
 from initnorm.cli import signals as cli_signals
-from initnorm.cli.compose import comma_list, compose_train, split_overrides
+from initnorm.cli.compose import comma_list, compose_train, refuse_own_keys, split_overrides
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.cli.train import train
@@ -42,6 +42,10 @@ from initnorm.instruments.coord import display_name, summarize
 from initnorm.instruments.coord.check import LR, PARAMS, SEED, STEPS, TOLERANCE, WIDTHS, check_axes  # the library's: one copy
 from initnorm.registry import is_dotted
 from initnorm.training.devices import check_memory
+
+# What each job's folder is named by, set from the command's flags (an override after -- of one is refused)
+OWN_FLAGS = {"param": "--params", "param.name": "--params", "width": "--widths", "depth": "--depths", "steps": "--steps",
+             "lr": "--lr", "seed": "--seeds"}
 
 
 def jobs(params, widths, depths, steps: int, lr: float, seeds: list[int], extra: list[str]) -> dict[str, list[str]]:
@@ -127,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(a.source)
         else:
             check_axes(a.widths, a.depths, a.params, a.seeds, a.steps, a.lr, flags=True)
+            refuse_own_keys(extra, OWN_FLAGS, "the coordinate check")
             folder = Path(a.out or f"outputs/coord_check/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
             todo = jobs(a.params, a.widths, a.depths, a.steps, a.lr, a.seeds, extra)
             configs = check_overrides(list(todo.values()), lambda i, o: list(todo)[i])  # every job's config, before the first trains

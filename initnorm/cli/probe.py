@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from initnorm.cli.compose import comma_list, split_overrides
+from initnorm.cli.compose import comma_list, refuse_own_keys, split_overrides
 from initnorm.cli.disk import check_writable
 from initnorm.cli.preflight import check_overrides
 from initnorm.errors import ConfigError, bad_value
@@ -78,18 +78,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), extra
 
 
-# The Decoder probe's own axes: an override of one after -- set every row to it under the rows' own labels
-# (`-- norm=post` printed a "pre" row that was post-LN).
-OWN_FLAGS = {"norm": "--norms", "init.std": "--stds", "depth": "--depth", "seed": "--seed"}
+OWN_FLAGS = {"norm": "--norms", "init.std": "--stds", "depth": "--depth", "seed": "--seed"}  # the Decoder probe's axes
 
 
 def decoder_configs(a: argparse.Namespace, extra: list[str]) -> dict[tuple[str, float], dict]:
     """The training config of every §7a configuration, resolved and checked (``initnorm.schema``)."""
-    for o in extra:
-        key, _, value = o.lstrip("+~").partition("=")
-        if key in OWN_FLAGS:
-            raise bad_value("override after --", o, f"a key the probe does not set itself ({key} is its "
-                            f"{OWN_FLAGS[key]})", f"{OWN_FLAGS[key]} {value}")
+    refuse_own_keys(extra, OWN_FLAGS, "the probe")
     keys = [(n, s) for n in a.norms for s in a.stds]
     overrides = [[f"depth={a.depth}", f"norm={n}", f"seed={a.seed}", *extra, f"init.std={s}"] for n, s in keys]
     return dict(zip(keys, check_overrides(overrides, lambda i, o: f"norm={keys[i][0]} std={keys[i][1]}")))
