@@ -162,6 +162,8 @@ def test_transfer_trains_the_best_trial_with_the_searchs_overrides_and_seeds():
     assert checked == ["param=mup", "steps=20", "lr=0.0025,0.005,0.01,0.02,0.04", "width=256", "seed=3"]
     with pytest.raises(ConfigError, match="width=256,1024"):
         overrides_for(summary, ["seed=3"], check=False)
+    with pytest.raises(ConfigError, match=r"^lr is what the search found \(0.01\).*drop `lr=0.5`"):  # trained, reported as 0.01
+        overrides_for(summary, ["width=256", "lr=0.5"], check=False)
     # Any axis: the search's own point becomes transfer.base, so a rule named on the command line carries its numbers.
     at = {"width": 64, "depth": 2, "batch_size": 32, "steps": 20}
     carried = overrides_for(summary, ["batch_size=128", "transfer.batch_rule=sqrt"], check=False, tuned_at=at)

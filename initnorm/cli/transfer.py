@@ -96,6 +96,10 @@ def overrides_for(summary: dict, given: list[str], check: bool, tuned_at: dict |
     if not keys & set(AXES):
         raise ConfigError("name the targets to transfer to: width=256,1024 (or depth=4,8, batch_size=128, steps=6000)")
     best = summary["best"]["params"]
+    if clash := [o for o in given if key_of(o) in best]:  # trained at the user's value, reported as the search's
+        k = key_of(clash[0])
+        raise ConfigError(f"{k} is what the search found ({best[k]!r}), the value initnorm-transfer carries to each target; "
+                          f"drop `{clash[0]}` (another value is a sweep of its own: initnorm-train -m)")
     out = [o for o in summary["overrides"] if key_of(o) not in keys and key_of(o) not in SEARCH_ONLY and key_of(o) not in best]
     values = {k: v for k, v in best.items() if k not in keys or (k == "lr" and check)}
     data_overrides(out + [f"{k}={v!r}" for k, v in values.items()], source)
