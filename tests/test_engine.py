@@ -131,6 +131,16 @@ def test_a_fit_a_callback_stopped_early_is_finished_early_stopped_and_a_rerun_ke
     assert [r.get("skipped") for r in fit(group)] == [True, True]  # finished: a rerun keeps it
 
 
+def test_a_max_steps_below_steps_ends_the_fit_in_its_own_words(tmp_path):
+    """trainer.max_steps=6 with steps=12 (a run stopped part-way through its schedule, on purpose): the record said a
+    callback had stopped it (trainer.should_stop)."""
+    from tests.conftest import TINY
+
+    [record] = fit([Member(to_plain(compose(*TINY, "trainer.max_steps=6")), tmp_path)])
+    assert record["status"] == "finished" and record["steps"] == 6
+    assert record["early_stopped"] == "trainer.max_steps=6 ended the fit at step 6 of the schedule's 12"
+
+
 def test_an_empty_evaluation_set_is_an_error_not_a_loss_of_0(tmp_path):
     from initnorm.errors import ConfigError
 

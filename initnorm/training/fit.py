@@ -399,6 +399,11 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     early, own = None, None
     if done == steps:
         engine.validate_last()
+    elif done == trainer.max_steps and not engine.over:
+        # trainer.max_steps below steps (forks.py: a max_steps of its own is part of the run): the schedule planned for
+        # steps ends here by the user's setting, not by a callback; its final loss is its last validation's, as there
+        saver.save(done)
+        early = f"trainer.max_steps={done} ended the fit at step {done} of the schedule's {steps}"
     elif not engine.over:
         # A callback ended the fit (trainer.should_stop: Lightning's EarlyStopping, or one's own): a decision, not a
         # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
