@@ -22,13 +22,13 @@ def sixteen_gib(monkeypatch):
 
 
 def test_a_job_larger_than_the_memory_is_refused_with_a_smaller_width(sixteen_gib):
-    with pytest.raises(ConfigError, match=r"one job \(width=32768\) needs about 404.0 GiB .* 16.0 GiB available; fix it with a "
+    with pytest.raises(ConfigError, match=r"one job \(width=32768\) needs about 1,604.0 GiB .* 16.0 GiB available; fix it with a "
                                           r"smaller width \(`width=8192`\)"):
         memory.check([job(32768)], {}, lambda c: 25 * GIB)
 
 
 def test_jobs_that_fit_alone_but_not_together_are_refused_with_fewer_at_once(sixteen_gib):
-    jobs, params = [job(4096)] * 8, 3 * 2**27  # 6.5 GiB each (6 of state, 0.5 of activations): 2 fit
+    jobs, params = [job(4096)] * 8, 6 * GIB // memory.BYTES_PER_PARAM  # 6.5 GiB each (6 of state, 0.5 of activations): 2 fit
     with pytest.raises(ConfigError, match=r"8 jobs train at once \(1 worker, up to 8 members a stacked group\), each needing about "
                                           r"6.5 GiB \(width=4096\): 52.0 GiB against 16.0 GiB available; fix it with fewer at once, "
                                           r"`hydra.launcher.max_group=1`, or a smaller width"):
@@ -44,6 +44,6 @@ def test_the_preflight_refuses_width_32768_before_anything_is_made(sixteen_gib, 
     from initnorm.cli.preflight import check_command_line
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"one job \(width=32768\) needs about \d+\.\d GiB of memory"):
+    with pytest.raises(ConfigError, match=r"one job \(width=32768\) needs about [\d,]+\.\d GiB of memory"):
         check_command_line(["width=32768", "steps=1"])
     assert not any(tmp_path.iterdir())

@@ -2,7 +2,7 @@
 
 Without it ``width=32768 steps=1`` ended in an allocation traceback after 48 s (its folder made), and
 ``-m width=16384 seed=1,2 hydra/launcher=vectorized`` in a worker taken by the out-of-memory killer. The estimate is a
-floor: per job the weights, their gradients and AdamW's two moments (16 bytes a parameter, float32) and one batch's
+measured one: per job ``BYTES_PER_PARAM`` a parameter (below) and one batch's
 activations (``ACTIVATIONS_PER_LAYER`` tensors of batch x context x width a block, kept for the backward pass), times
 the jobs that train at once (a worker each; a vectorised group's members together). Against Linux's MemAvailable;
 on a GPU the device's own allocator says it, and a model whose parameters cannot be counted (a constructor of one's
@@ -20,7 +20,13 @@ from initnorm.cli import launchers
 from initnorm.errors import ConfigError
 from initnorm.training import devices
 
-BYTES_PER_PARAM = 16  # the weight, its gradient, AdamW's exp_avg and exp_avg_sq, float32
+# The weight, its gradient and AdamW's two moments are 16 bytes (float32); a job holds more: the flat optimiser's
+# buffers, the instruments' copy of the initial weights, a checkpoint's state. Measured (Intel Xeon, 2026-12-04): a
+# 50.5M-parameter Decoder (width 512, depth 24, one step) peaked 3.6 GB above a tiny job's 0.5 GB with the per-layer
+# statistics (71 bytes a parameter) and 2.8 GB with callbacks=none (51); batch 1 or 32 moved it by 0.2 GB. At 16 a
+# width-1024 depth-48 job (403M parameters) passed the check and the out-of-memory killer ended it with no line. The
+# default run's instruments on: 64 (over callbacks=none's 51 by a quarter: such a job within a fifth of the memory is refused).
+BYTES_PER_PARAM = 64
 ACTIVATIONS_PER_LAYER = 16  # a pre-norm block's saved tensors of batch x context x width (q, k, v, norms, the MLP's 4 ...)
 
 
