@@ -96,7 +96,7 @@ def test_probe_and_coord_check_check_everything_before_creating_their_folder(tmp
     from initnorm.cli import coord_check, probe
 
     assert coord_check.main(["--params", "sp,bogus", "--widths", "16,32", "--out", str(tmp_path / "cc")]) == 2
-    assert "param='bogus'" in capsys.readouterr().err
+    assert "'bogus' is neither; fix it with `--params sp`" in capsys.readouterr().err  # the flag, not the job's param=
     assert probe.main(["decoder", "--out", str(tmp_path / "pr"), "--", "foo=1"]) == 2
     err = capsys.readouterr().err  # Hydra's refusal restated in one line (cli/bad_override.py)
     assert "foo is not a key initnorm reads" in err and "drop `foo=1`" in err
