@@ -9,6 +9,7 @@ Builds a wheel of this checkout, installs it into a fresh virtual environment ou
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,8 +24,11 @@ from tests.conftest import ROOT
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # from a copy of the tracked tree: setuptools builds in the source folder (its build/), and the checkout stays as it was
+    src = tmp_path_factory.mktemp("source") / "initnorm"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".*", "build", "outputs", "*.egg-info", "__pycache__"))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(src)],
         capture_output=True, text=True, timeout=600, env={**os.environ, "PIP_NO_INPUT": "1"},
     )
     assert build.returncode == 0, build.stderr[-2000:]
