@@ -101,9 +101,8 @@ def overrides_for(summary: dict, given: list[str], check: bool, tuned_at: dict |
         raise ConfigError(f"{k} is what the search found ({best[k]!r}), the value initnorm-transfer carries to each target; "
                           f"drop `{clash[0]}` (another value is a sweep of its own: initnorm-train -m)")
     out = [o for o in summary["overrides"] if key_of(o) not in keys and key_of(o) not in SEARCH_ONLY and key_of(o) not in best]
-    values = {k: v for k, v in best.items() if k not in keys or (k == "lr" and check)}
-    data_overrides(out + [f"{k}={v!r}" for k, v in values.items()], source)
-    for k, v in values.items():
+    data_overrides(out + [f"{k}={v!r}" for k, v in best.items()], source)
+    for k, v in best.items():
         out.append("lr=" + ",".join(repr(v * 2.0**k) for k in CHECK_OCTAVES) if k == "lr" and check else f"{k}={v!r}")
     if "seed" not in keys:
         out.append("seed=" + ",".join(str(s) for s in summary["seeds"]))

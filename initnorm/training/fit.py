@@ -399,19 +399,16 @@ def _fit(prepared: Sequence[Prepared], device, callbacks, progress_bar, abandone
     early, own = None, None
     if done == steps:
         engine.validate_last()
-    elif done == trainer.max_steps and not engine.over:
-        # trainer.max_steps below steps (forks.py: a max_steps of its own is part of the run): the schedule planned for
-        # steps ends here by the user's setting, not by a callback; its final loss is its last validation's, as there
-        saver.save(done)
-        early = f"trainer.max_steps={done} ended the fit at step {done} of the schedule's {steps}"
     elif not engine.over:
-        # A callback ended the fit (trainer.should_stop: Lightning's EarlyStopping, or one's own): a decision, not a
-        # failure or an interruption (a signal raises signals.Interrupted above), so the job is finished, early-stopped;
-        # its final loss is its last validation's (EarlyStopping stops right after one), its state kept at the stop.
+        # A callback ended the fit (trainer.should_stop: Lightning's EarlyStopping, or one's own), or a trainer.max_steps
+        # below steps (forks.py: a max_steps of its own is part of the run): a decision, not a failure or an interruption
+        # (a signal raises signals.Interrupted above), so the job is finished, early-stopped; its final loss is its last
+        # validation's (EarlyStopping stops right after one), its state kept at the stop.
         saver.save(done)
+        if done == trainer.max_steps:  # the schedule planned for steps ends here by the user's setting
+            early = f"trainer.max_steps={done} ended the fit at step {done} of the schedule's {steps}"
         # a callback may say why it stopped and as what, (status, why): a search's pruner says "pruned" (search/pruning.py)
-        own = next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None)
-        if own is None:
+        elif (own := next((cb.stop_status for cb in chosen if getattr(cb, "stop_status", None)), None)) is None:
             early = f"a callback stopped the fit at step {done} of {steps} (trainer.should_stop)"
     wall = time.perf_counter() - start
     return [written[e] if e in written else _record(engine, e, m, log, done=done, wall=wall, trainer=trainer,

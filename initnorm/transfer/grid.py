@@ -54,10 +54,10 @@ def given(record: dict) -> float | None:
     return float(overrides["lr"]) if "lr" in overrides else (record.get("config") or {}).get("lr")
 
 
-def means(folder: Path, axis: str, metric: str) -> dict[tuple[float, float], float]:
-    """(target, lr ``given``) -> mean ``metric`` over seeds (nan where a seed diverged)."""
+def means(records: list[dict], axis: str, metric: str) -> dict[tuple[float, float], float]:
+    """(target, lr ``given``) -> mean ``metric`` over seeds (nan where a seed diverged), over a folder's ``records``."""
     cells: dict[tuple[float, float], list[float]] = {}
-    for r in read_metrics(folder):
+    for r in records:
         c = r.get("config") or {}
         loss = math.nan if r.get("diverged") else r.get(metric, math.nan)
         cells.setdefault((c.get(axis), given(r)), []).append(loss)
@@ -87,7 +87,8 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
     """The transfer table: each target's loss at the transferred lr beside the search's; with a grid, its own optimum,
     the shift and the penalty with their intervals, and the trained loss against the grid's best."""
     lr, predicted, metric = summary["best"]["params"]["lr"], summary["best"]["loss"], metric_of_search(summary)
-    cells = means(folder, axis, metric)
+    records = read_metrics(folder)  # once: the table's means and the rates the rules carried
+    cells = means(records, axis, metric)
     pct = f"{LEVEL:.0%}"
     values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary["best"]["params"].items())
     lines = [f"Transferred {values} (the search's best at {axis} {base:g}: {metric} {predicted:.4f}, {summary['objective']}).",
@@ -101,7 +102,7 @@ def report(summary: dict, folder: Path, axis: str, base: float, curves: dict[int
         at = next((v for (t, x), v in cells.items() if t == target and math.isclose(x, lr, rel_tol=1e-12)), math.nan)
         lines.append(f"| {target:g} | {at:.4f} | {predicted:.4f} |" + (grid_cells(curves[int(target)], lr, at) if curves else ""))
     # the jobs that trained the search's rate (a --check grid's other rates are beside them in the folder)
-    moved = {(r.get("config") or {}).get(axis): (r.get("resolved") or {}).get("lr") for r in read_metrics(folder)
+    moved = {(r.get("config") or {}).get(axis): (r.get("resolved") or {}).get("lr") for r in records
              if (r.get("resolved") or {}).get("applied") and math.isclose(given(r) or math.nan, lr, rel_tol=1e-12)}
     if moved:  # a rule carried the search's rate: what each target trained at
         lines += ["", "The rules carried the lr to " + ", ".join(f"{x:.4g} at {axis} {t:g}" for t, x in sorted(moved.items()))
